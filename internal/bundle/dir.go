@@ -1,0 +1,259 @@
+package bundle
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path"
+	"syscall"
+	"time"
+)
+
+// testHookOpened, if set, runs after a file's content is opened and before
+// it is read; tests use it to change files mid-read.
+var testHookOpened func(name string)
+
+// fileID is what identifies a file's state: it must be the same when the
+// tree is listed, when the file is opened, after it is read and at its path
+// afterwards, or the file changed while it was being read.
+type fileID struct {
+	dev, ino uint64
+	size     int64
+	mtime    time.Time
+	ctime    syscall.Timespec
+	mode     fs.FileMode
+}
+
+func idOf(fi fs.FileInfo) fileID {
+	id := fileID{size: fi.Size(), mtime: fi.ModTime(), mode: fi.Mode()}
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+		id.dev, id.ino, id.ctime = uint64(st.Dev), st.Ino, st.Ctim
+	}
+	return id
+}
+
+// dirScan is the first pass over a directory: it lists and checks every
+// entry and decides what to write, without reading any content.
+type dirScan struct {
+	ctx     context.Context
+	root    *os.Root
+	lim     Limits
+	skip    map[string]bool
+	entries []entry
+	dirs    map[string]fileID // every directory listed, to re-check after writing
+	count   int64
+	bytes   int64
+}
+
+// scanDir lists the tree at dir under the reader rules. skip names
+// top-level entries left out (bundle.json of a bundle). The returned
+// entries read their content lazily, re-checking each file as they do;
+// recheck must be called after they were written.
+func scanDir(ctx context.Context, dir string, lim Limits, skip ...string) (entries []entry, recheck func() error, closeRoot func(), err error) {
+	if err := lim.Validate(); err != nil {
+		return nil, nil, nil, err
+	}
+	root, err := os.OpenRoot(dir)
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("open tree: %w", err)
+	}
+	s := &dirScan{ctx: ctx, root: root, lim: lim, skip: map[string]bool{}, dirs: map[string]fileID{}}
+	for _, n := range skip {
+		s.skip[n] = true
+	}
+	if err := s.walk(""); err != nil {
+		root.Close()
+		return nil, nil, nil, err
+	}
+	recheck = func() error {
+		for name, id := range s.dirs {
+			fi, err := root.Lstat(dirOrDot(name))
+			if err != nil || !sameState(id, idOf(fi)) {
+				return fmt.Errorf("directory %q: %w", dirOrDot(name), ErrChanged)
+			}
+		}
+		return nil
+	}
+	return s.entries, recheck, func() { root.Close() }, nil
+}
+
+func dirOrDot(name string) string {
+	if name == "" {
+		return "."
+	}
+	return name
+}
+
+func (s *dirScan) walk(dir string) error {
+	fi, err := s.root.Lstat(dirOrDot(dir))
+	if err != nil {
+		return fmt.Errorf("list %q: %w", dirOrDot(dir), err)
+	}
+	f, err := s.root.Open(dirOrDot(dir))
+	if err != nil {
+		return fmt.Errorf("list %q: %w", dirOrDot(dir), err)
+	}
+	defer f.Close()
+	ofi, err := f.Stat()
+	if err != nil || !fi.IsDir() || !sameFile(idOf(fi), idOf(ofi)) {
+		return fmt.Errorf("directory %q: %w", dirOrDot(dir), ErrChanged)
+	}
+	s.dirs[dir] = idOf(fi)
+	for {
+		if err := s.ctx.Err(); err != nil {
+			return err
+		}
+		batch, err := f.ReadDir(256)
+		for _, de := range batch {
+			name := path.Join(dir, de.Name())
+			if dir == "" && s.skip[name] {
+				continue
+			}
+			if err := s.add(name); err != nil {
+				return err
+			}
+		}
+		if err == io.EOF {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("list %q: %w", dirOrDot(dir), err)
+		}
+	}
+}
+
+// add checks one listed name and records it; directories are walked.
+func (s *dirScan) add(name string) error {
+	s.count++
+	if s.count > s.lim.MaxFiles {
+		return fmt.Errorf("more than %d entries: %w", s.lim.MaxFiles, ErrTooManyFiles)
+	}
+	if err := checkName(name, s.lim); err != nil {
+		return err
+	}
+	fi, err := s.root.Lstat(name)
+	if err != nil {
+		return fmt.Errorf("%q: %w: %w", name, ErrChanged, err)
+	}
+	mode := fi.Mode()
+	switch {
+	case mode.IsDir():
+		s.entries = append(s.entries, entry{name: name, dir: true})
+		return s.walk(name)
+	case mode.IsRegular():
+		return s.addFile(name, name, fi)
+	case mode&fs.ModeSymlink != 0:
+		target, err := s.root.Readlink(name)
+		if err != nil {
+			return fmt.Errorf("%q: %w: %w", name, ErrChanged, err)
+		}
+		final, err := resolveSymlink(name, target, s.lookup)
+		if err != nil {
+			return err
+		}
+		tfi, err := s.root.Lstat(final)
+		if err != nil || !tfi.Mode().IsRegular() {
+			return fmt.Errorf("%q -> %q: %w", name, final, ErrChanged)
+		}
+		return s.addFile(name, final, tfi)
+	case mode&fs.ModeDevice != 0:
+		return fmt.Errorf("%q: %w", name, ErrDevice)
+	case mode&fs.ModeNamedPipe != 0:
+		return fmt.Errorf("%q: %w", name, ErrFIFO)
+	default:
+		return fmt.Errorf("%q: %v: %w", name, mode.Type(), ErrUnsupportedType)
+	}
+}
+
+func (s *dirScan) lookup(name string) (nodeKind, string, error) {
+	if err := checkName(name, s.lim); err != nil {
+		return 0, "", err
+	}
+	fi, err := s.root.Lstat(name)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nodeMissing, "", nil
+	}
+	if err != nil {
+		return 0, "", fmt.Errorf("%q: %w", name, err)
+	}
+	switch m := fi.Mode(); {
+	case m.IsDir():
+		return nodeDir, "", nil
+	case m.IsRegular():
+		return nodeFile, "", nil
+	case m&fs.ModeSymlink != 0:
+		t, err := s.root.Readlink(name)
+		if err != nil {
+			return 0, "", fmt.Errorf("%q: %w", name, err)
+		}
+		return nodeSymlink, t, nil
+	}
+	return nodeOther, "", nil
+}
+
+// addFile records name as a regular file whose content is read from src
+// (src differs from name for a symlink kept as a copy).
+func (s *dirScan) addFile(name, src string, fi fs.FileInfo) error {
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok && st.Nlink > 1 {
+		return fmt.Errorf("%q has %d links: %w", src, st.Nlink, ErrHardLink)
+	}
+	if fi.Size() > s.lim.MaxBytes-s.bytes {
+		return fmt.Errorf("%q is %d bytes, %d left of %d: %w", name, fi.Size(), s.lim.MaxBytes-s.bytes, s.lim.MaxBytes, ErrTooLarge)
+	}
+	s.bytes += fi.Size()
+	id := idOf(fi)
+	root := s.root
+	s.entries = append(s.entries, entry{
+		name: name,
+		exec: fi.Mode()&0o100 != 0,
+		size: fi.Size(),
+		content: func(w io.Writer) error {
+			return copyChecked(root, src, id, w)
+		},
+	})
+	return nil
+}
+
+// copyChecked copies the file at name, which was listed as id, refusing it
+// if it is not that same file, unchanged, before, during and after reading.
+func copyChecked(root *os.Root, name string, id fileID, w io.Writer) error {
+	// O_NONBLOCK: should a FIFO have replaced the file, opening must not hang.
+	f, err := root.OpenFile(name, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		return fmt.Errorf("%q: %w: %w", name, ErrChanged, err)
+	}
+	defer f.Close()
+	if fi, err := f.Stat(); err != nil || !sameState(id, idOf(fi)) {
+		return fmt.Errorf("%q differs from when it was listed: %w", name, ErrChanged)
+	}
+	if testHookOpened != nil {
+		testHookOpened(name)
+	}
+	n, err := io.CopyN(w, f, id.size)
+	if err == io.EOF {
+		return fmt.Errorf("%q shrank to %d bytes while read: %w", name, n, ErrChanged)
+	}
+	if err != nil {
+		return fmt.Errorf("%q: %w", name, err)
+	}
+	var one [1]byte
+	if m, _ := f.Read(one[:]); m > 0 {
+		return fmt.Errorf("%q grew while read: %w", name, ErrChanged)
+	}
+	if fi, err := f.Stat(); err != nil || !sameState(id, idOf(fi)) {
+		return fmt.Errorf("%q was modified while read: %w", name, ErrChanged)
+	}
+	if fi, err := root.Lstat(name); err != nil || !sameState(id, idOf(fi)) {
+		return fmt.Errorf("%q was replaced while read: %w", name, ErrChanged)
+	}
+	return nil
+}
+
+func sameFile(a, b fileID) bool { return a.dev == b.dev && a.ino == b.ino }
+
+func sameState(a, b fileID) bool {
+	return sameFile(a, b) && a.size == b.size && a.mtime.Equal(b.mtime) && a.ctime == b.ctime && a.mode == b.mode
+}
