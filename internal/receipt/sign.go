@@ -173,18 +173,18 @@ func (s *Signer) SignCompleted(res sandbox.Result, receiptEnvelope []byte) ([]by
 func receiptIsFor(receiptEnvelope []byte, res sandbox.Result) error {
 	var env sandbox.Envelope
 	if err := json.Unmarshal(receiptEnvelope, &env); err != nil {
-		return fmt.Errorf("receipt: %w", err)
+		return fmt.Errorf("%w: receipt: %w", sandbox.ErrInvalid, err)
 	}
 	var st sandbox.Statement
 	if err := unmarshalB64JSON(env.Payload, &st); err != nil {
-		return fmt.Errorf("receipt: %w", err)
+		return fmt.Errorf("%w: receipt: %w", sandbox.ErrInvalid, err)
 	}
 	if st.PredicateType != sandbox.PredicateAccepted {
 		return fmt.Errorf("%w: receipt has predicate type %q, want %q", sandbox.ErrInvalid, st.PredicateType, sandbox.PredicateAccepted)
 	}
 	var r sandbox.Receipt
 	if err := json.Unmarshal(st.Predicate, &r); err != nil {
-		return fmt.Errorf("receipt predicate: %w", err)
+		return fmt.Errorf("%w: receipt predicate: %w", sandbox.ErrInvalid, err)
 	}
 	if r.Job.ID != res.JobID || r.Job.Digest != res.JobDigest {
 		return fmt.Errorf("%w: receipt is for job %q (%s), result for %q (%s)", sandbox.ErrInvalid, r.Job.ID, r.Job.Digest, res.JobID, res.JobDigest)
