@@ -2,7 +2,51 @@ package main
 
 import (
 	"context"
+	"flag"
+	"fmt"
 	"io"
+
+	"github.com/sandboxd/sandboxd/internal/broker"
+	"github.com/sandboxd/sandboxd/internal/image"
 )
 
-func cmdImage(ctx context.Context, args []string, stdout, stderr io.Writer) int { return exitInfraError }
+func cmdImage(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) == 0 || args[0] != "build" {
+		fmt.Fprintln(stderr, "usage: sandboxd image build DIR")
+		return exitUsage
+	}
+	fs := flag.NewFlagSet("image build", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	quiet := fs.Bool("q", false, "print only the image ID")
+	if err := fs.Parse(args[1:]); err != nil {
+		return exitUsage
+	}
+	if fs.NArg() != 1 {
+		fmt.Fprintln(stderr, "usage: sandboxd image build [-q] DIR")
+		return exitUsage
+	}
+	eng, err := broker.NewEngine()
+	if err != nil {
+		fmt.Fprintln(stderr, "sandboxd image build: engine:", err)
+		return exitInfraError
+	}
+	defer eng.Close()
+	var progress io.Writer = stderr
+	if *quiet {
+		progress = nil
+	}
+	b, err := image.Build(ctx, eng, fs.Arg(0), "", progress)
+	if err != nil {
+		fmt.Fprintln(stderr, "sandboxd image build:", err)
+		return exitBadInput
+	}
+	if !*quiet {
+		state := "already present"
+		if b.Loaded {
+			state = "loaded"
+		}
+		fmt.Fprintf(stdout, "%s %s\n", b.Name, state)
+	}
+	fmt.Fprintln(stdout, b.ID)
+	return exitOK
+}

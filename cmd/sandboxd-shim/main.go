@@ -1,0 +1,12 @@
+// Command sandboxd-shim is the in-container helper of sandboxd (see
+// internal/shim). It is built statically (CGO_ENABLED=0) and installed next
+// to the sandboxd binary, which copies it into a read-only engine volume.
+package main
+
+import (
+	"os"
+
+	"github.com/sandboxd/sandboxd/internal/shim"
+)
+
+func main() { os.Exit(shim.Main(os.Args)) }

@@ -1,0 +1,246 @@
+package broker
+
+import (
+	"archive/tar"
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"debug/elf"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/containerd/errdefs"
+	"github.com/moby/moby/client"
+
+	"github.com/sandboxd/sandboxd/internal/store"
+	"github.com/sandboxd/sandboxd/profiles/seccomp"
+	"github.com/sandboxd/sandboxd/sandbox"
+)
+
+// Broker runs jobs on one engine.
+type Broker struct {
+	eng     Engine
+	cfg     Config
+	blobs   *store.Store
+	log     *slog.Logger
+	volumes *volumeCache
+
+	shimDigest string
+	shimBytes  []byte
+
+	factsOnce sync.Once
+	facts     sandbox.RuntimeFacts
+	factsErr  error
+}
+
+// New returns a broker. It reads the helper binary once and has no other
+// side effects; engine state is touched only when a job runs.
+func New(eng Engine, blobs *store.Store, cfg Config) (*Broker, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	shim, err := os.ReadFile(cfg.ShimPath)
+	if err != nil {
+		return nil, fmt.Errorf("broker: read helper binary: %w", err)
+	}
+	if err := checkStatic(shim); err != nil {
+		return nil, fmt.Errorf("broker: helper %s: %w", cfg.ShimPath, err)
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	b := &Broker{eng: eng, cfg: cfg, blobs: blobs, log: log, shimBytes: shim, shimDigest: sandbox.DigestBytes(shim)}
+	b.volumes = newVolumeCache(b)
+	return b, nil
+}
+
+// Facts returns the runtime facts recorded in receipts and results.
+func (b *Broker) Facts(ctx context.Context) (sandbox.RuntimeFacts, error) {
+	b.factsOnce.Do(func() {
+		ctx, cancel := context.WithTimeout(ctx, b.cfg.EngineTimeout)
+		defer cancel()
+		v, err := b.eng.ServerVersion(ctx, client.ServerVersionOptions{})
+		if err != nil {
+			b.factsErr = fmt.Errorf("engine version: %w", err)
+			return
+		}
+		b.facts = sandbox.RuntimeFacts{
+			BrokerVersion: b.cfg.Version,
+			EngineVersion: v.Version,
+			EngineAPI:     v.APIVersion,
+			Runtime:       sandbox.RuntimeRunc,
+			SeccompDigest: seccomp.Digest(),
+			ShimDigest:    b.shimDigest,
+		}
+	})
+	return b.facts, b.factsErr
+}
+
+// Run executes one sealed job and returns its result. The returned error is
+// non-nil only when the job was refused before anything ran (an invalid
+// job, an image that is not a local ID, a conflicting container); every
+// failure after that is reported in the Result's status.
+func (b *Broker) Run(ctx context.Context, job sandbox.Job) (res sandbox.Result, err error) {
+	if err := job.VerifyDigest(); err != nil {
+		return sandbox.Result{}, err
+	}
+	if job.Runtime == sandbox.RuntimeRunsc && !b.cfg.AllowRunsc {
+		return sandbox.Result{}, &sandbox.FieldError{Field: "job.runtime", Reason: "runsc is not allowed by this broker"}
+	}
+	log := b.log.With("job_id", job.ID)
+	facts, err := b.Facts(ctx)
+	if err != nil {
+		return sandbox.Result{}, err
+	}
+	imgPath, err := b.checkImage(ctx, job.Image)
+	if err != nil {
+		return sandbox.Result{}, err
+	}
+	for i, in := range job.Inputs {
+		if !b.blobs.Has(in.Digest) {
+			return sandbox.Result{}, &sandbox.FieldError{Field: fmt.Sprintf("job.inputs[%d].digest", i), Reason: fmt.Sprintf("blob %s is not in the store", in.Digest)}
+		}
+	}
+
+	r := &run{b: b, job: &job, log: log, imagePath: imgPath}
+	r.res = sandbox.Result{
+		Schema:    sandbox.ResultSchema,
+		JobID:     job.ID,
+		JobDigest: job.Digest,
+		Runtime:   facts,
+		LimitsHit: []string{},
+		Artifacts: []sandbox.Artifact{},
+		Rejected:  []sandbox.Rejected{},
+	}
+	r.res.Runtime.Runtime = job.Runtime
+	defer func() {
+		if p := recover(); p != nil {
+			log.Error("panic while running job", "panic", p)
+			r.fail(sandbox.StatusError, fmt.Sprintf("broker panic: %v", p))
+			res, err = r.res, nil
+		}
+		r.cleanup()
+	}()
+	if err := r.execute(ctx); err != nil {
+		if errors.Is(err, sandbox.ErrConflict) {
+			return sandbox.Result{}, err
+		}
+		if ctx.Err() != nil {
+			r.fail(sandbox.StatusCancelled, "cancelled: "+context.Cause(ctx).Error())
+		} else {
+			r.fail(sandbox.StatusError, err.Error())
+		}
+	}
+	if r.res.EndedAt.IsZero() {
+		r.res.EndedAt = time.Now().UTC()
+	}
+	if r.res.StartedAt.IsZero() {
+		r.res.StartedAt = r.res.EndedAt
+	}
+	return r.res, nil
+}
+
+// checkImage refuses anything but a local image ID present in the engine
+// and returns the image's default PATH.
+func (b *Broker) checkImage(ctx context.Context, id string) (string, error) {
+	if !sandbox.ValidDigest(id) {
+		return "", fmt.Errorf("image %q: %w: only local image IDs (sha256:…) are accepted", id, sandbox.ErrImageRefused)
+	}
+	ctx, cancel := context.WithTimeout(ctx, b.cfg.EngineTimeout)
+	defer cancel()
+	img, err := b.eng.ImageInspect(ctx, id)
+	if errdefs.IsNotFound(err) {
+		return "", fmt.Errorf("image %s: %w: not present in the engine (images are never pulled)", id, sandbox.ErrImageRefused)
+	}
+	if err != nil {
+		return "", fmt.Errorf("image %s: inspect: %w", id, err)
+	}
+	if img.ID != id {
+		return "", fmt.Errorf("image %s: %w: the engine resolved it to %s", id, sandbox.ErrImageRefused, img.ID)
+	}
+	path := "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+	if img.Config != nil {
+		for _, kv := range img.Config.Env {
+			if v, ok := strings.CutPrefix(kv, "PATH="); ok {
+				path = v
+			}
+		}
+	}
+	return path, nil
+}
+
+// removeContainer force-removes a container and its anonymous volumes. It
+// uses its own context so that cleanup also happens after cancellation.
+func (b *Broker) removeContainer(id string) {
+	ctx, cancel := context.WithTimeout(context.Background(), b.cfg.EngineTimeout)
+	defer cancel()
+	_, err := b.eng.ContainerRemove(ctx, id, client.ContainerRemoveOptions{Force: true, RemoveVolumes: true})
+	if err != nil && !errdefs.IsNotFound(err) {
+		b.log.Error("remove container", "container_id", id, "error", err)
+	}
+}
+
+// ensureShim makes sure the helper volume holds the helper binary.
+func (b *Broker) ensureShim(ctx context.Context, image string) (string, error) {
+	name := shimVolumeName(b.shimDigest)
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	tw.WriteHeader(&tar.Header{Name: "shim", Mode: 0o755, Size: int64(len(b.shimBytes)), Typeflag: tar.TypeReg})
+	tw.Write(b.shimBytes)
+	tw.Close()
+	sum := sha256.Sum256(b.shimBytes)
+	want := map[string]fileSum{"shim": {mode: 0o755, size: int64(len(b.shimBytes)), digest: hex.EncodeToString(sum[:])}}
+	labels := map[string]string{LabelRole: roleShim, LabelDigest: b.shimDigest, LabelBroker: b.cfg.Name}
+	_, err := b.volumes.ensure(ctx, name, image, labels, want, func() (io.ReadCloser, error) {
+		return io.NopCloser(bytes.NewReader(buf.Bytes())), nil
+	})
+	return name, err
+}
+
+// ensureInput makes sure a read-only input's volume holds its tree. The
+// blob is re-hashed first: a blob that does not match its digest is never
+// mounted.
+func (b *Broker) ensureInput(ctx context.Context, image, digest string) (string, bool, error) {
+	if err := b.blobs.Verify(digest); err != nil {
+		return "", false, fmt.Errorf("input %s: %w", digest, err)
+	}
+	f, err := b.blobs.Open(digest)
+	if err != nil {
+		return "", false, err
+	}
+	want, err := treeSums(f, "")
+	f.Close()
+	if err != nil {
+		return "", false, fmt.Errorf("input %s: not a valid tar: %w", digest, err)
+	}
+	name := inputVolumeName(digest)
+	labels := map[string]string{LabelRole: roleInput, LabelDigest: digest, LabelBroker: b.cfg.Name}
+	populated, err := b.volumes.ensure(ctx, name, image, labels, want, func() (io.ReadCloser, error) {
+		return b.blobs.Open(digest)
+	})
+	return name, populated, err
+}
+
+// checkStatic refuses a helper that needs a dynamic loader: evaluator
+// images need not have one.
+func checkStatic(bin []byte) error {
+	f, err := elf.NewFile(bytes.NewReader(bin))
+	if err != nil {
+		return fmt.Errorf("not an ELF executable: %w", err)
+	}
+	defer f.Close()
+	for _, p := range f.Progs {
+		if p.Type == elf.PT_INTERP {
+			return errors.New("dynamically linked; build it with CGO_ENABLED=0")
+		}
+	}
+	return nil
+}

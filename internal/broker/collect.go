@@ -1,0 +1,291 @@
+package broker
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash"
+	"io"
+	"path"
+	"slices"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/sandboxd/sandboxd/internal/shim"
+	"github.com/sandboxd/sandboxd/internal/store"
+	"github.com/sandboxd/sandboxd/sandbox"
+)
+
+type hasher struct{ h hash.Hash }
+
+func newHasher() *hasher                      { return &hasher{h: sha256.New()} }
+func (h *hasher) Write(p []byte) (int, error) { return h.h.Write(p) }
+func (h *hasher) digest() string              { return "sha256:" + hex.EncodeToString(h.h.Sum(nil)) }
+
+// maxRejected bounds the rejected entries kept in a result.
+const maxRejected = 1000
+
+// collector turns the helper's frames into logs, artifacts and a status.
+// Every frame is untrusted input: paths, counts and sizes are checked
+// against the job, and digests are computed here.
+type collector struct {
+	r      *run
+	stdout *logSink
+	stderr *logSink
+
+	cur       *store.Writer
+	curHdr    shim.FileHeader
+	files     int64
+	bytes     int64
+	seen      map[string]bool
+	artifacts []sandbox.Artifact
+	rejected  []sandbox.Rejected
+	dropped   int
+	limits    []string
+
+	summary     *shim.CollectSummary
+	status      *shim.Status
+	helperError string
+}
+
+func newCollector(r *run) *collector {
+	return &collector{
+		r:         r,
+		stdout:    newLogSink(r.b.blobs, r.job.Limits.LogBytes),
+		stderr:    newLogSink(r.b.blobs, r.job.Limits.LogBytes),
+		seen:      map[string]bool{},
+		rejected:  []sandbox.Rejected{},
+		artifacts: []sandbox.Artifact{},
+	}
+}
+
+// errProtocol marks a frame sequence the helper must never send.
+var errProtocol = errors.New("protocol violation")
+
+func (c *collector) consume(r io.Reader) error {
+	fr := shim.NewFrameReader(r)
+	for {
+		typ, p, err := fr.Next()
+		if err == io.EOF {
+			if c.cur != nil {
+				return fmt.Errorf("stream ended inside %s: %w", c.curHdr.Path, io.ErrUnexpectedEOF)
+			}
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if c.status != nil || c.helperError != "" {
+			return fmt.Errorf("frame %q after the last frame: %w", typ, errProtocol)
+		}
+		if err := c.frame(typ, p); err != nil {
+			c.abortFile()
+			// Drain so the container is not blocked on a full pipe.
+			io.Copy(io.Discard, r)
+			return err
+		}
+	}
+}
+
+func (c *collector) frame(typ byte, p []byte) error {
+	if c.cur != nil && typ != shim.FrameFileData && typ != shim.FrameFileEnd {
+		return fmt.Errorf("frame %q inside file %s: %w", typ, c.curHdr.Path, errProtocol)
+	}
+	switch typ {
+	case shim.FrameStdout:
+		c.stdout.write(p)
+	case shim.FrameStderr:
+		c.stderr.write(p)
+	case shim.FrameFileBegin:
+		return c.beginFile(p)
+	case shim.FrameFileData:
+		if c.cur == nil {
+			return fmt.Errorf("file data outside a file: %w", errProtocol)
+		}
+		if _, err := c.cur.Write(p); err != nil {
+			return fmt.Errorf("artifact %s: %w (%w)", c.curHdr.Path, err, errProtocol)
+		}
+	case shim.FrameFileEnd:
+		return c.endFile()
+	case shim.FrameRejected:
+		var rj shim.Rejected
+		if err := json.Unmarshal(p, &rj); err != nil {
+			return fmt.Errorf("rejected frame: %w", err)
+		}
+		c.reject(sanitize(rj.Path), sanitize(rj.Reason))
+	case shim.FrameCollected:
+		var s shim.CollectSummary
+		if err := json.Unmarshal(p, &s); err != nil {
+			return fmt.Errorf("summary frame: %w", err)
+		}
+		c.summary = &s
+		for _, l := range s.LimitsHit {
+			if slices.Contains([]string{"file_count", "output_bytes"}, l) {
+				c.limit(l)
+			}
+		}
+	case shim.FrameStatus:
+		var s shim.Status
+		if err := json.Unmarshal(p, &s); err != nil {
+			return fmt.Errorf("status frame: %w", err)
+		}
+		c.status = &s
+	case shim.FrameError:
+		c.helperError = sanitize(string(p))
+	default:
+		return fmt.Errorf("unknown frame type %q: %w", typ, errProtocol)
+	}
+	return nil
+}
+
+func (c *collector) beginFile(p []byte) error {
+	var h shim.FileHeader
+	if err := json.Unmarshal(p, &h); err != nil {
+		return fmt.Errorf("file header: %w", err)
+	}
+	j := c.r.job
+	switch {
+	case !utf8.ValidString(h.Path) || strings.ContainsAny(h.Path, "\x00\n") || path.Clean(h.Path) != h.Path || !path.IsAbs(h.Path):
+		return fmt.Errorf("artifact path %q is not clean: %w", h.Path, errProtocol)
+	case !slices.ContainsFunc(j.Outputs, func(o string) bool { return strings.HasPrefix(h.Path, o+"/") }):
+		return fmt.Errorf("artifact %s is outside the job's outputs: %w", h.Path, errProtocol)
+	case c.seen[h.Path]:
+		return fmt.Errorf("artifact %s sent twice: %w", h.Path, errProtocol)
+	case c.files >= j.Limits.FileCount:
+		return fmt.Errorf("artifact %s exceeds file_count %d: %w", h.Path, j.Limits.FileCount, errProtocol)
+	case h.Size < 0 || h.Size > j.Limits.OutputBytes-c.bytes:
+		return fmt.Errorf("artifact %s of %d bytes exceeds output_bytes: %w", h.Path, h.Size, errProtocol)
+	}
+	w, err := c.r.b.blobs.NewWriter(h.Size)
+	if err != nil {
+		return err
+	}
+	c.seen[h.Path] = true
+	c.cur, c.curHdr = w, h
+	return nil
+}
+
+func (c *collector) endFile() error {
+	if c.cur == nil {
+		return fmt.Errorf("file end outside a file: %w", errProtocol)
+	}
+	w, h := c.cur, c.curHdr
+	c.cur = nil
+	if w.Size() != h.Size {
+		w.Abort()
+		return fmt.Errorf("artifact %s: %d bytes sent, header said %d: %w", h.Path, w.Size(), h.Size, errProtocol)
+	}
+	d, n, err := w.Commit("")
+	if err != nil {
+		return fmt.Errorf("store artifact %s: %w", h.Path, err)
+	}
+	c.files++
+	c.bytes += n
+	c.artifacts = append(c.artifacts, sandbox.Artifact{Path: h.Path, Digest: d, Size: n, MediaType: mediaType(h.Path)})
+	return nil
+}
+
+func (c *collector) abortFile() {
+	if c.cur != nil {
+		c.cur.Abort()
+		c.cur = nil
+	}
+}
+
+func (c *collector) reject(p, reason string) {
+	if len(c.rejected) >= maxRejected {
+		c.dropped++
+		return
+	}
+	c.rejected = append(c.rejected, sandbox.Rejected{Path: p, Reason: reason})
+}
+
+func (c *collector) limit(l string) {
+	if !slices.Contains(c.limits, l) {
+		c.limits = append(c.limits, l)
+	}
+}
+
+// finish writes what was collected into the result.
+func (c *collector) finish(res *sandbox.Result) {
+	c.abortFile()
+	res.Stdout = c.stdout.finish()
+	res.Stderr = c.stderr.finish()
+	slices.SortFunc(c.artifacts, func(a, b sandbox.Artifact) int { return strings.Compare(a.Path, b.Path) })
+	res.Artifacts = c.artifacts
+	if c.dropped > 0 {
+		c.rejected = append(c.rejected, sandbox.Rejected{Reason: fmt.Sprintf("%d more rejected entries not listed", c.dropped)})
+	}
+	res.Rejected = c.rejected
+	for _, l := range c.limits {
+		addLimit(res, l)
+	}
+}
+
+// logSink keeps the first max bytes of a stream in the blob store.
+type logSink struct {
+	s     *store.Store
+	w     *store.Writer
+	max   int64
+	total int64
+	err   error
+}
+
+func newLogSink(s *store.Store, max int64) *logSink { return &logSink{s: s, max: max} }
+
+func (l *logSink) write(p []byte) {
+	l.total += int64(len(p))
+	if l.err != nil {
+		return
+	}
+	if l.w == nil {
+		l.w, l.err = l.s.NewWriter(l.max)
+		if l.err != nil {
+			return
+		}
+	}
+	if room := l.max - l.w.Size(); room > 0 {
+		_, l.err = l.w.Write(p[:min(room, int64(len(p)))])
+	}
+}
+
+func (l *logSink) finish() sandbox.Log {
+	if l.w == nil {
+		if l.err == nil {
+			l.w, l.err = l.s.NewWriter(0)
+		}
+		if l.err != nil {
+			return sandbox.Log{Total: l.total, Truncated: l.total > 0}
+		}
+	}
+	d, n, err := l.w.Commit("")
+	if err != nil {
+		return sandbox.Log{Total: l.total, Truncated: l.total > 0}
+	}
+	return sandbox.Log{Digest: d, Bytes: n, Total: l.total, Truncated: l.total > n}
+}
+
+func mediaType(p string) string {
+	switch strings.ToLower(path.Ext(p)) {
+	case ".json":
+		return "application/json"
+	case ".jsonl", ".ndjson":
+		return "application/x-ndjson"
+	case ".xml":
+		return "application/xml"
+	case ".txt", ".log", ".tap":
+		return "text/plain"
+	}
+	return "application/octet-stream"
+}
+
+// sanitize bounds text that came from inside the sandbox.
+func sanitize(s string) string {
+	s = strings.ToValidUTF8(s, "\uFFFD")
+	if len(s) > 1024 {
+		s = s[:1024] + "…"
+	}
+	return s
+}

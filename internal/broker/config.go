@@ -1,0 +1,73 @@
+package broker
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+)
+
+// Config configures a Broker. Only cmd/ fills it from flags or files.
+type Config struct {
+	// Name identifies this broker in labels and results.
+	Name string
+	// Version is the broker's version, recorded in every result.
+	Version string
+	// ShimPath is the static sandboxd-shim binary copied into the
+	// read-only helper volume.
+	ShimPath string
+	// CandidateUID and CandidateGID are the ids candidate code runs as. They
+	// must not be 0.
+	CandidateUID, CandidateGID int
+	// AllowRunsc permits jobs that ask for the runsc runtime.
+	AllowRunsc bool
+	// CollectGrace is how long past the job's wall time the broker waits
+	// for staging and collection before it kills the container.
+	CollectGrace time.Duration
+	// EngineTimeout bounds each short engine call (create, inspect, remove).
+	EngineTimeout time.Duration
+	// NProc is RLIMIT_NPROC. It counts every process of the candidate uid on
+	// the host, so it is a host-wide backstop; the per-job bound is the pids
+	// cgroup (Limits.Pids).
+	NProc int64
+	// LogMaxSize is the engine's json-file max-size for the container's own
+	// log (the helper's stream; the job's logs are captured by the broker).
+	LogMaxSize string
+	// Logger receives structured logs; nil discards them.
+	Logger *slog.Logger
+}
+
+// Default returns the configuration a one-shot `sandboxd run` uses.
+func Default() Config {
+	return Config{
+		Name:          "sandboxd",
+		Version:       "0.1.0-dev",
+		CandidateUID:  65534,
+		CandidateGID:  65534,
+		CollectGrace:  30 * time.Second,
+		EngineTimeout: 30 * time.Second,
+		NProc:         8192,
+		LogMaxSize:    "1m",
+	}
+}
+
+// Validate checks the configuration.
+func (c Config) Validate() error {
+	switch {
+	case c.Name == "":
+		return errors.New("broker config: Name is empty")
+	case c.ShimPath == "":
+		return errors.New("broker config: ShimPath is empty")
+	case c.CandidateUID <= 0 || c.CandidateGID <= 0:
+		return fmt.Errorf("broker config: candidate uid/gid %d/%d must not be root", c.CandidateUID, c.CandidateGID)
+	case c.CollectGrace < time.Second:
+		return fmt.Errorf("broker config: CollectGrace %v is under 1s", c.CollectGrace)
+	case c.EngineTimeout < time.Second:
+		return fmt.Errorf("broker config: EngineTimeout %v is under 1s", c.EngineTimeout)
+	case c.NProc < 64:
+		return fmt.Errorf("broker config: NProc %d is under 64", c.NProc)
+	case c.LogMaxSize == "":
+		return errors.New("broker config: LogMaxSize is empty")
+	}
+	return nil
+}

@@ -1,0 +1,45 @@
+package broker
+
+import (
+	"strings"
+)
+
+// Labels on every container and volume the broker creates.
+const (
+	LabelJob       = "sandboxd.job"        // job id (containers only)
+	LabelJobDigest = "sandboxd.job.digest" // job digest (containers only)
+	LabelDeadline  = "sandboxd.deadline"   // hard deadline, Unix milliseconds
+	LabelBroker    = "sandboxd.broker"     // broker name
+	LabelRole      = "sandboxd.role"       // job, populate, shim, input
+	LabelDigest    = "sandboxd.digest"     // content digest of a cached volume
+)
+
+// Roles.
+const (
+	roleJob      = "job"
+	rolePopulate = "populate"
+	roleShim     = "shim"
+	roleInput    = "input"
+)
+
+// ContainerName is the deterministic name of a job's container, so that a
+// retried create conflicts instead of running the job twice.
+func ContainerName(jobID, jobDigest string) string {
+	return "sandboxd-" + jobID + "-" + shortDigest(jobDigest)
+}
+
+func shortDigest(d string) string {
+	hex := strings.TrimPrefix(d, "sha256:")
+	if len(hex) > 12 {
+		hex = hex[:12]
+	}
+	return hex
+}
+
+func inputVolumeName(digest string) string {
+	return "sandboxd-input-" + strings.TrimPrefix(digest, "sha256:")
+}
+
+func shimVolumeName(digest string) string {
+	return "sandboxd-shim-" + strings.TrimPrefix(digest, "sha256:")
+}

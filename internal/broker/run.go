@@ -1,0 +1,411 @@
+package broker
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/containerd/errdefs"
+	"github.com/moby/moby/api/pkg/stdcopy"
+	"github.com/moby/moby/api/types/container"
+	"github.com/moby/moby/api/types/mount"
+	"github.com/moby/moby/client"
+
+	"github.com/sandboxd/sandboxd/internal/shim"
+	"github.com/sandboxd/sandboxd/profiles/seccomp"
+	"github.com/sandboxd/sandboxd/sandbox"
+)
+
+// run is the state of one job's execution.
+type run struct {
+	b         *Broker
+	job       *sandbox.Job
+	log       *slog.Logger
+	imagePath string
+
+	containerID string
+	res         sandbox.Result
+	failed      bool
+
+	mu         sync.Mutex
+	hardKilled bool
+}
+
+func (r *run) fail(status sandbox.Status, cause string) {
+	if r.failed {
+		return
+	}
+	r.failed = true
+	r.res.Status = status
+	r.res.Cause = cause
+	r.res.Limit = ""
+}
+
+func (r *run) cleanup() {
+	if r.containerID != "" {
+		r.b.removeContainer(r.containerID)
+	}
+}
+
+func (r *run) execute(ctx context.Context) error {
+	b, j := r.b, r.job
+	shimVol, err := b.ensureShim(ctx, j.Image)
+	if err != nil {
+		return fmt.Errorf("helper volume: %w", err)
+	}
+	p := &plan{
+		job:        j,
+		name:       ContainerName(j.ID, j.Digest),
+		shimVolume: shimVol,
+		tmpfs:      tmpfsMounts(j.Limits, b.cfg.CandidateUID, b.cfg.CandidateGID),
+		seccomp:    string(seccomp.JSON()),
+	}
+	var writable []sandbox.Input
+	for _, in := range j.Inputs {
+		if in.Writable {
+			writable = append(writable, in)
+			continue
+		}
+		vol, populated, err := b.ensureInput(ctx, j.Image, in.Digest)
+		if err != nil {
+			return fmt.Errorf("input %s: %w", in.Name, err)
+		}
+		r.log.Debug("read-only input ready", "input", in.Name, "volume", vol, "populated", populated)
+		p.roVolumes = append(p.roVolumes, mount.Mount{
+			Type: mount.TypeVolume, Source: vol, Target: in.Path, ReadOnly: true,
+			VolumeOptions: &mount.VolumeOptions{NoCopy: true},
+		})
+	}
+	var inputBytes int64
+	for _, in := range writable {
+		n, err := b.blobs.Size(in.Digest)
+		if err != nil {
+			return fmt.Errorf("input %s: %w", in.Name, err)
+		}
+		if n > j.Limits.DiskBytes {
+			return fmt.Errorf("input %s: %d bytes do not fit in disk_bytes %d", in.Name, n, j.Limits.DiskBytes)
+		}
+		inputBytes += n
+	}
+	// The hard deadline covers staging and collection too; the helper
+	// enforces the wall time on the command itself.
+	grace := b.cfg.CollectGrace + time.Duration((inputBytes+j.Limits.OutputBytes)/(50<<20))*time.Second
+	hardDeadline := time.Now().Add(j.Limits.WallTime() + grace)
+	p.labels = map[string]string{
+		LabelJob:       j.ID,
+		LabelJobDigest: j.Digest,
+		LabelDeadline:  strconv.FormatInt(hardDeadline.UnixMilli(), 10),
+		LabelBroker:    b.cfg.Name,
+		LabelRole:      roleJob,
+	}
+	spec := b.containerSpec(p)
+
+	cctx, cancel := context.WithTimeout(ctx, b.cfg.EngineTimeout)
+	created, err := b.eng.ContainerCreate(cctx, spec)
+	cancel()
+	if errdefs.IsConflict(err) {
+		return fmt.Errorf("container %s already exists: %w", p.name, sandbox.ErrConflict)
+	}
+	if err != nil {
+		return fmt.Errorf("create container: %w", err)
+	}
+	r.containerID = created.ID
+	r.log = r.log.With("container_id", created.ID)
+
+	cctx, cancel = context.WithTimeout(ctx, b.cfg.EngineTimeout)
+	insp, err := b.eng.ContainerInspect(cctx, created.ID, client.ContainerInspectOptions{})
+	cancel()
+	if err != nil {
+		return fmt.Errorf("inspect created container: %w", err)
+	}
+	sec, err := b.checkInspected(spec, insp.Container)
+	if err != nil {
+		return err
+	}
+	r.res.Security = sec
+
+	att, err := b.eng.ContainerAttach(ctx, created.ID, client.ContainerAttachOptions{Stream: true, Stdin: true, Stdout: true, Stderr: true})
+	if err != nil {
+		return fmt.Errorf("attach: %w", err)
+	}
+	defer att.Close()
+
+	cctx, cancel = context.WithTimeout(ctx, b.cfg.EngineTimeout)
+	_, err = b.eng.ContainerStart(cctx, created.ID, client.ContainerStartOptions{})
+	cancel()
+	if err != nil {
+		return fmt.Errorf("start: %w", err)
+	}
+	r.res.StartedAt = time.Now().UTC()
+
+	// The deadline is enforced from outside: kill the container.
+	killer := time.AfterFunc(time.Until(hardDeadline), func() {
+		r.mu.Lock()
+		r.hardKilled = true
+		r.mu.Unlock()
+		r.kill()
+	})
+	defer killer.Stop()
+	stopOnCancel := context.AfterFunc(ctx, r.kill)
+	defer stopOnCancel()
+
+	stdinErr := make(chan error, 1)
+	go func() {
+		err := r.writeStdin(att.Conn, writable)
+		if err != nil {
+			r.kill() // a half-staged job must not run
+		}
+		att.CloseWrite()
+		stdinErr <- err
+	}()
+
+	pr, pw := io.Pipe()
+	helperErr := &cappedBuffer{max: 16 << 10}
+	go func() {
+		_, err := stdcopy.StdCopy(pw, helperErr, att.Reader)
+		pw.CloseWithError(err)
+	}()
+	col := newCollector(r)
+	streamErr := col.consume(pr)
+	pr.CloseWithError(errors.New("stream consumer finished"))
+
+	// Wait for the container to stop; no timeout here: the deadline above
+	// kills it, and cancellation kills it too.
+	wait := b.eng.ContainerWait(context.WithoutCancel(ctx), created.ID, client.ContainerWaitOptions{Condition: container.WaitConditionNotRunning})
+	select {
+	case <-wait.Result:
+	case err := <-wait.Error:
+		return fmt.Errorf("wait: %w", err)
+	}
+	r.res.EndedAt = time.Now().UTC()
+	werr := <-stdinErr
+
+	cctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), b.cfg.EngineTimeout)
+	final, err := b.eng.ContainerInspect(cctx, created.ID, client.ContainerInspectOptions{})
+	cancel()
+	if err != nil {
+		return fmt.Errorf("inspect exited container: %w", err)
+	}
+	state := final.Container.State
+	if state == nil {
+		return errors.New("inspect exited container: no state")
+	}
+	r.mu.Lock()
+	hardKilled := r.hardKilled
+	r.mu.Unlock()
+	r.decide(ctx, col, state.OOMKilled, hardKilled, werr, streamErr, helperErr.String())
+	return nil
+}
+
+// decide sets the result's status from what was observed, in order of
+// authority: cancellation, the outside deadline, the engine's OOM flag,
+// then the helper's report.
+func (r *run) decide(ctx context.Context, col *collector, oomKilled, hardKilled bool, stdinErr, streamErr error, helperStderr string) {
+	res := &r.res
+	col.finish(res)
+	st := col.status
+	if st != nil {
+		res.ExitCode = st.ExitCode
+		res.Usage.WallTimeMS = st.DurationMS
+		res.Usage.WorkBytesUsed = st.ScratchUsed[sandbox.WorkPath]
+		res.Usage.TmpBytesUsed = st.ScratchUsed[sandbox.TmpPath]
+		res.Stdout.Total = max(res.Stdout.Total, st.StdoutTotal)
+		res.Stderr.Total = max(res.Stderr.Total, st.StderrTotal)
+		res.Stdout.Truncated = res.Stdout.Total > res.Stdout.Bytes
+		res.Stderr.Truncated = res.Stderr.Total > res.Stderr.Bytes
+		for _, l := range st.LimitsHit {
+			addLimit(res, l)
+		}
+	}
+	if res.Stdout.Truncated || res.Stderr.Truncated {
+		addLimit(res, "log_bytes")
+	}
+	sort.Strings(res.LimitsHit)
+	switch {
+	case ctx.Err() != nil:
+		r.fail(sandbox.StatusCancelled, "cancelled: "+context.Cause(ctx).Error())
+	case hardKilled:
+		r.fail(sandbox.StatusTimedOut, "killed by the broker at the hard deadline")
+	case oomKilled:
+		r.fail(sandbox.StatusOOMKilled, "the memory limit was reached")
+	case stdinErr != nil:
+		r.fail(sandbox.StatusError, "staging inputs: "+stdinErr.Error())
+	case col.helperError != "":
+		r.fail(sandbox.StatusError, "helper: "+col.helperError+detail(helperStderr))
+	case streamErr != nil:
+		r.fail(sandbox.StatusError, "result stream: "+streamErr.Error()+detail(helperStderr))
+	case st == nil:
+		r.fail(sandbox.StatusError, "the helper ended without a status"+detail(helperStderr))
+	case st.Leftover:
+		r.fail(sandbox.StatusError, st.Error)
+	case st.TimedOut:
+		r.fail(sandbox.StatusTimedOut, fmt.Sprintf("the command ran past its wall time of %dms", r.job.Limits.WallTimeMS))
+	default:
+		if l := decidingLimit(res.LimitsHit); l != "" {
+			res.Status = sandbox.StatusLimitExceeded
+			res.Limit = l
+			res.Cause = "limit reached: " + l
+		} else if st.ExitCode == 0 {
+			res.Status = sandbox.StatusSucceeded
+		} else {
+			res.Status = sandbox.StatusFailed
+			if st.Signal != "" {
+				res.Cause = "killed by " + st.Signal
+			}
+		}
+	}
+}
+
+// decidingLimit returns the limit that decides a limit_exceeded status.
+// Truncated logs are flagged but do not change the status: logs are never
+// evidence for a verdict.
+func decidingLimit(hit []string) string {
+	for _, l := range []string{"disk_bytes", "file_size_bytes", "output_bytes", "file_count"} {
+		if slices.Contains(hit, l) {
+			return l
+		}
+	}
+	return ""
+}
+
+func addLimit(res *sandbox.Result, l string) {
+	if !slices.Contains(res.LimitsHit, l) {
+		res.LimitsHit = append(res.LimitsHit, l)
+	}
+}
+
+func detail(s string) string {
+	s = strings.TrimSpace(s)
+	if s == "" {
+		return ""
+	}
+	return " (" + s + ")"
+}
+
+func (r *run) kill() {
+	ctx, cancel := context.WithTimeout(context.Background(), r.b.cfg.EngineTimeout)
+	defer cancel()
+	_, err := r.b.eng.ContainerKill(ctx, r.containerID, client.ContainerKillOptions{Signal: "SIGKILL"})
+	if err != nil && !errdefs.IsNotFound(err) && !errdefs.IsConflict(err) {
+		r.log.Warn("kill container", "error", err)
+	}
+}
+
+// helperConfig is what the helper is told about the job.
+func (r *run) helperConfig(writable []sandbox.Input) shim.Config {
+	j := r.job
+	env := map[string]string{"PATH": r.imagePath, "HOME": sandbox.WorkPath}
+	for k, v := range j.Env {
+		env[k] = v
+	}
+	env["HOSTNAME"] = "sandbox"
+	keys := make([]string, 0, len(env))
+	for k := range env {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	envList := make([]string, 0, len(keys))
+	for _, k := range keys {
+		envList = append(envList, k+"="+env[k])
+	}
+	var inputs []string
+	for _, in := range writable {
+		inputs = append(inputs, in.Path)
+	}
+	var mk []string
+	if under(j.WorkDir, sandbox.WorkPath) || under(j.WorkDir, sandbox.TmpPath) {
+		mk = append(mk, j.WorkDir)
+	}
+	mk = append(mk, j.Outputs...)
+	return shim.Config{
+		Argv:        j.Argv,
+		Env:         envList,
+		WorkDir:     j.WorkDir,
+		UID:         r.b.cfg.CandidateUID,
+		GID:         r.b.cfg.CandidateGID,
+		Inputs:      inputs,
+		MakeDirs:    mk,
+		Outputs:     j.Outputs,
+		Scratch:     []string{sandbox.WorkPath, sandbox.TmpPath},
+		DeadlineMS:  j.Limits.WallTimeMS,
+		LogBytes:    j.Limits.LogBytes,
+		OutputBytes: j.Limits.OutputBytes,
+		FileCount:   j.Limits.FileCount,
+		MaxInput:    j.Limits.DiskBytes,
+	}
+}
+
+func under(p, dir string) bool { return p == dir || strings.HasPrefix(p, dir+"/") }
+
+// writeStdin sends the config frame and the writable inputs, re-hashing
+// each input as it streams: a blob that changed on disk aborts the job.
+func (r *run) writeStdin(w io.Writer, writable []sandbox.Input) error {
+	cfg, err := json.Marshal(r.helperConfig(writable))
+	if err != nil {
+		return err
+	}
+	if err := shim.WriteFrame(w, shim.FrameConfig, cfg); err != nil {
+		return fmt.Errorf("send config: %w", err)
+	}
+	for _, in := range writable {
+		if err := r.sendInput(w, in); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (r *run) sendInput(w io.Writer, in sandbox.Input) error {
+	f, err := r.b.blobs.Open(in.Digest)
+	if err != nil {
+		return fmt.Errorf("input %s: %w", in.Name, err)
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return err
+	}
+	if err := shim.WriteInputHeader(w, st.Size()); err != nil {
+		return fmt.Errorf("input %s: %w", in.Name, err)
+	}
+	h := newHasher()
+	n, err := io.Copy(io.MultiWriter(w, h), io.LimitReader(f, st.Size()))
+	if err != nil {
+		return fmt.Errorf("input %s: send: %w", in.Name, err)
+	}
+	if n != st.Size() || h.digest() != in.Digest {
+		return fmt.Errorf("input %s: blob changed on disk (read %d bytes hashing to %s, want %s)", in.Name, n, h.digest(), in.Digest)
+	}
+	return nil
+}
+
+// cappedBuffer keeps the first max bytes written to it.
+type cappedBuffer struct {
+	mu  sync.Mutex
+	max int
+	buf []byte
+}
+
+func (c *cappedBuffer) Write(p []byte) (int, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if room := c.max - len(c.buf); room > 0 {
+		c.buf = append(c.buf, p[:min(room, len(p))]...)
+	}
+	return len(p), nil
+}
+
+func (c *cappedBuffer) String() string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return string(c.buf)
+}

@@ -1,0 +1,323 @@
+package broker
+
+import (
+	"fmt"
+	"net/netip"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/moby/moby/api/types/container"
+	"github.com/moby/moby/api/types/mount"
+	"github.com/moby/moby/client"
+
+	"github.com/sandboxd/sandboxd/profiles/seccomp"
+	"github.com/sandboxd/sandboxd/sandbox"
+)
+
+// Paths inside every sandbox that belong to the broker.
+const (
+	shimDir  = "/.sandboxd"
+	shimPath = shimDir + "/shim"
+)
+
+// The helper needs exactly these to drop to the candidate uid; the
+// candidate loses them at setresuid and no_new_privs keeps it from regaining
+// any (see package shim).
+var helperCaps = []string{"CAP_SETGID", "CAP_SETUID"}
+
+// oomScoreAdj makes the job's processes the kernel's first choice under
+// host memory pressure.
+const oomScoreAdj = 1000
+
+// plan is everything the broker decided about one job's container.
+type plan struct {
+	job        *sandbox.Job
+	name       string
+	labels     map[string]string
+	shimVolume string
+	roVolumes  []mount.Mount // read-only inputs
+	tmpfs      map[string]string
+	seccomp    string // the JSON profile, inline
+}
+
+func (b *Broker) containerSpec(p *plan) client.ContainerCreateOptions {
+	j := p.job
+	l := j.Limits
+	mounts := []mount.Mount{{
+		Type:          mount.TypeVolume,
+		Source:        p.shimVolume,
+		Target:        shimDir,
+		ReadOnly:      true,
+		VolumeOptions: &mount.VolumeOptions{NoCopy: true},
+	}}
+	mounts = append(mounts, p.roVolumes...)
+	pids := l.Pids
+	init := true
+	cfg := &container.Config{
+		Hostname:     "sandbox",
+		User:         "0:0", // the helper; candidate code runs as CandidateUID
+		AttachStdin:  true,
+		AttachStdout: true,
+		AttachStderr: true,
+		OpenStdin:    true,
+		StdinOnce:    true,
+		Env:          []string{},
+		Entrypoint:   []string{shimPath},
+		Cmd:          []string{},
+		Image:        j.Image,
+		WorkingDir:   "/",
+		Labels:       p.labels,
+	}
+	hc := &container.HostConfig{
+		LogConfig:      container.LogConfig{Type: "json-file", Config: map[string]string{"max-size": b.cfg.LogMaxSize, "max-file": "1"}},
+		NetworkMode:    container.NetworkMode(sandbox.NetworkNone),
+		RestartPolicy:  container.RestartPolicy{Name: container.RestartPolicyDisabled},
+		AutoRemove:     false,
+		CapDrop:        []string{"ALL"},
+		CapAdd:         slices.Clone(helperCaps),
+		CgroupnsMode:   container.CgroupnsModePrivate,
+		DNS:            []netip.Addr{netip.MustParseAddr("127.0.0.1")},
+		IpcMode:        container.IPCModeNone,
+		OomScoreAdj:    oomScoreAdj,
+		Privileged:     false,
+		ReadonlyRootfs: true,
+		SecurityOpt:    []string{"no-new-privileges:true", "seccomp=" + p.seccomp},
+		Tmpfs:          p.tmpfs,
+		Runtime:        j.Runtime,
+		Resources: container.Resources{
+			Memory:     l.MemoryBytes,
+			MemorySwap: l.MemoryBytes,
+			NanoCPUs:   l.CPUMillis * 1_000_000,
+			PidsLimit:  &pids,
+			Ulimits:    b.ulimits(l),
+		},
+		Mounts: mounts,
+		Init:   &init,
+	}
+	return client.ContainerCreateOptions{Config: cfg, HostConfig: hc, Name: p.name}
+}
+
+func (b *Broker) ulimits(l sandbox.Limits) []*container.Ulimit {
+	return []*container.Ulimit{
+		{Name: "core", Soft: 0, Hard: 0},
+		{Name: "fsize", Soft: l.FileSize, Hard: l.FileSize},
+		{Name: "nofile", Soft: l.OpenFiles, Hard: l.OpenFiles},
+		{Name: "nproc", Soft: b.cfg.NProc, Hard: b.cfg.NProc},
+	}
+}
+
+func tmpfsMounts(l sandbox.Limits, uid, gid int) map[string]string {
+	size := strconv.FormatInt(l.DiskBytes, 10)
+	return map[string]string{
+		sandbox.WorkPath: fmt.Sprintf("rw,nosuid,nodev,size=%s,mode=0755,uid=%d,gid=%d", size, uid, gid),
+		sandbox.TmpPath:  fmt.Sprintf("rw,nosuid,nodev,size=%s,mode=1777", size),
+	}
+}
+
+// SettingError names a container setting whose inspected value differs
+// from what the broker asked for.
+type SettingError struct {
+	Setting   string
+	Want, Got string
+}
+
+func (e *SettingError) Error() string {
+	return fmt.Sprintf("inspected container setting %s is %s, want %s", e.Setting, e.Got, e.Want)
+}
+
+// checkInspected compares the created container with the spec it was
+// created from and returns the security settings as inspected.
+func (b *Broker) checkInspected(want client.ContainerCreateOptions, got container.InspectResponse) (sandbox.Security, error) {
+	hc, cfg := got.HostConfig, got.Config
+	if hc == nil || cfg == nil {
+		return sandbox.Security{}, &SettingError{Setting: "HostConfig", Want: "present", Got: "missing"}
+	}
+	w := want.HostConfig
+	str := func(v any) string { return fmt.Sprint(v) }
+	checks := []struct {
+		name      string
+		want, got string
+	}{
+		{"Privileged", "false", str(hc.Privileged)},
+		{"CapDrop", "[ALL]", str(hc.CapDrop)},
+		{"CapAdd", str(sortedCaps(w.CapAdd)), str(sortedCaps(hc.CapAdd))},
+		{"SecurityOpt", str(w.SecurityOpt), str(hc.SecurityOpt)},
+		{"ReadonlyRootfs", "true", str(hc.ReadonlyRootfs)},
+		{"NetworkMode", "none", string(hc.NetworkMode)},
+		{"Dns", "[127.0.0.1]", str(hc.DNS)},
+		{"DnsOptions", "[]", str(hc.DNSOptions)},
+		{"DnsSearch", "[]", str(hc.DNSSearch)},
+		{"ExtraHosts", "[]", str(hc.ExtraHosts)},
+		{"IpcMode", "none", string(hc.IpcMode)},
+		{"CgroupnsMode", "private", string(hc.CgroupnsMode)},
+		{"PidMode", "", string(hc.PidMode)},
+		{"UTSMode", "", string(hc.UTSMode)},
+		{"UsernsMode", "", string(hc.UsernsMode)},
+		{"Memory", str(w.Memory), str(hc.Memory)},
+		{"MemorySwap", str(w.MemorySwap), str(hc.MemorySwap)},
+		{"NanoCPUs", str(w.NanoCPUs), str(hc.NanoCPUs)},
+		{"PidsLimit", str(*w.PidsLimit), ptrStr(hc.PidsLimit)},
+		{"OomScoreAdj", str(w.OomScoreAdj), str(hc.OomScoreAdj)},
+		{"Ulimits", ulimitStr(w.Ulimits), ulimitStr(hc.Ulimits)},
+		{"Init", "true", boolPtrStr(hc.Init)},
+		{"RestartPolicy", "no", string(hc.RestartPolicy.Name) + orEmpty(hc.RestartPolicy.Name)},
+		{"AutoRemove", "false", str(hc.AutoRemove)},
+		{"LogConfig", str(w.LogConfig), str(hc.LogConfig)},
+		{"Devices", "[]", str(hc.Devices)},
+		{"DeviceRequests", "[]", str(hc.DeviceRequests)},
+		{"DeviceCgroupRules", "[]", str(hc.DeviceCgroupRules)},
+		{"PortBindings", "0", str(len(hc.PortBindings))},
+		{"PublishAllPorts", "false", str(hc.PublishAllPorts)},
+		{"Binds", "[]", str(hc.Binds)},
+		{"VolumesFrom", "[]", str(hc.VolumesFrom)},
+		{"Links", "[]", str(hc.Links)},
+		{"Sysctls", "0", str(len(hc.Sysctls))},
+		{"GroupAdd", "[]", str(hc.GroupAdd)},
+		{"Tmpfs", mapStr(w.Tmpfs), mapStr(hc.Tmpfs)},
+		{"Mounts", mountsStr(w.Mounts), mountsStr(hc.Mounts)},
+		{"MaskedPaths", "non-empty", nonEmpty(hc.MaskedPaths)},
+		{"ReadonlyPaths", "non-empty", nonEmpty(hc.ReadonlyPaths)},
+		{"Runtime", w.Runtime, hc.Runtime},
+		{"User", "0:0", cfg.User},
+		{"Entrypoint", str([]string{shimPath}), str(cfg.Entrypoint)},
+		{"Tty", "false", str(cfg.Tty)},
+		{"Image", want.Config.Image, got.Image},
+	}
+	for _, c := range checks {
+		if c.want != c.got {
+			return sandbox.Security{}, &SettingError{Setting: c.name, Want: c.want, Got: c.got}
+		}
+	}
+	// Mount points the engine reports must be exactly ours: an image that
+	// declares VOLUME would add an anonymous, writable one.
+	for _, m := range got.Mounts {
+		if m.Type == mount.TypeTmpfs {
+			continue
+		}
+		if !slices.ContainsFunc(w.Mounts, func(x mount.Mount) bool { return x.Target == m.Destination && x.Source == m.Name && !m.RW }) {
+			return sandbox.Security{}, &SettingError{Setting: "Mounts", Want: mountsStr(w.Mounts), Got: fmt.Sprintf("extra mount %s at %s (rw=%v)", m.Name, m.Destination, m.RW)}
+		}
+	}
+	sec := sandbox.Security{
+		User:           cfg.User,
+		CandidateUID:   b.cfg.CandidateUID,
+		Privileged:     hc.Privileged,
+		CapAdd:         sortedCaps(hc.CapAdd),
+		CapDrop:        slices.Clone(hc.CapDrop),
+		NoNewPrivs:     slices.Contains(hc.SecurityOpt, "no-new-privileges:true"),
+		SeccompDigest:  seccomp.Digest(),
+		ReadonlyRootfs: hc.ReadonlyRootfs,
+		NetworkMode:    string(hc.NetworkMode),
+		IpcMode:        string(hc.IpcMode),
+		CgroupnsMode:   string(hc.CgroupnsMode),
+		PidMode:        privateIfEmpty(string(hc.PidMode)),
+		UTSMode:        privateIfEmpty(string(hc.UTSMode)),
+		UsernsMode:     privateIfEmpty(string(hc.UsernsMode)),
+		Memory:         hc.Memory,
+		MemorySwap:     hc.MemorySwap,
+		NanoCPUs:       hc.NanoCPUs,
+		PidsLimit:      *hc.PidsLimit,
+		OomScoreAdj:    hc.OomScoreAdj,
+		Init:           *hc.Init,
+		LogDriver:      hc.LogConfig.Type,
+		MaskedPaths:    slices.Clone(hc.MaskedPaths),
+		ReadonlyPaths:  slices.Clone(hc.ReadonlyPaths),
+		Runtime:        hc.Runtime,
+		Relaxations:    []string{},
+	}
+	for _, d := range hc.DNS {
+		sec.DNS = append(sec.DNS, d.String())
+	}
+	for _, u := range hc.Ulimits {
+		sec.Ulimits = append(sec.Ulimits, sandbox.Ulimit{Name: u.Name, Soft: u.Soft, Hard: u.Hard})
+	}
+	for k, v := range hc.LogConfig.Config {
+		sec.LogOptions = append(sec.LogOptions, k+"="+v)
+	}
+	sort.Strings(sec.LogOptions)
+	for k, v := range hc.Tmpfs {
+		sec.Tmpfs = append(sec.Tmpfs, k+":"+v)
+	}
+	sort.Strings(sec.Tmpfs)
+	for _, m := range hc.Mounts {
+		sec.Mounts = append(sec.Mounts, sandbox.Mount{Type: string(m.Type), Source: m.Source, Target: m.Target, ReadOnly: m.ReadOnly})
+	}
+	return sec, nil
+}
+
+func sortedCaps(c []string) []string {
+	out := make([]string, 0, len(c))
+	for _, x := range c {
+		x = strings.ToUpper(x)
+		if !strings.HasPrefix(x, "CAP_") {
+			x = "CAP_" + x
+		}
+		out = append(out, x)
+	}
+	sort.Strings(out)
+	return out
+}
+
+func ptrStr(p *int64) string {
+	if p == nil {
+		return "unset"
+	}
+	return strconv.FormatInt(*p, 10)
+}
+
+func boolPtrStr(p *bool) string {
+	if p == nil {
+		return "unset"
+	}
+	return strconv.FormatBool(*p)
+}
+
+func orEmpty(s container.RestartPolicyMode) string {
+	if s == "" {
+		return "no"
+	}
+	return ""
+}
+
+func nonEmpty(s []string) string {
+	if len(s) == 0 {
+		return "empty"
+	}
+	return "non-empty"
+}
+
+func privateIfEmpty(s string) string {
+	if s == "" {
+		return "private"
+	}
+	return s
+}
+
+func ulimitStr(u []*container.Ulimit) string {
+	parts := make([]string, 0, len(u))
+	for _, x := range u {
+		parts = append(parts, fmt.Sprintf("%s=%d:%d", x.Name, x.Soft, x.Hard))
+	}
+	sort.Strings(parts)
+	return strings.Join(parts, ",")
+}
+
+func mapStr(m map[string]string) string {
+	parts := make([]string, 0, len(m))
+	for k, v := range m {
+		parts = append(parts, k+"="+v)
+	}
+	sort.Strings(parts)
+	return strings.Join(parts, ";")
+}
+
+func mountsStr(ms []mount.Mount) string {
+	parts := make([]string, 0, len(ms))
+	for _, m := range ms {
+		parts = append(parts, fmt.Sprintf("%s:%s:%s:ro=%v", m.Type, m.Source, m.Target, m.ReadOnly))
+	}
+	sort.Strings(parts)
+	return strings.Join(parts, ",")
+}

@@ -1,0 +1,199 @@
+package broker
+
+import (
+	"archive/tar"
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"strings"
+	"sync"
+
+	"github.com/containerd/errdefs"
+	"github.com/moby/moby/api/types/container"
+	"github.com/moby/moby/api/types/mount"
+	"github.com/moby/moby/client"
+)
+
+// fileSum is what the cache check compares for each entry of a volume.
+type fileSum struct {
+	dir    bool
+	mode   int64
+	size   int64
+	digest string
+}
+
+// treeSums lists the entries of a tar by path, hashing file contents. strip
+// removes a leading path component (the archive API prefixes the source
+// directory's name).
+func treeSums(r io.Reader, strip string) (map[string]fileSum, error) {
+	out := map[string]fileSum{}
+	tr := tar.NewReader(r)
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			return out, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+		name := strings.TrimSuffix(strings.TrimPrefix(h.Name, "./"), "/")
+		if strip != "" {
+			if name == strip {
+				continue
+			}
+			rest, ok := strings.CutPrefix(name, strip+"/")
+			if !ok {
+				return nil, fmt.Errorf("unexpected entry %q", h.Name)
+			}
+			name = rest
+		}
+		if name == "" || name == "." {
+			continue
+		}
+		switch h.Typeflag {
+		case tar.TypeDir:
+			out[name] = fileSum{dir: true}
+		case tar.TypeReg:
+			hh := sha256.New()
+			n, err := io.Copy(hh, tr)
+			if err != nil {
+				return nil, err
+			}
+			out[name] = fileSum{mode: h.Mode & 0o777, size: n, digest: hex.EncodeToString(hh.Sum(nil))}
+		default:
+			// A volume the broker populated holds only directories and
+			// regular files; anything else fails the check.
+			out[name] = fileSum{mode: -1, digest: "type " + string(h.Typeflag)}
+		}
+	}
+}
+
+// volumeCache populates read-only volumes once per content digest and
+// checks them, by content, before their first use in this process.
+type volumeCache struct {
+	b        *Broker
+	mu       sync.Mutex
+	locks    map[string]*sync.Mutex
+	verified map[string]bool
+}
+
+func newVolumeCache(b *Broker) *volumeCache {
+	return &volumeCache{b: b, locks: map[string]*sync.Mutex{}, verified: map[string]bool{}}
+}
+
+func (c *volumeCache) lock(name string) func() {
+	c.mu.Lock()
+	l, ok := c.locks[name]
+	if !ok {
+		l = &sync.Mutex{}
+		c.locks[name] = l
+	}
+	c.mu.Unlock()
+	l.Lock()
+	return l.Unlock
+}
+
+// ErrCacheCheck marks a cached volume whose content differs from its digest.
+var ErrCacheCheck = errors.New("volume content check failed")
+
+// ensure makes volume name hold exactly the tree of the tar that open
+// returns. expected lists that tree (from treeSums). image is any local
+// image to base the never-started helper container on.
+func (c *volumeCache) ensure(ctx context.Context, name, image string, labels map[string]string, expected map[string]fileSum, open func() (io.ReadCloser, error)) (bool, error) {
+	unlock := c.lock(name)
+	defer unlock()
+	c.mu.Lock()
+	ok := c.verified[name]
+	c.mu.Unlock()
+	if ok {
+		return false, nil
+	}
+	populated := false
+	for attempt := 0; ; attempt++ {
+		got, err := c.withHelper(ctx, name, image, labels, func(id string) (map[string]fileSum, error) {
+			sums, err := c.read(ctx, id)
+			if err != nil {
+				return nil, err
+			}
+			if len(sums) == 0 {
+				// Fresh volume: populate it, then read it back.
+				rc, err := open()
+				if err != nil {
+					return nil, err
+				}
+				defer rc.Close()
+				if _, err := c.b.eng.CopyToContainer(ctx, id, client.CopyToContainerOptions{DestinationPath: "/v", Content: rc}); err != nil {
+					return nil, fmt.Errorf("populate volume %s: %w", name, err)
+				}
+				populated = true
+				return c.read(ctx, id)
+			}
+			return sums, nil
+		})
+		if err != nil {
+			return populated, err
+		}
+		if maps.Equal(got, expected) {
+			c.mu.Lock()
+			c.verified[name] = true
+			c.mu.Unlock()
+			return populated, nil
+		}
+		if attempt > 0 {
+			return populated, fmt.Errorf("volume %s: %w after rebuilding it", name, ErrCacheCheck)
+		}
+		// A cache entry that fails its check is rebuilt, never used.
+		c.b.log.Warn("cached volume failed its content check; rebuilding", "volume", name)
+		if _, err := c.b.eng.VolumeRemove(ctx, name, client.VolumeRemoveOptions{Force: true}); err != nil {
+			return populated, fmt.Errorf("volume %s failed its check and cannot be removed: %w", name, err)
+		}
+	}
+}
+
+func (c *volumeCache) read(ctx context.Context, id string) (map[string]fileSum, error) {
+	res, err := c.b.eng.CopyFromContainer(ctx, id, client.CopyFromContainerOptions{SourcePath: "/v"})
+	if err != nil {
+		return nil, fmt.Errorf("read back volume: %w", err)
+	}
+	defer res.Content.Close()
+	return treeSums(res.Content, "v")
+}
+
+// withHelper creates (never starts) a container with the volume mounted
+// read-write at /v, runs fn, and removes the container.
+func (c *volumeCache) withHelper(ctx context.Context, vol, image string, labels map[string]string, fn func(id string) (map[string]fileSum, error)) (map[string]fileSum, error) {
+	if _, err := c.b.eng.VolumeCreate(ctx, client.VolumeCreateOptions{Name: vol, Labels: labels}); err != nil {
+		return nil, fmt.Errorf("create volume %s: %w", vol, err)
+	}
+	var rnd [6]byte
+	rand.Read(rnd[:])
+	hl := map[string]string{LabelRole: rolePopulate, LabelBroker: c.b.cfg.Name}
+	res, err := c.b.eng.ContainerCreate(ctx, client.ContainerCreateOptions{
+		Name: "sandboxd-populate-" + hex.EncodeToString(rnd[:]),
+		Config: &container.Config{
+			Image:      image,
+			Entrypoint: []string{"/nonexistent"}, // never started
+			Labels:     hl,
+		},
+		HostConfig: &container.HostConfig{
+			NetworkMode: "none",
+			Mounts: []mount.Mount{{
+				Type: mount.TypeVolume, Source: vol, Target: "/v",
+				VolumeOptions: &mount.VolumeOptions{NoCopy: true},
+			}},
+		},
+	})
+	if err != nil {
+		return nil, fmt.Errorf("create populate container for %s: %w", vol, err)
+	}
+	defer c.b.removeContainer(res.ID)
+	return fn(res.ID)
+}
+
+// isNotFound reports an engine "not found" error.
+func isNotFound(err error) bool { return errdefs.IsNotFound(err) }

@@ -1,0 +1,9 @@
+// Package image builds evaluator images locally, without any registry: it
+// reads an image spec (images/<name>/image.json) naming files, trees and
+// links taken from this machine, writes one deterministic layer (sorted
+// entries, zero times and owners) and a config with no timestamps, and loads
+// the result into the engine as a docker-archive. The same inputs always
+// give the same image ID, and an image already present is not loaded again.
+//
+// It never pulls, never runs a build container and never reads a Dockerfile.
+package image

@@ -1,0 +1,112 @@
+package image
+
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path"
+	"path/filepath"
+	"regexp"
+	"strconv"
+)
+
+// SpecSchema is the image spec version this release reads.
+const SpecSchema = "sandboxd.image/v1"
+
+// Spec describes an evaluator image.
+type Spec struct {
+	Schema string `json:"schema"`
+	// Name is the repository name the image is tagged with for people
+	// (jobs always use the image ID).
+	Name string `json:"name"`
+	// Env is the image's default environment; the broker takes PATH from it.
+	Env []string `json:"env"`
+	// Contents are applied in order; later entries may not replace earlier ones.
+	Contents []Content `json:"contents"`
+}
+
+// Content is one thing placed in the image.
+type Content struct {
+	// Type is "file", "tree", "dir", "symlink", "text" or "busybox-links".
+	Type string `json:"type"`
+	// Src is a host path: absolute, or relative to the spec's directory.
+	Src string `json:"src,omitempty"`
+	// Dst is the absolute path in the image.
+	Dst string `json:"dst"`
+	// Mode is an octal permission string for file, dir and text ("0755").
+	Mode string `json:"mode,omitempty"`
+	// Exclude lists paths relative to Src left out of a tree.
+	Exclude []string `json:"exclude,omitempty"`
+	// Target is a symlink's target.
+	Target string `json:"target,omitempty"`
+	// Text is the content of a text file.
+	Text string `json:"text,omitempty"`
+}
+
+var nameRE = regexp.MustCompile(`^[a-z0-9]+([._/-][a-z0-9]+)*$`)
+
+// LoadSpec reads and validates DIR/image.json.
+func LoadSpec(dir string) (*Spec, error) {
+	p := filepath.Join(dir, "image.json")
+	b, err := os.ReadFile(p)
+	if err != nil {
+		return nil, fmt.Errorf("image spec: %w", err)
+	}
+	dec := json.NewDecoder(bytes.NewReader(b))
+	dec.DisallowUnknownFields()
+	var s Spec
+	if err := dec.Decode(&s); err != nil {
+		return nil, fmt.Errorf("image spec %s: %w", p, err)
+	}
+	if err := s.validate(dir); err != nil {
+		return nil, fmt.Errorf("image spec %s: %w", p, err)
+	}
+	return &s, nil
+}
+
+func (s *Spec) validate(dir string) error {
+	if s.Schema != SpecSchema {
+		return fmt.Errorf("schema: %q is not %q", s.Schema, SpecSchema)
+	}
+	if !nameRE.MatchString(s.Name) {
+		return fmt.Errorf("name: %q is not a valid repository name", s.Name)
+	}
+	for i := range s.Contents {
+		c := &s.Contents[i]
+		f := fmt.Sprintf("contents[%d]", i)
+		if !path.IsAbs(c.Dst) || path.Clean(c.Dst) != c.Dst || c.Dst == "/" {
+			return fmt.Errorf("%s.dst: %q is not a clean absolute path", f, c.Dst)
+		}
+		if c.Src != "" && !filepath.IsAbs(c.Src) {
+			c.Src = filepath.Join(dir, c.Src)
+		}
+		switch c.Type {
+		case "file", "tree", "busybox-links":
+			if c.Src == "" {
+				return fmt.Errorf("%s.src: required for %s", f, c.Type)
+			}
+		case "symlink":
+			if c.Target == "" {
+				return fmt.Errorf("%s.target: required for symlink", f)
+			}
+		case "dir", "text":
+		default:
+			return fmt.Errorf("%s.type: unknown type %q", f, c.Type)
+		}
+		if c.Mode != "" {
+			if _, err := strconv.ParseUint(c.Mode, 8, 32); err != nil {
+				return fmt.Errorf("%s.mode: %q is not octal", f, c.Mode)
+			}
+		}
+	}
+	return nil
+}
+
+func (c *Content) mode(def int64) int64 {
+	if c.Mode == "" {
+		return def
+	}
+	m, _ := strconv.ParseUint(c.Mode, 8, 32)
+	return int64(m)
+}

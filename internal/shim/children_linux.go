@@ -1,0 +1,308 @@
+package shim
+
+import (
+	"archive/tar"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+
+	"golang.org/x/sys/unix"
+)
+
+// stageMain runs as the candidate user and extracts the writable inputs
+// from stdin: for each input path in order, an 8-byte length and a tar.
+func stageMain() int {
+	cfg, err := childConfig()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "sandboxd-shim stage:", err)
+		return 1
+	}
+	unix.Umask(0o022)
+	for _, dst := range cfg.Inputs {
+		var hdr [8]byte
+		if _, err := io.ReadFull(os.Stdin, hdr[:]); err != nil {
+			fmt.Fprintf(os.Stderr, "sandboxd-shim stage: input %s: %v\n", dst, err)
+			return 1
+		}
+		n := int64(binary.BigEndian.Uint64(hdr[:]))
+		if n < 0 || (cfg.MaxInput > 0 && n > cfg.MaxInput) {
+			fmt.Fprintf(os.Stderr, "sandboxd-shim stage: input %s: %d bytes is over the limit\n", dst, n)
+			return 1
+		}
+		if err := os.MkdirAll(dst, 0o755); err != nil {
+			fmt.Fprintf(os.Stderr, "sandboxd-shim stage: %v\n", err)
+			return 1
+		}
+		lr := io.LimitReader(os.Stdin, n)
+		if err := extract(dst, lr); err != nil {
+			fmt.Fprintf(os.Stderr, "sandboxd-shim stage: input %s: %v\n", dst, err)
+			return 1
+		}
+		// Consume any padding the tar reader left unread.
+		io.Copy(io.Discard, lr)
+	}
+	for _, d := range cfg.MakeDirs {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			fmt.Fprintf(os.Stderr, "sandboxd-shim stage: %v\n", err)
+			return 1
+		}
+	}
+	return 0
+}
+
+// extract writes a tar of directories and regular files under dst. The
+// broker has already checked the tar; this re-checks every name, creates
+// nothing but directories and new regular files, and never follows a link.
+func extract(dst string, r io.Reader) error {
+	tr := tar.NewReader(r)
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		name := strings.TrimSuffix(h.Name, "/")
+		if !filepath.IsLocal(name) {
+			return fmt.Errorf("entry %q is not a local path", h.Name)
+		}
+		p := filepath.Join(dst, name)
+		switch h.Typeflag {
+		case tar.TypeDir:
+			if err := os.Mkdir(p, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
+				return err
+			}
+			if st, err := os.Lstat(p); err != nil || !st.IsDir() {
+				return fmt.Errorf("entry %q: not a directory", h.Name)
+			}
+		case tar.TypeReg:
+			mode := os.FileMode(0o644)
+			if h.Mode&0o111 != 0 {
+				mode = 0o755
+			}
+			f, err := os.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_EXCL|unix.O_NOFOLLOW, mode)
+			if err != nil {
+				return err
+			}
+			_, err = io.Copy(f, tr)
+			if cerr := f.Close(); err == nil {
+				err = cerr
+			}
+			if err != nil {
+				return err
+			}
+		default:
+			return fmt.Errorf("entry %q: type %q is not a directory or regular file", h.Name, h.Typeflag)
+		}
+	}
+}
+
+const maxRejectedFrames = 1000
+
+type collector struct {
+	o         *out
+	remaining int64
+	files     int64
+	left      int64
+	bytes     int64
+	rejected  int
+	dropped   int64
+	limits    map[string]bool
+	buf       []byte
+}
+
+// collectMain runs as the candidate user after every candidate process is
+// dead and streams the output directories' regular files as frames.
+func collectMain() int {
+	if os.Getenv("SANDBOXD_SHIM_KILL") == "1" {
+		for range 3 {
+			unix.Kill(-1, unix.SIGKILL)
+		}
+		return 0
+	}
+	cfg, err := childConfig()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "sandboxd-shim collect:", err)
+		return 1
+	}
+	c := &collector{
+		o:         &out{w: os.Stdout},
+		remaining: cfg.OutputBytes,
+		left:      cfg.FileCount,
+		limits:    map[string]bool{},
+		buf:       make([]byte, 256<<10),
+	}
+	for _, dir := range cfg.Outputs {
+		fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		if err != nil {
+			if errors.Is(err, unix.ENOENT) {
+				continue // an output directory the command never made holds nothing
+			}
+			c.reject(dir, "output directory: "+err.Error())
+			continue
+		}
+		err = c.walk(fd, dir, 0)
+		unix.Close(fd)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "sandboxd-shim collect:", err)
+			return 1
+		}
+	}
+	if c.dropped > 0 {
+		c.o.json(FrameRejected, Rejected{Path: "", Reason: fmt.Sprintf("%d more entries not listed", c.dropped)})
+	}
+	sum := CollectSummary{Files: c.files, Bytes: c.bytes, LimitsHit: []string{}}
+	for l := range c.limits {
+		sum.LimitsHit = append(sum.LimitsHit, l)
+	}
+	sort.Strings(sum.LimitsHit)
+	if err := c.o.json(FrameCollected, sum); err != nil {
+		return 1
+	}
+	return 0
+}
+
+func (c *collector) reject(path, reason string) {
+	if c.rejected >= maxRejectedFrames {
+		c.dropped++
+		return
+	}
+	c.rejected++
+	c.o.json(FrameRejected, Rejected{Path: path, Reason: reason})
+}
+
+const maxDepth = 64
+
+func (c *collector) walk(dirfd int, dir string, depth int) error {
+	if depth > maxDepth {
+		c.reject(dir, "deeper than 64 levels")
+		return nil
+	}
+	names, err := readDirNames(dirfd)
+	if err != nil {
+		c.reject(dir, "unreadable directory: "+err.Error())
+		return nil
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		p := dir + "/" + name
+		if len(p) > 4096 || strings.ContainsAny(name, "\n\x00") {
+			c.reject(p, "unacceptable name")
+			continue
+		}
+		var st unix.Stat_t
+		if err := unix.Fstatat(dirfd, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
+			c.reject(p, "stat: "+err.Error())
+			continue
+		}
+		switch st.Mode & unix.S_IFMT {
+		case unix.S_IFDIR:
+			fd, err := openChild(dirfd, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o700)
+			if err != nil {
+				c.reject(p, "open directory: "+err.Error())
+				continue
+			}
+			err = c.walk(fd, p, depth+1)
+			unix.Close(fd)
+			if err != nil {
+				return err
+			}
+		case unix.S_IFREG:
+			if err := c.file(dirfd, name, p, &st); err != nil {
+				return err
+			}
+		case unix.S_IFLNK:
+			c.reject(p, "symbolic link (never followed)")
+		case unix.S_IFIFO:
+			c.reject(p, "FIFO")
+		case unix.S_IFCHR, unix.S_IFBLK:
+			c.reject(p, "device node")
+		case unix.S_IFSOCK:
+			c.reject(p, "socket")
+		default:
+			c.reject(p, "not a regular file")
+		}
+	}
+	return nil
+}
+
+func (c *collector) file(dirfd int, name, p string, st *unix.Stat_t) error {
+	if c.left <= 0 {
+		c.limits["file_count"] = true
+		c.reject(p, "file_count limit reached")
+		return nil
+	}
+	if st.Size > c.remaining {
+		c.limits["output_bytes"] = true
+		c.reject(p, fmt.Sprintf("%d bytes exceed the %d left of output_bytes", st.Size, c.remaining))
+		return nil
+	}
+	fd, err := openChild(dirfd, name, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0o600)
+	if err != nil {
+		c.reject(p, "open: "+err.Error())
+		return nil
+	}
+	f := os.NewFile(uintptr(fd), p)
+	defer f.Close()
+	var st2 unix.Stat_t
+	if err := unix.Fstat(fd, &st2); err != nil || st2.Ino != st.Ino || st2.Mode&unix.S_IFMT != unix.S_IFREG || st2.Size != st.Size {
+		c.reject(p, "changed while being collected")
+		return nil
+	}
+	hdr, _ := json.Marshal(FileHeader{Path: p, Size: st.Size})
+	if err := c.o.frame(FrameFileBegin, hdr); err != nil {
+		return err
+	}
+	var sent int64
+	for sent < st.Size {
+		n, err := f.Read(c.buf[:min(int64(len(c.buf)), st.Size-sent)])
+		if n > 0 {
+			if err := c.o.frame(FrameFileData, c.buf[:n]); err != nil {
+				return err
+			}
+			sent += int64(n)
+		}
+		if err != nil {
+			// The header promised st.Size bytes; a short file is a protocol
+			// error the broker reports.
+			return fmt.Errorf("read %s: %w", p, err)
+		}
+	}
+	if err := c.o.frame(FrameFileEnd, nil); err != nil {
+		return err
+	}
+	c.left--
+	c.files++
+	c.bytes += sent
+	c.remaining -= sent
+	return nil
+}
+
+// openChild opens name in dirfd; if the candidate removed the owner's
+// permission bits, it restores them (the collector runs as the owner).
+func openChild(dirfd int, name string, flags int, restore uint32) (int, error) {
+	fd, err := unix.Openat(dirfd, name, flags, 0)
+	if errors.Is(err, unix.EACCES) {
+		if cerr := unix.Fchmodat(dirfd, name, restore, 0); cerr == nil {
+			fd, err = unix.Openat(dirfd, name, flags, 0)
+		}
+	}
+	return fd, err
+}
+
+func readDirNames(fd int) ([]string, error) {
+	dup, err := unix.Dup(fd)
+	if err != nil {
+		return nil, err
+	}
+	f := os.NewFile(uintptr(dup), "dir")
+	defer f.Close()
+	return f.Readdirnames(-1)
+}

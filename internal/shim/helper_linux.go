@@ -1,0 +1,346 @@
+package shim
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// FrameConfig is the type of the first frame on the helper's stdin.
+const FrameConfig byte = 'c'
+
+// Main is the helper's entry point; it returns the process exit code.
+func Main(args []string) int {
+	if len(args) > 1 {
+		switch args[1] {
+		case "stage":
+			return stageMain()
+		case "collect":
+			return collectMain()
+		}
+	}
+	return parentMain()
+}
+
+// out serialises frames on the result channel.
+type out struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (o *out) frame(typ byte, p []byte) error {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return WriteFrame(o.w, typ, p)
+}
+
+func (o *out) json(typ byte, v any) error {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return err
+	}
+	return o.frame(typ, b)
+}
+
+func parentMain() int {
+	o := &out{w: os.Stdout}
+	st, err := runJob(o)
+	if err != nil {
+		o.frame(FrameError, []byte(err.Error()))
+		return 1
+	}
+	if err := o.json(FrameStatus, st); err != nil {
+		return 1
+	}
+	return 0
+}
+
+func readConfig(r io.Reader) (*Config, error) {
+	fr := NewFrameReader(r)
+	typ, p, err := fr.Next()
+	if err != nil {
+		return nil, fmt.Errorf("read config: %w", err)
+	}
+	if typ != FrameConfig {
+		return nil, fmt.Errorf("first frame is %q, want config", typ)
+	}
+	var c Config
+	dec := json.NewDecoder(strings.NewReader(string(p)))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&c); err != nil {
+		return nil, fmt.Errorf("decode config: %w", err)
+	}
+	if len(c.Argv) == 0 || c.UID <= 0 || c.GID <= 0 {
+		return nil, errors.New("config: empty argv or root candidate")
+	}
+	return &c, nil
+}
+
+func candidateCred(c *Config) *syscall.SysProcAttr {
+	return &syscall.SysProcAttr{
+		Credential: &syscall.Credential{Uid: uint32(c.UID), Gid: uint32(c.GID), Groups: []uint32{}},
+		Setsid:     true,
+		Pdeathsig:  syscall.SIGKILL,
+	}
+}
+
+func self() string {
+	p, err := os.Executable()
+	if err != nil {
+		return os.Args[0]
+	}
+	return p
+}
+
+func runJob(o *out) (*Status, error) {
+	cfg, err := readConfig(os.Stdin)
+	if err != nil {
+		return nil, err
+	}
+	cfgJSON, _ := json.Marshal(cfg)
+
+	// Stage: extract writable inputs as the candidate user, reading the
+	// rest of stdin.
+	stage := exec.Command(self(), "stage")
+	stage.Stdin = os.Stdin
+	stage.Stdout = os.Stderr
+	stage.Stderr = os.Stderr
+	stage.Env = []string{"SANDBOXD_SHIM_CONFIG=" + string(cfgJSON)}
+	stage.SysProcAttr = candidateCred(cfg)
+	if err := stage.Run(); err != nil {
+		return nil, fmt.Errorf("stage inputs: %w", err)
+	}
+
+	st := &Status{ScratchUsed: map[string]int64{}, LimitsHit: []string{}}
+	start := time.Now()
+	cmd, err := command(cfg)
+	if err != nil {
+		return nil, err
+	}
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	errR, errW, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	cmd.Stdout, cmd.Stderr = outW, errW
+	devnull, err := os.Open(os.DevNull)
+	if err != nil {
+		return nil, err
+	}
+	cmd.Stdin = devnull
+	var relays sync.WaitGroup
+	relay := func(r *os.File, typ byte, total *int64) {
+		defer relays.Done()
+		buf := make([]byte, 64<<10)
+		var sent int64
+		for {
+			n, err := r.Read(buf)
+			if n > 0 {
+				*total += int64(n)
+				if keep := min(int64(n), cfg.LogBytes-sent); keep > 0 {
+					o.frame(typ, buf[:keep])
+					sent += keep
+				}
+			}
+			if err != nil {
+				return
+			}
+		}
+	}
+	relays.Add(2)
+	go relay(outR, FrameStdout, &st.StdoutTotal)
+	go relay(errR, FrameStderr, &st.StderrTotal)
+
+	startErr := cmd.Start()
+	outW.Close()
+	errW.Close()
+	devnull.Close()
+	if startErr != nil {
+		// The command could not start (missing binary, bad workdir): report
+		// it as the command's failure, like a shell would (127).
+		st.ExitCode = 127
+		msg := fmt.Sprintf("sandboxd: cannot start %q: %v\n", cfg.Argv[0], startErr)
+		st.StderrTotal += int64(len(msg))
+		o.frame(FrameStderr, []byte(msg))
+	} else {
+		done := make(chan error, 1)
+		go func() { done <- cmd.Wait() }()
+		var timer <-chan time.Time
+		if cfg.DeadlineMS > 0 {
+			t := time.NewTimer(time.Duration(cfg.DeadlineMS) * time.Millisecond)
+			defer t.Stop()
+			timer = t.C
+		}
+		var werr error
+		select {
+		case werr = <-done:
+		case <-timer:
+			st.TimedOut = true
+			killCandidates(cfg) // as the candidate uid; the helper holds no CAP_KILL
+			werr = <-done
+		}
+		st.ExitCode, st.Signal = exitStatus(cmd.ProcessState, werr)
+		if st.Signal == "SIGXFSZ" {
+			st.LimitsHit = append(st.LimitsHit, "file_size_bytes")
+		}
+	}
+	st.DurationMS = time.Since(start).Milliseconds()
+
+	// Kill what the command left behind, then drain its pipes: with every
+	// candidate process dead, the relays reach EOF.
+	if !killCandidates(cfg) {
+		st.Leftover = true
+		st.Error = "candidate processes survived SIGKILL; outputs not collected"
+		return st, nil
+	}
+	relays.Wait()
+	outR.Close()
+	errR.Close()
+	if st.StdoutTotal > cfg.LogBytes || st.StderrTotal > cfg.LogBytes {
+		st.LimitsHit = append(st.LimitsHit, "log_bytes")
+	}
+	for _, dir := range cfg.Scratch {
+		var fs unix.Statfs_t
+		if err := unix.Statfs(dir, &fs); err == nil {
+			used := int64(fs.Blocks-fs.Bfree) * fs.Bsize
+			st.ScratchUsed[dir] = used
+			if fs.Bavail == 0 && !slices.Contains(st.LimitsHit, "disk_bytes") {
+				st.LimitsHit = append(st.LimitsHit, "disk_bytes")
+			}
+		}
+	}
+
+	// Collect outputs as the candidate uid, now that no candidate process
+	// remains; the collector writes its frames straight to our stdout, and
+	// nothing else writes meanwhile.
+	coll := exec.Command(self(), "collect")
+	coll.Stdout = os.Stdout
+	coll.Stderr = os.Stderr
+	coll.Env = []string{"SANDBOXD_SHIM_CONFIG=" + string(cfgJSON)}
+	coll.SysProcAttr = candidateCred(cfg)
+	o.mu.Lock()
+	err = coll.Run()
+	o.mu.Unlock()
+	if err != nil {
+		return nil, fmt.Errorf("collect outputs: %w", err)
+	}
+	return st, nil
+}
+
+func command(cfg *Config) (*exec.Cmd, error) {
+	path := cfg.Argv[0]
+	if !strings.Contains(path, "/") {
+		path = lookPath(path, cfg.Env)
+	}
+	cmd := &exec.Cmd{
+		Path:        path,
+		Args:        cfg.Argv,
+		Env:         cfg.Env,
+		Dir:         cfg.WorkDir,
+		SysProcAttr: candidateCred(cfg),
+	}
+	return cmd, nil
+}
+
+func lookPath(name string, env []string) string {
+	pathVar := "/usr/local/bin:/usr/bin:/bin"
+	for _, kv := range env {
+		if v, ok := strings.CutPrefix(kv, "PATH="); ok {
+			pathVar = v
+		}
+	}
+	for _, dir := range filepath.SplitList(pathVar) {
+		p := filepath.Join(dir, name)
+		if st, err := os.Stat(p); err == nil && st.Mode().IsRegular() && st.Mode()&0o111 != 0 {
+			return p
+		}
+	}
+	return name
+}
+
+func exitStatus(ps *os.ProcessState, err error) (int, string) {
+	if ps == nil {
+		return 127, ""
+	}
+	if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		sig := ws.Signal()
+		return 128 + int(sig), unix.SignalName(sig)
+	}
+	return ps.ExitCode(), ""
+}
+
+// killCandidates kills every process of the candidate uid, through a child
+// that takes that uid (kill(-1) from it reaches exactly those processes),
+// and waits until none is alive. It reports false if some survived.
+func killCandidates(cfg *Config) bool {
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		k := exec.Command(self(), "collect", "--kill-only")
+		k.Env = []string{"SANDBOXD_SHIM_KILL=1"}
+		k.SysProcAttr = candidateCred(cfg)
+		k.Stderr = os.Stderr
+		k.Run()
+		if !anyAlive(cfg.UID) {
+			return true
+		}
+		if time.Now().After(deadline) {
+			return false
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// anyAlive reports whether a live (non-zombie) process of uid exists.
+func anyAlive(uid int) bool {
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return true
+	}
+	me := os.Getpid()
+	for _, e := range ents {
+		pid := 0
+		if _, err := fmt.Sscanf(e.Name(), "%d", &pid); err != nil || pid == me {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "status"))
+		if err != nil {
+			continue
+		}
+		var state string
+		var ruid int = -1
+		for _, line := range strings.Split(string(b), "\n") {
+			if v, ok := strings.CutPrefix(line, "State:"); ok {
+				state = strings.TrimSpace(v)
+			}
+			if v, ok := strings.CutPrefix(line, "Uid:"); ok {
+				fmt.Sscanf(strings.TrimSpace(v), "%d", &ruid)
+			}
+		}
+		if ruid == uid && !strings.HasPrefix(state, "Z") && !strings.HasPrefix(state, "X") {
+			return true
+		}
+	}
+	return false
+}
+
+func childConfig() (*Config, error) {
+	var c Config
+	if err := json.Unmarshal([]byte(os.Getenv("SANDBOXD_SHIM_CONFIG")), &c); err != nil {
+		return nil, fmt.Errorf("child config: %w", err)
+	}
+	return &c, nil
+}

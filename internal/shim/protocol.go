@@ -1,0 +1,140 @@
+package shim
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+)
+
+// Frame types on the helper's stdout.
+const (
+	FrameStdout    byte = 'o' // a chunk of the command's stdout
+	FrameStderr    byte = 'e' // a chunk of the command's stderr
+	FrameFileBegin byte = 'F' // FileHeader JSON: an artifact follows
+	FrameFileData  byte = 'd' // a chunk of the current artifact
+	FrameFileEnd   byte = 'f' // the current artifact is complete
+	FrameRejected  byte = 'R' // Rejected JSON: an output entry not collected
+	FrameCollected byte = 'C' // CollectSummary JSON: collection finished
+	FrameStatus    byte = 'S' // Status JSON: the last frame
+	FrameError     byte = 'X' // helper failure text; the last frame
+)
+
+// MaxFrame bounds one frame's payload.
+const MaxFrame = 1 << 20
+
+// Config is what the broker tells the helper, as the first stdin frame.
+type Config struct {
+	Argv    []string `json:"argv"`
+	Env     []string `json:"env"` // exactly the command's environment, KEY=VALUE
+	WorkDir string   `json:"workdir"`
+	UID     int      `json:"uid"`
+	GID     int      `json:"gid"`
+	// Inputs are the writable inputs, in the order their tars follow on stdin.
+	Inputs []string `json:"inputs"`
+	// MakeDirs are created (as the candidate) before the command runs.
+	MakeDirs    []string `json:"make_dirs"`
+	Outputs     []string `json:"outputs"`
+	Scratch     []string `json:"scratch"` // tmpfs mounts whose use is reported
+	DeadlineMS  int64    `json:"deadline_ms"`
+	LogBytes    int64    `json:"log_bytes"`
+	OutputBytes int64    `json:"output_bytes"`
+	FileCount   int64    `json:"file_count"`
+	MaxInput    int64    `json:"max_input_bytes"`
+}
+
+// FileHeader announces one artifact.
+type FileHeader struct {
+	Path string `json:"path"`
+	Size int64  `json:"size"`
+}
+
+// Rejected is an output entry the collector did not send.
+type Rejected struct {
+	Path   string `json:"path"`
+	Reason string `json:"reason"`
+}
+
+// CollectSummary ends the collection.
+type CollectSummary struct {
+	Files     int64    `json:"files"`
+	Bytes     int64    `json:"bytes"`
+	LimitsHit []string `json:"limits_hit"`
+}
+
+// Status is the helper's last word.
+type Status struct {
+	ExitCode int    `json:"exit_code"`
+	Signal   string `json:"signal,omitempty"` // set when the command was killed by a signal
+	TimedOut bool   `json:"timed_out"`
+	// LimitsHit names limits the helper saw hit: disk_bytes,
+	// file_size_bytes, log_bytes (stdout/stderr truncation is in the totals).
+	LimitsHit   []string         `json:"limits_hit"`
+	StdoutTotal int64            `json:"stdout_total"`
+	StderrTotal int64            `json:"stderr_total"`
+	ScratchUsed map[string]int64 `json:"scratch_used"`
+	// Leftover is set when candidate processes survived the kill; nothing
+	// was collected then.
+	Leftover   bool   `json:"leftover"`
+	Error      string `json:"error,omitempty"`
+	DurationMS int64  `json:"duration_ms"`
+}
+
+// WriteFrame writes one frame: type, big-endian length, payload.
+func WriteFrame(w io.Writer, typ byte, payload []byte) error {
+	if len(payload) > MaxFrame {
+		return fmt.Errorf("frame of %d bytes exceeds %d", len(payload), MaxFrame)
+	}
+	var hdr [5]byte
+	hdr[0] = typ
+	binary.BigEndian.PutUint32(hdr[1:], uint32(len(payload)))
+	if _, err := w.Write(hdr[:]); err != nil {
+		return err
+	}
+	_, err := w.Write(payload)
+	return err
+}
+
+// ErrFrameTooLarge is returned for a frame longer than MaxFrame.
+var ErrFrameTooLarge = errors.New("frame too large")
+
+// FrameReader reads frames, reusing one buffer.
+type FrameReader struct {
+	r   io.Reader
+	buf []byte
+}
+
+// NewFrameReader reads frames from r.
+func NewFrameReader(r io.Reader) *FrameReader { return &FrameReader{r: r} }
+
+// Next returns the next frame. The payload is valid until the next call.
+// io.EOF means a clean end between frames.
+func (fr *FrameReader) Next() (byte, []byte, error) {
+	var hdr [5]byte
+	if _, err := io.ReadFull(fr.r, hdr[:]); err != nil {
+		if err == io.ErrUnexpectedEOF {
+			return 0, nil, fmt.Errorf("truncated frame header: %w", err)
+		}
+		return 0, nil, err
+	}
+	n := binary.BigEndian.Uint32(hdr[1:])
+	if n > MaxFrame {
+		return 0, nil, fmt.Errorf("frame type %q of %d bytes: %w", hdr[0], n, ErrFrameTooLarge)
+	}
+	if cap(fr.buf) < int(n) {
+		fr.buf = make([]byte, n)
+	}
+	p := fr.buf[:n]
+	if _, err := io.ReadFull(fr.r, p); err != nil {
+		return 0, nil, fmt.Errorf("truncated frame payload: %w", io.ErrUnexpectedEOF)
+	}
+	return hdr[0], p, nil
+}
+
+// WriteInput writes one length-delimited input tar to the helper's stdin.
+func WriteInputHeader(w io.Writer, size int64) error {
+	var hdr [8]byte
+	binary.BigEndian.PutUint64(hdr[:], uint64(size))
+	_, err := w.Write(hdr[:])
+	return err
+}
