@@ -238,7 +238,9 @@ func verifySignatures(keys KeySet, env Envelope, payload []byte) ([]string, erro
 				skipped = append(skipped, "(no key id)")
 				continue
 			}
-			verified = append(verified, id)
+			if !slices.Contains(verified, id) {
+				verified = append(verified, id)
+			}
 			continue
 		}
 		k := slices.IndexFunc(keys.keys, func(k pinnedKey) bool { return k.id == s.KeyID })
@@ -249,7 +251,9 @@ func verifySignatures(keys KeySet, env Envelope, payload []byte) ([]string, erro
 				}
 				return nil, verifyErr(CheckSignature, "signature %d by pinned key %s does not verify", i+1, s.KeyID)
 			}
-			verified = append(verified, s.KeyID)
+			if !slices.Contains(verified, s.KeyID) {
+				verified = append(verified, s.KeyID)
+			}
 			continue
 		}
 		if other, ok := verifiesWith(sig); ok {

@@ -2,12 +2,185 @@ package main
 
 import (
 	"context"
+	"errors"
+	"flag"
 	"fmt"
 	"io"
+	"os"
+	"strings"
+
+	"github.com/sandboxd/sandboxd/sandbox"
 )
 
-// cmdVerify is not built yet; its issue replaces this file.
-func cmdVerify(_ context.Context, _ []string, _, stderr io.Writer) int {
-	fmt.Fprintln(stderr, "sandboxd: verify: not implemented in this build")
-	return exitInfraError
+// verifyKeyFlags collects repeated --key flags.
+type verifyKeyFlags []string
+
+func (k *verifyKeyFlags) String() string     { return strings.Join(*k, ",") }
+func (k *verifyKeyFlags) Set(v string) error { *k = append(*k, v); return nil }
+
+type verifyOptions struct {
+	keys    verifyKeyFlags // public key files, all pinned
+	jobFile string         // sealed job the envelopes must be about
+}
+
+// verified is one envelope given on the command line and what became of it.
+type verified struct {
+	path  string
+	bytes []byte
+	att   sandbox.Attestation
+	err   error
+	notes []string
+}
+
+// cmdVerify checks receipts and results offline against pinned keys. It
+// prints one line per envelope and exits 0 only if every envelope verifies,
+// is about --job when one is given, and every result is chained to the
+// receipt of its job when that receipt is among the envelopes.
+func cmdVerify(_ context.Context, args []string, stdout, stderr io.Writer) int {
+	var o verifyOptions
+	fset := flag.NewFlagSet("verify", flag.ContinueOnError)
+	fset.SetOutput(stderr)
+	fset.Var(&o.keys, "key", "pinned public key `PEM` file (repeat for key rotation)")
+	fset.StringVar(&o.jobFile, "job", "", "sealed job `FILE` every envelope must be bound to")
+	fset.Usage = func() {
+		fmt.Fprintln(stderr, "usage: sandboxd verify --key PUB [--key PUB2] [--job JOBFILE] ENVELOPE...")
+		fset.PrintDefaults()
+	}
+	if err := fset.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return exitOK
+		}
+		return exitUsage
+	}
+	if len(o.keys) == 0 || fset.NArg() == 0 {
+		fset.Usage()
+		return exitUsage
+	}
+
+	var pems [][]byte
+	for _, p := range o.keys {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			fmt.Fprintf(stderr, "sandboxd: verify: %v\n", err)
+			return exitBadInput
+		}
+		pems = append(pems, b)
+	}
+	keys, err := sandbox.ParseKeySet(pems...)
+	if err != nil {
+		fmt.Fprintf(stderr, "sandboxd: verify: %v\n", err)
+		return exitBadInput
+	}
+	var job *sandbox.Job
+	if o.jobFile != "" {
+		b, err := os.ReadFile(o.jobFile)
+		if err != nil {
+			fmt.Fprintf(stderr, "sandboxd: verify: %v\n", err)
+			return exitBadInput
+		}
+		j, err := sandbox.DecodeJob(b)
+		if err != nil {
+			fmt.Fprintf(stderr, "sandboxd: verify: %s: %v\n", o.jobFile, err)
+			return exitBadInput
+		}
+		job = &j
+	}
+
+	envs := make([]*verified, 0, fset.NArg())
+	for _, p := range fset.Args() {
+		v := &verified{path: p}
+		envs = append(envs, v)
+		if v.bytes, v.err = os.ReadFile(p); v.err != nil {
+			continue
+		}
+		if v.att, v.err = sandbox.VerifyAttestation(keys, v.bytes); v.err != nil {
+			continue
+		}
+		if job != nil {
+			if v.err = v.att.CheckJob(*job); v.err != nil {
+				continue
+			}
+			v.notes = append(v.notes, "bound to "+o.jobFile)
+		}
+	}
+	for _, v := range envs {
+		if v.err == nil && v.att.Completion != nil {
+			chainResult(keys, job, v, envs)
+		}
+	}
+
+	code := exitOK
+	for _, v := range envs {
+		if v.err != nil {
+			fmt.Fprintf(stdout, "%s: FAILED: %s\n", v.path, describeFailure(v.err))
+			code = exitFailed
+			continue
+		}
+		fmt.Fprintf(stdout, "%s: ok: %s\n", v.path, describe(v))
+	}
+	return code
+}
+
+// chainResult checks a verified result against the receipts of its job
+// among envs, through sandbox.VerifyResult.
+func chainResult(keys sandbox.KeySet, job *sandbox.Job, res *verified, envs []*verified) {
+	var receipts []*verified
+	for _, r := range envs {
+		if r.err == nil && r.att.Receipt != nil && r.att.JobID() == res.att.JobID() && r.att.JobDigest() == res.att.JobDigest() {
+			receipts = append(receipts, r)
+		}
+	}
+	if len(receipts) == 0 {
+		res.notes = append(res.notes, "no verified receipt of this job given (chained to "+res.att.Completion.ReceiptDigest+")")
+		return
+	}
+	for _, r := range receipts {
+		if r.att.Digest != res.att.Completion.ReceiptDigest {
+			continue
+		}
+		bindTo := r.att.Receipt.Job
+		if job != nil {
+			bindTo = *job
+		}
+		if _, err := sandbox.VerifyResult(keys, res.bytes, bindTo, r.bytes); err != nil {
+			res.err = err
+			return
+		}
+		res.notes = append(res.notes, "chained to receipt "+r.path)
+		return
+	}
+	res.err = &sandbox.VerifyError{
+		Check:  sandbox.CheckReceiptBinding,
+		Detail: fmt.Sprintf("result is chained to receipt %s; no receipt given for job %q has that digest", res.att.Completion.ReceiptDigest, res.att.JobID()),
+	}
+}
+
+func describe(v *verified) string {
+	var b strings.Builder
+	var broker sandbox.Broker
+	if r := v.att.Receipt; r != nil {
+		broker = r.Broker
+		fmt.Fprintf(&b, "receipt: job %q (%s) accepted %s", r.Job.ID, r.Job.Digest, r.AcceptedAt.Format("2006-01-02T15:04:05Z07:00"))
+	} else {
+		c := v.att.Completion
+		broker = c.Broker
+		fmt.Fprintf(&b, "result: job %q (%s) %s", c.Result.JobID, c.Result.JobDigest, c.Result.Status)
+		if c.Result.Status == sandbox.StatusFailed {
+			fmt.Fprintf(&b, " (exit %d)", c.Result.ExitCode)
+		}
+		fmt.Fprintf(&b, ", %d artifacts", len(c.Result.Artifacts))
+	}
+	fmt.Fprintf(&b, "; signed by %s", strings.Join(v.att.KeyIDs, ", "))
+	if broker.EphemeralKey {
+		b.WriteString(" (broker reports an ephemeral key)")
+	}
+	for _, n := range v.notes {
+		b.WriteString("; " + n)
+	}
+	return b.String()
+}
+
+// describeFailure leads with the check that failed, e.g. "signature: …".
+func describeFailure(err error) string {
+	return strings.TrimPrefix(err.Error(), "verify: ")
 }
