@@ -3,6 +3,8 @@ package bundle
 import (
 	"archive/tar"
 	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"io"
 	"os"
@@ -82,7 +84,7 @@ func makeTar(t testing.TB, entries ...tarEntry) []byte {
 	tw := tar.NewWriter(&buf)
 	for _, e := range entries {
 		h := e.hdr
-		if h.ModTime.IsZero() {
+		if h.ModTime.IsZero() && h.Typeflag != tar.TypeXGlobalHeader {
 			h.ModTime = time.Unix(1700000000, 0)
 		}
 		if err := tw.WriteHeader(&h); err != nil {
@@ -144,4 +146,9 @@ func readHeaders(t *testing.T, data []byte) []string {
 		}
 		out = append(out, fmt.Sprintf("%s %d %04o %d/%d '%s' '%s' %d size=%d", h.Name, h.Typeflag, h.Mode, h.Uid, h.Gid, h.Uname, h.Gname, h.ModTime.Unix(), h.Size))
 	}
+}
+
+func sha256Hex(b []byte) string {
+	s := sha256.Sum256(b)
+	return hex.EncodeToString(s[:])
 }

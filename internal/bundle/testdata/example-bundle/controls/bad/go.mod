@@ -1,0 +1,3 @@
+module example.com/add
+
+go 1.22
