@@ -312,7 +312,8 @@ func (b *Bundle) Verify(ctx context.Context) error {
 	for _, d := range descs {
 		if err := b.blobs.Verify(string(d.Digest)); err != nil {
 			if errors.Is(err, store.ErrDigestMismatch) {
-				return fmt.Errorf("bundle %s: %w: %w", b.Digest, ErrDigestMismatch, err)
+				detail := strings.TrimSuffix(err.Error(), ": "+store.ErrDigestMismatch.Error())
+				return fmt.Errorf("bundle %s: %s: %w", b.Digest, detail, ErrDigestMismatch)
 			}
 			return fmt.Errorf("bundle %s: %w", b.Digest, err)
 		}

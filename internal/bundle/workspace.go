@@ -265,7 +265,8 @@ func (nodes tarNodes) entries(spool *os.File, lim Limits) ([]entry, error) {
 
 // Ingest ingests the workspace at src (a directory, or a tar file) into st
 // and returns the summary of its canonical tar, which st holds under
-// Summary.Digest. A refused workspace leaves nothing in st.
+// Summary.Digest. A refused workspace leaves nothing in st. With a nil st
+// the canonical tar is only hashed (a dry run with the same checks).
 func Ingest(ctx context.Context, st *store.Store, src string, opt Options) (Summary, error) {
 	fi, err := os.Stat(src)
 	if err != nil {
@@ -295,6 +296,16 @@ func IngestTar(ctx context.Context, st *store.Store, r io.Reader, opt Options) (
 func toStore(st *store.Store, opt Options, write func(w io.Writer) (Summary, error)) (Summary, error) {
 	if opt.Expect != "" && !sandbox.ValidDigest(opt.Expect) {
 		return Summary{}, fmt.Errorf("claimed digest %q is malformed: %w", opt.Expect, ErrDigestMismatch)
+	}
+	if st == nil {
+		sum, err := write(io.Discard)
+		if err != nil {
+			return Summary{}, err
+		}
+		if opt.Expect != "" && opt.Expect != sum.Digest {
+			return Summary{}, fmt.Errorf("claimed %s, content is %s: %w", opt.Expect, sum.Digest, ErrDigestMismatch)
+		}
+		return sum, nil
 	}
 	bw, err := st.NewWriter(-1)
 	if err != nil {
