@@ -144,6 +144,18 @@ func newCappedReader(r io.Reader, max int64) *cappedReader {
 	return &cappedReader{r: io.LimitReader(r, max+1), max: max}
 }
 
+// exceeded reports whether the reader has refused bytes over its cap; a
+// parser checks it before blaming a cut-off last line on the report.
+func (c *cappedReader) exceeded() bool { return c.n > c.max }
+
+// overOr returns the cap's error if the cap was reached, else err.
+func (c *cappedReader) overOr(err error) error {
+	if c.exceeded() {
+		return tooLarge("more than %d bytes", c.max)
+	}
+	return err
+}
+
 func (c *cappedReader) Read(p []byte) (int, error) {
 	n, err := c.r.Read(p)
 	c.n += int64(n)

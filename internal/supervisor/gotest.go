@@ -65,11 +65,11 @@ func ParseGoTestJSON(r io.Reader, lim Limits) (Report, error) {
 			continue
 		}
 		if raw[0] != '{' {
-			return Report{}, unparseable("line %d is not a test2json event", line)
+			return Report{}, cr.overOr(unparseable("line %d is not a test2json event", line))
 		}
 		var ev testEvent
 		if err := json.Unmarshal(raw, &ev); err != nil {
-			return Report{}, unparseable("line %d: %v", line, err)
+			return Report{}, cr.overOr(unparseable("line %d: %v", line, err))
 		}
 		switch ev.Action {
 		case "start", "output", "pause", "cont", "bench", "attr", "build-output", "build-fail":
@@ -78,7 +78,7 @@ func ParseGoTestJSON(r io.Reader, lim Limits) (Report, error) {
 			continue
 		case "run":
 			if ev.Test == "" {
-				return Report{}, unparseable("line %d: run event without a test", line)
+				return Report{}, cr.overOr(unparseable("line %d: run event without a test", line))
 			}
 			p := pkg(ev.Package)
 			if _, ok := p.running[ev.Test]; !ok {
@@ -89,11 +89,11 @@ func ParseGoTestJSON(r io.Reader, lim Limits) (Report, error) {
 			p := pkg(ev.Package)
 			d, err := elapsed(ev.Elapsed)
 			if err != nil {
-				return Report{}, unparseable("line %d: %v", line, err)
+				return Report{}, cr.overOr(unparseable("line %d: %v", line, err))
 			}
 			if ev.Test == "" {
 				if p.result != "" {
-					return Report{}, unparseable("line %d: package %s ended twice", line, ev.Package)
+					return Report{}, cr.overOr(unparseable("line %d: package %s ended twice", line, ev.Package))
 				}
 				p.result = ev.Action
 				p.failedBuild = ev.FailedBuild != ""
@@ -108,20 +108,20 @@ func ParseGoTestJSON(r io.Reader, lim Limits) (Report, error) {
 				p.failedTests = true
 			}
 			if err := col.add(Check{Name: joinName(ev.Package, ev.Test), Status: status, Duration: d}); err != nil {
-				return Report{}, err
+				return Report{}, cr.overOr(err)
 			}
 		default:
-			return Report{}, unparseable("line %d: unknown action %q", line, ev.Action)
+			return Report{}, cr.overOr(unparseable("line %d: unknown action %q", line, ev.Action))
 		}
 	}
 	if err := sc.Err(); err != nil {
 		if errors.Is(err, ErrTooLarge) {
-			return Report{}, err
+			return Report{}, cr.overOr(err)
 		}
 		if errors.Is(err, bufio.ErrTooLong) {
 			return Report{}, tooLarge("a line longer than %d bytes", lim.MaxLine)
 		}
-		return Report{}, unparseable("reading: %v", err)
+		return Report{}, cr.overOr(unparseable("reading: %v", err))
 	}
 
 	for _, name := range pkgOrder {
@@ -134,21 +134,21 @@ func ParseGoTestJSON(r io.Reader, lim Limits) (Report, error) {
 					msg += " (the package failed: a timeout or a crash)"
 				}
 				if err := col.add(Check{Name: joinName(name, t), Status: CheckError, Message: msg}); err != nil {
-					return Report{}, err
+					return Report{}, cr.overOr(err)
 				}
 			}
 		}
 		switch {
 		case p.result == "" && len(p.order) > 0:
 			// The stream ended before the package did: the report is cut.
-			return Report{}, unparseable("package %s has no final result (truncated report?)", name)
+			return Report{}, cr.overOr(unparseable("package %s has no final result (truncated report?)", name))
 		case p.result == "fail" && !p.failedTests:
 			msg := "package failed without a failing test"
 			if p.failedBuild {
 				msg = "build failed"
 			}
 			if err := col.add(Check{Name: name, Status: CheckError, Duration: p.elapsed, Message: msg}); err != nil {
-				return Report{}, err
+				return Report{}, cr.overOr(err)
 			}
 		}
 	}

@@ -30,7 +30,8 @@ import (
 // as inconsistent (a sign of a cut or spliced report).
 func ParseJUnitXML(r io.Reader, lim Limits) (Report, error) {
 	lim = lim.withDefaults()
-	dec := xml.NewDecoder(newCappedReader(r, lim.MaxBytes))
+	cr := newCappedReader(r, lim.MaxBytes)
+	dec := xml.NewDecoder(cr)
 	dec.Strict = true
 	// No entity map: only the five predefined entities and character
 	// references are known; anything else is a syntax error.
@@ -64,6 +65,8 @@ func ParseJUnitXML(r io.Reader, lim Limits) (Report, error) {
 	fail := func(err error) (Report, error) {
 		var se *xml.SyntaxError
 		switch {
+		case cr.exceeded():
+			return Report{}, cr.overOr(err)
 		case errors.Is(err, ErrTooLarge), errors.Is(err, ErrUnparseable):
 			return Report{}, err
 		case errors.As(err, &se):

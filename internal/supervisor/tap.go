@@ -38,7 +38,8 @@ type tapFrame struct {
 // YAML diagnostics, comments and unknown lines are skipped unread.
 func ParseTAP(r io.Reader, lim Limits) (Report, error) {
 	lim = lim.withDefaults()
-	sc := bufio.NewScanner(newCappedReader(r, lim.MaxBytes))
+	cr := newCappedReader(r, lim.MaxBytes)
+	sc := bufio.NewScanner(cr)
 	sc.Buffer(make([]byte, 0, 64<<10), lim.MaxLine)
 	col := &collector{max: lim.MaxChecks}
 
@@ -82,7 +83,7 @@ func ParseTAP(r io.Reader, lim Limits) (Report, error) {
 			if indent == yamlIndent && strings.TrimSpace(trimmed) == "..." {
 				yamlIndent = -1
 			} else if indent < yamlIndent {
-				return Report{}, unparseable("line %d: YAML block not closed", lineNo)
+				return Report{}, cr.overOr(unparseable("line %d: YAML block not closed", lineNo))
 			}
 			continue
 		}
@@ -100,7 +101,7 @@ func ParseTAP(r io.Reader, lim Limits) (Report, error) {
 		if strings.HasPrefix(trimmed, "Bail out!") {
 			reason := strings.TrimSpace(strings.TrimPrefix(trimmed, "Bail out!"))
 			if err := col.add(Check{Name: "Bail out!", Status: CheckError, Message: reason}); err != nil {
-				return Report{}, err
+				return Report{}, cr.overOr(err)
 			}
 			bailed = true
 			break
@@ -119,19 +120,19 @@ func ParseTAP(r io.Reader, lim Limits) (Report, error) {
 		case tapVersionRE.MatchString(trimmed):
 			v, _ := strconv.Atoi(tapVersionRE.FindStringSubmatch(trimmed)[1])
 			if v != 13 && v != 14 {
-				return Report{}, unparseable("line %d: TAP version %d is not 13 or 14", lineNo, v)
+				return Report{}, cr.overOr(unparseable("line %d: TAP version %d is not 13 or 14", lineNo, v))
 			}
 			if level == 0 && seenLine {
-				return Report{}, unparseable("line %d: TAP version line after the start", lineNo)
+				return Report{}, cr.overOr(unparseable("line %d: TAP version line after the start", lineNo))
 			}
 		case tapPlanRE.MatchString(trimmed):
 			m := tapPlanRE.FindStringSubmatch(trimmed)
 			if f.planned >= 0 {
-				return Report{}, unparseable("line %d: a second plan", lineNo)
+				return Report{}, cr.overOr(unparseable("line %d: a second plan", lineNo))
 			}
 			n, err := strconv.Atoi(m[1])
 			if err != nil || n > lim.MaxChecks {
-				return Report{}, unparseable("line %d: plan %q out of range", lineNo, m[1])
+				return Report{}, cr.overOr(unparseable("line %d: plan %q out of range", lineNo, m[1]))
 			}
 			f.planned = n
 			f.skipAll = n == 0
@@ -145,7 +146,7 @@ func ParseTAP(r io.Reader, lim Limits) (Report, error) {
 			if m[2] != "" {
 				n, err := strconv.Atoi(m[2])
 				if err != nil || n != f.count {
-					return Report{}, unparseable("line %d: test %s out of sequence (expected %d)", lineNo, m[2], f.count)
+					return Report{}, cr.overOr(unparseable("line %d: test %s out of sequence (expected %d)", lineNo, m[2], f.count))
 				}
 			}
 			desc, directive, reason := splitTAPDirective(rest)
@@ -163,7 +164,7 @@ func ParseTAP(r io.Reader, lim Limits) (Report, error) {
 				c.Status, c.Message = CheckSkipped, "TODO "+reason
 			}
 			if err := hold(f, c); err != nil {
-				return Report{}, err
+				return Report{}, cr.overOr(err)
 			}
 			if len(f.children) > 0 {
 				prefix := c.Name
@@ -173,7 +174,7 @@ func ParseTAP(r io.Reader, lim Limits) (Report, error) {
 				for _, ch := range f.children {
 					ch.Name = prefix + "/" + ch.Name
 					if err := hold(f, ch); err != nil {
-						return Report{}, err
+						return Report{}, cr.overOr(err)
 					}
 					held-- // already counted once
 				}
@@ -186,20 +187,23 @@ func ParseTAP(r io.Reader, lim Limits) (Report, error) {
 		}
 		seenLine = true
 	}
+	if cr.exceeded() {
+		return Report{}, cr.overOr(nil)
+	}
 	if err := sc.Err(); err != nil {
 		if errors.Is(err, ErrTooLarge) {
-			return Report{}, err
+			return Report{}, cr.overOr(err)
 		}
 		if errors.Is(err, bufio.ErrTooLong) {
 			return Report{}, tooLarge("a line longer than %d bytes", lim.MaxLine)
 		}
-		return Report{}, unparseable("reading: %v", err)
+		return Report{}, cr.overOr(unparseable("reading: %v", err))
 	}
 	if yamlIndent >= 0 && !bailed {
-		return Report{}, unparseable("the stream ends inside a YAML block (truncated report?)")
+		return Report{}, cr.overOr(unparseable("the stream ends inside a YAML block (truncated report?)"))
 	}
 	if !bailed && len(stack) > 1 {
-		return Report{}, unparseable("the stream ends inside a subtest (truncated report?)")
+		return Report{}, cr.overOr(unparseable("the stream ends inside a subtest (truncated report?)"))
 	}
 	for len(stack) > 1 {
 		closeFrame()
@@ -217,7 +221,7 @@ func ParseTAP(r io.Reader, lim Limits) (Report, error) {
 	top.children = nil
 	for _, c := range frameChecks(top) {
 		if err := col.add(c); err != nil {
-			return Report{}, err
+			return Report{}, cr.overOr(err)
 		}
 	}
 	return Report{Format: FormatTAP, Checks: nonNil(col.checks)}, nil
