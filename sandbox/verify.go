@@ -333,10 +333,11 @@ func VerifyAttestation(keys KeySet, envelope []byte) (Attestation, error) {
 	if err != nil {
 		return Attestation{}, err
 	}
-	digest, err := EnvelopeDigest(envelope)
+	canon, err := CanonicalEnvelope(env)
 	if err != nil {
-		return Attestation{}, err
+		return Attestation{}, verifyErr(CheckMalformed, "envelope: %v", err)
 	}
+	digest := DigestBytes(canon) // EnvelopeDigest, without parsing again
 	var st Statement
 	if err := decodeStrict(payload, &st); err != nil {
 		return Attestation{}, verifyErr(CheckMalformed, "statement: %v", err)

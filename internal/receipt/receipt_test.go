@@ -15,6 +15,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -564,6 +565,26 @@ func BenchmarkSignCompleted(b *testing.B) {
 	for b.Loop() {
 		if _, err := s.SignCompleted(res, acc); err != nil {
 			b.Fatal(err)
+		}
+	}
+}
+
+// TestNoEngineClient: signing must not link the container engine client.
+func TestNoEngineClient(t *testing.T) {
+	goBin := filepath.Join(runtime.GOROOT(), "bin", "go")
+	out, err := exec.Command(goBin, "list", "-deps", "github.com/sandboxd/sandboxd/internal/receipt").CombinedOutput()
+	if err != nil {
+		t.Fatalf("go list: %v\n%s", err, out)
+	}
+	deps := strings.Fields(string(out))
+	if len(deps) < 10 {
+		t.Fatalf("go list -deps: got %d packages, want the real dependency list", len(deps))
+	}
+	for _, d := range deps {
+		for _, banned := range []string{"github.com/moby/", "github.com/docker/", "github.com/sandboxd/sandboxd/internal/broker"} {
+			if strings.HasPrefix(d, banned) {
+				t.Errorf("internal/receipt depends on %s", d)
+			}
 		}
 	}
 }
