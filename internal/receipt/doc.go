@@ -1,8 +1,12 @@
-// Package receipt signs what the broker accepted and what happened to a job:
-// in-toto Statement v1 attestations in DSSE envelopes, signed with ECDSA
-// P-256 through sigstore, and the cosign-compatible key files behind them.
+// Package receipt signs what the broker accepted (a receipt) and what
+// happened to a job (a result): in-toto Statement v1 attestations in DSSE
+// envelopes, signed with ECDSA P-256 / SHA-256 through sigstore, and the
+// cosign-compatible key files behind them. The formats and their
+// verification live in the public sandbox package, which uses only the
+// standard library; this package only produces what sandbox verifies.
 //
-// It never verifies on behalf of a caller (verification lives in the
-// public sandbox package, standard library only) and it never reads a
-// password from the environment or a terminal: cmd/ passes the bytes in.
+// It must never sign a job that is not sealed or a result without the
+// receipt it is chained to, never write or read an unencrypted private key,
+// and never read a password itself (from the environment or a terminal):
+// cmd/ passes the bytes in.
 package receipt
