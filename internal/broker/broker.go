@@ -190,7 +190,7 @@ func (b *Broker) removeContainer(id string) {
 
 // ensureShim makes sure the helper volume holds the helper binary.
 func (b *Broker) ensureShim(ctx context.Context, image string) (string, error) {
-	name := shimVolumeName(b.shimDigest)
+	name := b.shimVolumeName(b.shimDigest)
 	var buf bytes.Buffer
 	tw := tar.NewWriter(&buf)
 	tw.WriteHeader(&tar.Header{Name: "shim", Mode: 0o755, Size: int64(len(b.shimBytes)), Typeflag: tar.TypeReg})
@@ -221,7 +221,7 @@ func (b *Broker) ensureInput(ctx context.Context, image, digest string) (string,
 	if err != nil {
 		return "", false, fmt.Errorf("input %s: not a valid tar: %w", digest, err)
 	}
-	name := inputVolumeName(digest)
+	name := b.inputVolumeName(digest)
 	labels := map[string]string{LabelRole: roleInput, LabelDigest: digest, LabelBroker: b.cfg.Name}
 	populated, err := b.volumes.ensure(ctx, name, image, labels, want, func() (io.ReadCloser, error) {
 		return b.blobs.Open(digest)

@@ -25,7 +25,7 @@ func (h *hasher) Write(p []byte) (int, error) { return h.h.Write(p) }
 func (h *hasher) digest() string              { return "sha256:" + hex.EncodeToString(h.h.Sum(nil)) }
 
 // maxRejected bounds the rejected entries kept in a result.
-const maxRejected = 1000
+const maxRejected = 1024
 
 // collector turns the helper's frames into logs, artifacts and a status.
 // Every frame is untrusted input: paths, counts and sizes are checked

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"regexp"
 	"time"
 )
 
@@ -30,6 +31,9 @@ type Config struct {
 	// the host, so it is a host-wide backstop; the per-job bound is the pids
 	// cgroup (Limits.Pids).
 	NProc int64
+	// VolumePrefix starts the names of the broker's cache volumes (the
+	// helper and read-only inputs, named by content digest).
+	VolumePrefix string
 	// LogMaxSize is the engine's json-file max-size for the container's own
 	// log (the helper's stream; the job's logs are captured by the broker).
 	LogMaxSize string
@@ -48,6 +52,7 @@ func Default() Config {
 		EngineTimeout: 30 * time.Second,
 		NProc:         8192,
 		LogMaxSize:    "1m",
+		VolumePrefix:  "sandboxd",
 	}
 }
 
@@ -66,8 +71,12 @@ func (c Config) Validate() error {
 		return fmt.Errorf("broker config: EngineTimeout %v is under 1s", c.EngineTimeout)
 	case c.NProc < 64:
 		return fmt.Errorf("broker config: NProc %d is under 64", c.NProc)
+	case !volumePrefixRE.MatchString(c.VolumePrefix):
+		return fmt.Errorf("broker config: VolumePrefix %q is not [a-zA-Z0-9][a-zA-Z0-9_.-]{0,63}", c.VolumePrefix)
 	case c.LogMaxSize == "":
 		return errors.New("broker config: LogMaxSize is empty")
 	}
 	return nil
 }
+
+var volumePrefixRE = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9_.-]{0,63}$`)

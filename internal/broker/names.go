@@ -36,10 +36,10 @@ func shortDigest(d string) string {
 	return hex
 }
 
-func inputVolumeName(digest string) string {
-	return "sandboxd-input-" + strings.TrimPrefix(digest, "sha256:")
+func (b *Broker) inputVolumeName(digest string) string {
+	return b.cfg.VolumePrefix + "-input-" + strings.TrimPrefix(digest, "sha256:")
 }
 
-func shimVolumeName(digest string) string {
-	return "sandboxd-shim-" + strings.TrimPrefix(digest, "sha256:")
+func (b *Broker) shimVolumeName(digest string) string {
+	return b.cfg.VolumePrefix + "-shim-" + strings.TrimPrefix(digest, "sha256:")
 }

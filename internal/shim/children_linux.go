@@ -114,6 +114,8 @@ type collector struct {
 	bytes     int64
 	rejected  int
 	dropped   int64
+	overCount int64
+	overBytes int64
 	limits    map[string]bool
 	buf       []byte
 }
@@ -155,8 +157,14 @@ func collectMain() int {
 			return 1
 		}
 	}
+	if c.overCount > 0 {
+		c.o.json(FrameRejected, Rejected{Path: "", Reason: fmt.Sprintf("%d regular files not collected: file_count limit reached", c.overCount)})
+	}
+	if c.overBytes > 0 {
+		c.o.json(FrameRejected, Rejected{Path: "", Reason: fmt.Sprintf("%d regular files not collected: output_bytes limit reached", c.overBytes)})
+	}
 	if c.dropped > 0 {
-		c.o.json(FrameRejected, Rejected{Path: "", Reason: fmt.Sprintf("%d more entries not listed", c.dropped)})
+		c.o.json(FrameRejected, Rejected{Path: "", Reason: fmt.Sprintf("%d more rejected entries not listed", c.dropped)})
 	}
 	sum := CollectSummary{Files: c.files, Bytes: c.bytes, LimitsHit: []string{}}
 	for l := range c.limits {
@@ -234,14 +242,16 @@ func (c *collector) walk(dirfd int, dir string, depth int) error {
 }
 
 func (c *collector) file(dirfd int, name, p string, st *unix.Stat_t) error {
+	// Files over a limit are counted, not listed one by one, so that a
+	// flood of them cannot push links and FIFOs out of the bounded list.
 	if c.left <= 0 {
 		c.limits["file_count"] = true
-		c.reject(p, "file_count limit reached")
+		c.overCount++
 		return nil
 	}
 	if st.Size > c.remaining {
 		c.limits["output_bytes"] = true
-		c.reject(p, fmt.Sprintf("%d bytes exceed the %d left of output_bytes", st.Size, c.remaining))
+		c.overBytes++
 		return nil
 	}
 	fd, err := openChild(dirfd, name, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0o600)

@@ -1,0 +1,434 @@
+package integration
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/moby/moby/client"
+
+	"github.com/sandboxd/sandboxd/internal/broker"
+	"github.com/sandboxd/sandboxd/sandbox"
+)
+
+func TestExitZeroCollectsArtifacts(t *testing.T) {
+	t.Parallel()
+	j := newJob(t, sh(`mkdir -p /work/out/sub && printf 'hello' > /work/out/a.txt && printf '{"x":1}' > /work/out/sub/r.json && echo done`), nil)
+	res := runJob(t, j)
+	if res.Status != sandbox.StatusSucceeded || res.ExitCode != 0 {
+		t.Fatalf("status %s exit %d (%s), want succeeded 0", res.Status, res.ExitCode, res.Cause)
+	}
+	want := map[string]string{
+		"/work/out/a.txt":      sandbox.DigestBytes([]byte("hello")),
+		"/work/out/sub/r.json": sandbox.DigestBytes([]byte(`{"x":1}`)),
+	}
+	if len(res.Artifacts) != len(want) {
+		t.Fatalf("got %d artifacts %+v, want %d", len(res.Artifacts), res.Artifacts, len(want))
+	}
+	for _, a := range res.Artifacts {
+		if want[a.Path] != a.Digest {
+			t.Errorf("artifact %s digest %s, want %s", a.Path, a.Digest, want[a.Path])
+		}
+		if got := sandbox.DigestBytes(readBlob(t, a.Digest)); got != a.Digest {
+			t.Errorf("stored blob of %s hashes to %s", a.Path, got)
+		}
+	}
+	if got := stdout(t, res); got != "done\n" {
+		t.Errorf("stdout %q, want %q", got, "done\n")
+	}
+	if res.JobDigest != j.Digest || res.Security.SeccompDigest == "" || res.Runtime.EngineVersion == "" {
+		t.Errorf("result not bound to its job/runtime: %+v", res)
+	}
+}
+
+func TestExitThreeFails(t *testing.T) {
+	t.Parallel()
+	res := runJob(t, newJob(t, sh("exit 3"), nil))
+	if res.Status != sandbox.StatusFailed || res.ExitCode != 3 {
+		t.Fatalf("status %s exit %d, want failed 3", res.Status, res.ExitCode)
+	}
+}
+
+func TestMissingCommandIs127(t *testing.T) {
+	t.Parallel()
+	res := runJob(t, newJob(t, []string{"/no/such/binary"}, nil))
+	if res.Status != sandbox.StatusFailed || res.ExitCode != 127 {
+		t.Fatalf("status %s exit %d, want failed 127", res.Status, res.ExitCode)
+	}
+	if !strings.Contains(stderr(t, res), "/no/such/binary") {
+		t.Errorf("stderr %q does not name the missing command", stderr(t, res))
+	}
+}
+
+func TestDeadline(t *testing.T) {
+	t.Parallel()
+	j := newJob(t, sh("trap '' TERM; sleep 60"), func(j *sandbox.Job) { j.Limits.WallTimeMS = 1500 })
+	start := time.Now()
+	res := runJob(t, j)
+	took := time.Since(start)
+	if res.Status != sandbox.StatusTimedOut {
+		t.Fatalf("status %s (%s), want timed_out", res.Status, res.Cause)
+	}
+	if took > 1500*time.Millisecond+10*time.Second {
+		t.Errorf("took %v for a 1.5s deadline", took)
+	}
+}
+
+func TestMemoryBomb(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct{ name, script string }{
+		{"direct", `x=aaaaaaaaaaaaaaaa; while true; do x="$x$x"; done`},
+		{"shell exits 0", `(x=aaaaaaaaaaaaaaaa; while true; do x="$x$x"; done); exit 0`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			res := runJob(t, newJob(t, sh(tc.script), func(j *sandbox.Job) { j.Limits.MemoryBytes = 32 << 20 }))
+			if res.Status != sandbox.StatusOOMKilled {
+				t.Fatalf("status %s exit %d (%s), want oom_killed", res.Status, res.ExitCode, res.Cause)
+			}
+		})
+	}
+}
+
+func TestForkBombContained(t *testing.T) {
+	t.Parallel()
+	j := newJob(t, sh(`b(){ b | b & }; b; sleep 3; echo survived`), func(j *sandbox.Job) {
+		j.Limits.Pids = 32
+		j.Limits.WallTimeMS = 10_000
+	})
+	res := runJob(t, j)
+	if res.Status == sandbox.StatusError || res.Status == sandbox.StatusUncertain {
+		t.Fatalf("status %s (%s): the bomb was not contained", res.Status, res.Cause)
+	}
+	// The host stays responsive: a trivial job right after runs normally.
+	after := runJob(t, newJob(t, sh("echo ok"), nil))
+	if after.Status != sandbox.StatusSucceeded {
+		t.Fatalf("job after the fork bomb: %s (%s)", after.Status, after.Cause)
+	}
+}
+
+func TestReadOnlyRootAndBundle(t *testing.T) {
+	t.Parallel()
+	bundle := putTree(t, map[string]string{"tests/": "", "tests/hidden_test.go": "package x // hidden", "grader.sh": "#!/bin/sh\n"})
+	j := newJob(t, sh(`
+		cat /bundle/tests/hidden_test.go >/dev/null || exit 10
+		echo x > /bundle/tests/hidden_test.go 2>/dev/null && exit 11
+		rm -f /bundle/grader.sh 2>/dev/null; [ -e /bundle/grader.sh ] || exit 12
+		echo x > /etc/passwd 2>/dev/null && exit 13
+		touch /newfile 2>/dev/null && exit 14
+		touch /.sandboxd/x 2>/dev/null && exit 15
+		echo x > /.sandboxd/shim 2>/dev/null && exit 16
+		touch /work/ok && touch /tmp/ok || exit 17
+		exit 0`), func(j *sandbox.Job) {
+		j.Inputs = []sandbox.Input{{Name: "bundle", Digest: bundle, Path: sandbox.BundlePath}}
+	})
+	res := runJob(t, j)
+	if res.Status != sandbox.StatusSucceeded {
+		t.Fatalf("status %s exit %d (%s): a write that must fail succeeded or a read failed", res.Status, res.ExitCode, stderr(t, res))
+	}
+	if err := env.blobs.Verify(bundle); err != nil {
+		t.Fatalf("broker's copy of the bundle changed: %v", err)
+	}
+	// The cached volume is reused, unchanged, by the next job.
+	res2 := runJob(t, newJob(t, sh(`cat /bundle/tests/hidden_test.go`), func(j *sandbox.Job) {
+		j.Inputs = []sandbox.Input{{Name: "bundle", Digest: bundle, Path: sandbox.BundlePath}}
+	}))
+	if got := stdout(t, res2); got != "package x // hidden" {
+		t.Fatalf("second job read %q", got)
+	}
+}
+
+func TestWritableInputIsAPrivateCopy(t *testing.T) {
+	t.Parallel()
+	ws := putTree(t, map[string]string{"src/": "", "src/main.go": "package main", "run.sh": "echo hi"})
+	j := newJob(t, sh(`cat /work/src/main.go && echo changed > /work/src/main.go && cat /work/src/main.go && ls -l /work/run.sh`), func(j *sandbox.Job) {
+		j.Inputs = []sandbox.Input{{Name: "workspace", Digest: ws, Path: sandbox.WorkPath, Writable: true}}
+	})
+	res := runJob(t, j)
+	if res.Status != sandbox.StatusSucceeded {
+		t.Fatalf("status %s (%s) stderr %q", res.Status, res.Cause, stderr(t, res))
+	}
+	out := stdout(t, res)
+	if !strings.HasPrefix(out, "package mainchanged\n") || !strings.Contains(out, "sandbox") {
+		t.Errorf("stdout %q: want the staged file, the change, and candidate ownership", out)
+	}
+	if err := env.blobs.Verify(ws); err != nil {
+		t.Fatalf("workspace blob changed: %v", err)
+	}
+}
+
+func TestScratchSpaceIsBounded(t *testing.T) {
+	t.Parallel()
+	j := newJob(t, sh(`dd if=/dev/zero of=/work/fill bs=1M count=200 2>/dev/null; echo rc=$?`), func(j *sandbox.Job) {
+		j.Limits.DiskBytes = 8 << 20
+	})
+	res := runJob(t, j)
+	if res.Status != sandbox.StatusLimitExceeded || res.Limit != "disk_bytes" {
+		t.Fatalf("status %s limit %q (%s), want limit_exceeded disk_bytes", res.Status, res.Limit, res.Cause)
+	}
+	if res.Usage.WorkBytesUsed > 8<<20 {
+		t.Errorf("work used %d bytes, over its 8 MiB bound", res.Usage.WorkBytesUsed)
+	}
+}
+
+func TestLogFloodTruncated(t *testing.T) {
+	t.Parallel()
+	res := runJob(t, newJob(t, sh(`head -c 52428800 /dev/zero; echo end >&2`), nil))
+	if res.Status != sandbox.StatusSucceeded {
+		t.Fatalf("status %s (%s), want succeeded (log truncation is flagged, not a failure)", res.Status, res.Cause)
+	}
+	if !res.Stdout.Truncated || res.Stdout.Bytes != 64<<10 || res.Stdout.Total != 52428800 {
+		t.Fatalf("stdout %+v, want truncated at 65536 of 52428800", res.Stdout)
+	}
+	if !slices.Contains(res.LimitsHit, "log_bytes") {
+		t.Errorf("limits_hit %v lacks log_bytes", res.LimitsHit)
+	}
+	if stderr(t, res) != "end\n" {
+		t.Errorf("stderr %q", stderr(t, res))
+	}
+}
+
+func TestHostileOutputs(t *testing.T) {
+	t.Parallel()
+	j := newJob(t, sh(`
+		mkdir -p /work/out/many /work/out/d
+		ln -s /etc/shadow /work/out/shadow
+		ln -s ../../ /work/out/up
+		ln -s /work/out/d /work/out/dirlink
+		mkfifo /work/out/fifo
+		printf secret > /work/out/locked && chmod 000 /work/out/locked
+		cd /work/out/many && seq 1 100000 | xargs touch
+		echo ok`), func(j *sandbox.Job) {
+		j.Limits.FileCount = 50
+		j.Limits.WallTimeMS = 60_000
+	})
+	res := runJob(t, j)
+	if res.Status != sandbox.StatusLimitExceeded || res.Limit != "file_count" {
+		t.Fatalf("status %s limit %q (%s), want limit_exceeded file_count", res.Status, res.Limit, res.Cause)
+	}
+	if len(res.Artifacts) != 50 {
+		t.Errorf("%d artifacts, want the cap of 50", len(res.Artifacts))
+	}
+	reasons := map[string]string{}
+	for _, r := range res.Rejected {
+		reasons[r.Path] = r.Reason
+	}
+	for p, want := range map[string]string{
+		"/work/out/shadow":  "symbolic link",
+		"/work/out/up":      "symbolic link",
+		"/work/out/dirlink": "symbolic link",
+		"/work/out/fifo":    "FIFO",
+	} {
+		if !strings.Contains(reasons[p], want) {
+			t.Errorf("rejected[%s] = %q, want %q", p, reasons[p], want)
+		}
+	}
+	if a, ok := res.Artifact("/work/out/locked"); !ok || a.Digest != sandbox.DigestBytes([]byte("secret")) {
+		t.Errorf("a file the candidate made unreadable to itself was not collected: %+v", a)
+	}
+	for _, a := range res.Artifacts {
+		if !strings.HasPrefix(a.Path, "/work/out/") {
+			t.Errorf("artifact outside the output directory: %s", a.Path)
+		}
+	}
+	if len(res.Rejected) > 1024 {
+		t.Errorf("%d rejected entries: the list is not bounded", len(res.Rejected))
+	}
+}
+
+func TestNetworkIsolation(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	accepted := make(chan struct{}, 1)
+	go func() {
+		if c, err := ln.Accept(); err == nil {
+			c.Close()
+			accepted <- struct{}{}
+		}
+	}()
+	port := ln.Addr().(*net.TCPAddr).Port
+	script := fmt.Sprintf(`
+		echo "ifaces=$(tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' ' | tr '\n' ',')"
+		if nc -w 2 127.0.0.1 %d </dev/null; then echo host-listener=reached; else echo host-listener=unreachable; fi
+		if nslookup sandboxd.invalid >/dev/null 2>&1; then echo dns=resolved; else echo dns=failed; fi
+		echo "resolv=$(grep nameserver /etc/resolv.conf | tr '\n' ',')"`, port)
+	res := runJob(t, newJob(t, sh(script), nil))
+	out := stdout(t, res)
+	for _, want := range []string{"ifaces=lo,\n", "host-listener=unreachable", "dns=failed", "resolv=nameserver 127.0.0.1,"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("stdout lacks %q:\n%s", want, out)
+		}
+	}
+	select {
+	case <-accepted:
+		t.Error("the host loopback listener accepted a connection from the sandbox")
+	default:
+	}
+}
+
+func TestEnvironmentIsExactly(t *testing.T) {
+	t.Parallel()
+	res := runJob(t, newJob(t, []string{"/bin/env"}, func(j *sandbox.Job) {
+		j.Env = map[string]string{"GOFLAGS": "-count=1", "EMPTY": ""}
+	}))
+	got := strings.Split(strings.TrimSpace(stdout(t, res)), "\n")
+	slices.Sort(got)
+	want := []string{"EMPTY=", "GOFLAGS=-count=1", "HOME=/work", "HOSTNAME=sandbox", "PATH=/bin"}
+	if !slices.Equal(got, want) {
+		t.Fatalf("environment %q, want %q", got, want)
+	}
+}
+
+func TestCandidateHasNoPrivileges(t *testing.T) {
+	t.Parallel()
+	res := runJob(t, newJob(t, sh(`
+		grep -E '^(Uid|Gid|CapInh|CapPrm|CapEff|CapAmb|NoNewPrivs|Seccomp):' /proc/self/status | tr -s '\t' ' '
+		cat /proc/1/environ >/dev/null 2>&1 && echo environ=readable || echo environ=denied
+		for p in /proc/[0-9]*; do [ "$(stat -c %u $p)" = 0 ] && { echo x > $p/fd/1 2>/dev/null && echo "wrote=$p"; kill -9 ${p#/proc/} 2>/dev/null && echo "killed=$p"; }; done
+		echo end`), nil))
+	out := stdout(t, res)
+	for _, want := range []string{"Uid: 65534 65534 65534 65534", "CapPrm: 0000000000000000", "CapEff: 0000000000000000", "CapAmb: 0000000000000000", "NoNewPrivs: 1", "Seccomp: 2", "environ=denied", "end"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("stdout lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "wrote=") || strings.Contains(out, "killed=") {
+		t.Errorf("candidate reached a root process:\n%s", out)
+	}
+	if res.Status != sandbox.StatusSucceeded {
+		t.Errorf("status %s (%s)", res.Status, res.Cause)
+	}
+}
+
+func TestImageRefusedBeforeAnythingIsCreated(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct{ name, image string }{
+		{"tag", "busybox:latest"},
+		{"unknown id", "sha256:" + strings.Repeat("ab", 32)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			j := newJob(t, sh("true"), nil)
+			j.Image = tc.image
+			j.Digest = ""
+			if err := j.Seal(); err != nil {
+				if !errors.Is(err, sandbox.ErrInvalid) {
+					t.Fatalf("seal: %v", err)
+				}
+				return // refused at validation, before the broker
+			}
+			_, err := env.broker.Run(context.Background(), j)
+			if !errors.Is(err, sandbox.ErrImageRefused) {
+				t.Fatalf("got %v, want ErrImageRefused", err)
+			}
+			assertGone(t, j)
+		})
+	}
+	// A tag never reaches the broker: Validate refuses it and names the field.
+	j := newJob(t, sh("true"), nil)
+	j.Image = "busybox:latest"
+	var fe *sandbox.FieldError
+	if err := j.Validate(); !errors.As(err, &fe) || fe.Field != "job.image" {
+		t.Fatalf("Validate with a tag: %v, want a FieldError on job.image", err)
+	}
+}
+
+func TestCancellationCleansUp(t *testing.T) {
+	t.Parallel()
+	j := newJob(t, sh("sleep 60"), nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	time.AfterFunc(2*time.Second, cancel)
+	res, err := env.broker.Run(ctx, j)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Status != sandbox.StatusCancelled {
+		t.Fatalf("status %s (%s), want cancelled", res.Status, res.Cause)
+	}
+	assertGone(t, j)
+}
+
+func TestSameJobTwiceConflictsWhileRunning(t *testing.T) {
+	t.Parallel()
+	j := newJob(t, sh("sleep 3"), nil)
+	done := make(chan sandbox.Result, 1)
+	go func() {
+		r, _ := env.broker.Run(context.Background(), j)
+		done <- r
+	}()
+	// Wait until its container exists, then run the same job again.
+	deadline := time.Now().Add(20 * time.Second)
+	for time.Now().Before(deadline) {
+		cs, _ := env.eng.ContainerList(context.Background(), client.ContainerListOptions{All: true, Filters: make(client.Filters).Add("label", broker.LabelJob+"="+j.ID)})
+		if len(cs.Items) > 0 {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if _, err := env.broker.Run(context.Background(), j); !errors.Is(err, sandbox.ErrConflict) {
+		t.Fatalf("second Run of a running job: %v, want ErrConflict", err)
+	}
+	if r := <-done; r.Status != sandbox.StatusSucceeded {
+		t.Fatalf("first run: %s (%s)", r.Status, r.Cause)
+	}
+	assertGone(t, j)
+}
+
+// lyingEngine reports an inspected container that differs from what the
+// broker asked for, as a compromised or buggy engine might.
+type lyingEngine struct {
+	*client.Client
+	tamper func(*client.ContainerInspectResult)
+}
+
+func (l lyingEngine) ContainerInspect(ctx context.Context, id string, o client.ContainerInspectOptions) (client.ContainerInspectResult, error) {
+	r, err := l.Client.ContainerInspect(ctx, id, o)
+	if err == nil && r.Container.State != nil && r.Container.State.Status == "created" {
+		l.tamper(&r)
+	}
+	return r, err
+}
+
+func TestInspectedSettingsMismatchIsAnError(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		setting string
+		tamper  func(*client.ContainerInspectResult)
+	}{
+		{"Privileged", func(r *client.ContainerInspectResult) { r.Container.HostConfig.Privileged = true }},
+		{"CapAdd", func(r *client.ContainerInspectResult) {
+			r.Container.HostConfig.CapAdd = append(r.Container.HostConfig.CapAdd, "CAP_SYS_ADMIN")
+		}},
+		{"NetworkMode", func(r *client.ContainerInspectResult) { r.Container.HostConfig.NetworkMode = "host" }},
+		{"SecurityOpt", func(r *client.ContainerInspectResult) { r.Container.HostConfig.SecurityOpt = []string{"no-new-privileges:true"} }},
+		{"MaskedPaths", func(r *client.ContainerInspectResult) { r.Container.HostConfig.MaskedPaths = nil }},
+		{"ReadonlyRootfs", func(r *client.ContainerInspectResult) { r.Container.HostConfig.ReadonlyRootfs = false }},
+	} {
+		t.Run(tc.setting, func(t *testing.T) {
+			b, err := broker.New(lyingEngine{env.eng, tc.tamper}, env.blobs, env.cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			j := newJob(t, sh("echo must-not-run"), nil)
+			res, err := b.Run(context.Background(), j)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if res.Status != sandbox.StatusError || !strings.Contains(res.Cause, tc.setting) {
+				t.Fatalf("status %s cause %q, want error naming %s", res.Status, res.Cause, tc.setting)
+			}
+			if res.Stdout.Total != 0 {
+				t.Errorf("the job ran: stdout %d bytes", res.Stdout.Total)
+			}
+			assertGone(t, j)
+		})
+	}
+}
