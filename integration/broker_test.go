@@ -131,7 +131,7 @@ func TestReadOnlyRootAndBundle(t *testing.T) {
 	if res.Status != sandbox.StatusSucceeded {
 		t.Fatalf("status %s exit %d (%s): a write that must fail succeeded or a read failed", res.Status, res.ExitCode, stderr(t, res))
 	}
-	if err := env.blobs.Verify(bundle); err != nil {
+	if err := env.Blobs.Verify(bundle); err != nil {
 		t.Fatalf("broker's copy of the bundle changed: %v", err)
 	}
 	// The cached volume is reused, unchanged, by the next job.
@@ -157,7 +157,7 @@ func TestWritableInputIsAPrivateCopy(t *testing.T) {
 	if !strings.HasPrefix(out, "package mainchanged\n") || !strings.Contains(out, "sandbox") {
 		t.Errorf("stdout %q: want the staged file, the change, and candidate ownership", out)
 	}
-	if err := env.blobs.Verify(ws); err != nil {
+	if err := env.Blobs.Verify(ws); err != nil {
 		t.Fatalf("workspace blob changed: %v", err)
 	}
 }
@@ -325,7 +325,7 @@ func TestImageRefusedBeforeAnythingIsCreated(t *testing.T) {
 				}
 				return // refused at validation, before the broker
 			}
-			_, err := env.broker.Run(context.Background(), j)
+			_, err := env.Broker.Run(context.Background(), j)
 			if !errors.Is(err, sandbox.ErrImageRefused) {
 				t.Fatalf("got %v, want ErrImageRefused", err)
 			}
@@ -346,7 +346,7 @@ func TestCancellationCleansUp(t *testing.T) {
 	j := newJob(t, sh("sleep 60"), nil)
 	ctx, cancel := context.WithCancel(context.Background())
 	time.AfterFunc(2*time.Second, cancel)
-	res, err := env.broker.Run(ctx, j)
+	res, err := env.Broker.Run(ctx, j)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -361,19 +361,19 @@ func TestSameJobTwiceConflictsWhileRunning(t *testing.T) {
 	j := newJob(t, sh("sleep 3"), nil)
 	done := make(chan sandbox.Result, 1)
 	go func() {
-		r, _ := env.broker.Run(context.Background(), j)
+		r, _ := env.Broker.Run(context.Background(), j)
 		done <- r
 	}()
 	// Wait until its container exists, then run the same job again.
 	deadline := time.Now().Add(20 * time.Second)
 	for time.Now().Before(deadline) {
-		cs, _ := env.eng.ContainerList(context.Background(), client.ContainerListOptions{All: true, Filters: make(client.Filters).Add("label", broker.LabelJob+"="+j.ID)})
+		cs, _ := env.Eng.ContainerList(context.Background(), client.ContainerListOptions{All: true, Filters: make(client.Filters).Add("label", broker.LabelJob+"="+j.ID)})
 		if len(cs.Items) > 0 {
 			break
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	if _, err := env.broker.Run(context.Background(), j); !errors.Is(err, sandbox.ErrConflict) {
+	if _, err := env.Broker.Run(context.Background(), j); !errors.Is(err, sandbox.ErrConflict) {
 		t.Fatalf("second Run of a running job: %v, want ErrConflict", err)
 	}
 	if r := <-done; r.Status != sandbox.StatusSucceeded {
@@ -408,12 +408,14 @@ func TestInspectedSettingsMismatchIsAnError(t *testing.T) {
 			r.Container.HostConfig.CapAdd = append(r.Container.HostConfig.CapAdd, "CAP_SYS_ADMIN")
 		}},
 		{"NetworkMode", func(r *client.ContainerInspectResult) { r.Container.HostConfig.NetworkMode = "host" }},
-		{"SecurityOpt", func(r *client.ContainerInspectResult) { r.Container.HostConfig.SecurityOpt = []string{"no-new-privileges:true"} }},
+		{"SecurityOpt", func(r *client.ContainerInspectResult) {
+			r.Container.HostConfig.SecurityOpt = []string{"no-new-privileges:true"}
+		}},
 		{"MaskedPaths", func(r *client.ContainerInspectResult) { r.Container.HostConfig.MaskedPaths = nil }},
 		{"ReadonlyRootfs", func(r *client.ContainerInspectResult) { r.Container.HostConfig.ReadonlyRootfs = false }},
 	} {
 		t.Run(tc.setting, func(t *testing.T) {
-			b, err := broker.New(lyingEngine{env.eng, tc.tamper}, env.blobs, env.cfg)
+			b, err := broker.New(lyingEngine{env.Eng, tc.tamper}, env.Blobs, env.Cfg)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -32,6 +32,7 @@ func commands() map[string]command {
 		"workspace": {"ingest a candidate workspace", cmdWorkspace},
 		"keygen":    {"write an encrypted signing key pair", cmdKeygen},
 		"verify":    {"verify signed receipts and results offline", cmdVerify},
+		"selfcheck": {"prove the isolation properties on this engine", cmdSelfcheck},
 		"version":   {"print the version", cmdVersion},
 	}
 }

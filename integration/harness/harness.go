@@ -1,0 +1,274 @@
+// Package harness sets up what sandboxd's engine tests share: the real
+// engine (a failure under CI=true when it does not answer, never a skip),
+// the helper binary and minimal image built from this checkout, a blob
+// store, a broker with a unique name, and a check at the end that nothing
+// the tests created is left in the engine.
+package harness
+
+import (
+	"archive/tar"
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"sort"
+	"testing"
+	"time"
+
+	"github.com/moby/moby/client"
+
+	"github.com/sandboxd/sandboxd/internal/broker"
+	"github.com/sandboxd/sandboxd/internal/image"
+	"github.com/sandboxd/sandboxd/internal/store"
+	"github.com/sandboxd/sandboxd/sandbox"
+)
+
+// Env is the shared test environment.
+type Env struct {
+	Eng        *client.Client
+	Blobs      *store.Store
+	Broker     *broker.Broker
+	Cfg        broker.Config
+	Minimal    string // image ID of images/minimal
+	Shim       string // path of the built helper binary
+	Repo       string // repository root
+	Tmp        string // removed at the end
+	BrokerName string
+}
+
+// Main runs the tests of a package that needs the engine and returns the
+// exit code: it sets up env, runs m, and fails if anything is left behind.
+func Main(m *testing.M, env **Env) int {
+	ctx := context.Background()
+	e, err := setup(ctx)
+	if err == errNoEngine {
+		return 0
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "harness:", err)
+		return 1
+	}
+	defer os.RemoveAll(e.Tmp)
+	*env = e
+	code := m.Run()
+	if err := e.teardown(ctx); err != nil {
+		fmt.Fprintln(os.Stderr, "harness:", err)
+		code = 1
+	}
+	return code
+}
+
+var errNoEngine = fmt.Errorf("no engine")
+
+func setup(ctx context.Context) (*Env, error) {
+	eng, err := broker.NewEngine()
+	if err == nil {
+		pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		_, err = eng.Ping(pctx, client.PingOptions{})
+		cancel()
+	}
+	if err != nil {
+		if os.Getenv("CI") == "true" {
+			return nil, fmt.Errorf("no container engine answers, and CI=true: failing: %w", err)
+		}
+		fmt.Fprintln(os.Stderr, "harness: no container engine; skipping (set CI=true to make this a failure):", err)
+		return nil, errNoEngine
+	}
+	e := &Env{Eng: eng}
+	_, file, _, _ := runtime.Caller(0)
+	e.Repo = filepath.Dir(filepath.Dir(filepath.Dir(file)))
+	if e.Tmp, err = os.MkdirTemp("", "sandboxd-it-"); err != nil {
+		return nil, err
+	}
+	e.Shim = filepath.Join(e.Tmp, "sandboxd-shim")
+	if err := GoBuild(e.Repo, "./cmd/sandboxd-shim", e.Shim); err != nil {
+		return nil, err
+	}
+	img, err := image.Build(ctx, eng, filepath.Join(e.Repo, "images", "minimal"), e.Tmp, nil)
+	if err != nil {
+		return nil, fmt.Errorf("build minimal image: %w", err)
+	}
+	e.Minimal = img.ID
+	if e.Blobs, err = store.Open(filepath.Join(e.Tmp, "blobs")); err != nil {
+		return nil, err
+	}
+	e.BrokerName = "sandboxd-it-" + randHex(4)
+	e.Cfg = broker.Default()
+	e.Cfg.Name = e.BrokerName
+	e.Cfg.VolumePrefix = e.BrokerName
+	e.Cfg.ShimPath = e.Shim
+	if e.Broker, err = broker.New(eng, e.Blobs, e.Cfg); err != nil {
+		return nil, err
+	}
+	return e, nil
+}
+
+// GoBuild builds a static binary of pkg (relative to repo) at out.
+func GoBuild(repo, pkg, out string) error {
+	build := exec.Command("go", "build", "-o", out, pkg)
+	build.Dir = repo
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if b, err := build.CombinedOutput(); err != nil {
+		return fmt.Errorf("build %s: %w\n%s", pkg, err, b)
+	}
+	return nil
+}
+
+func (e *Env) teardown(ctx context.Context) error {
+	if left := e.Leftovers(ctx, broker.LabelJob); len(left) > 0 {
+		return fmt.Errorf("resources with label %s left behind: %v", broker.LabelJob, left)
+	}
+	if err := broker.RemoveCache(ctx, e.Eng, e.BrokerName); err != nil {
+		return fmt.Errorf("remove cache volumes: %w", err)
+	}
+	if left := e.Leftovers(ctx, broker.LabelBroker+"="+e.BrokerName); len(left) > 0 {
+		return fmt.Errorf("resources of broker %s left behind: %v", e.BrokerName, left)
+	}
+	return nil
+}
+
+// Leftovers lists containers and volumes matching a label filter.
+func (e *Env) Leftovers(ctx context.Context, label string) []string {
+	var out []string
+	cs, err := e.Eng.ContainerList(ctx, client.ContainerListOptions{All: true, Filters: make(client.Filters).Add("label", label)})
+	if err != nil {
+		return []string{"list containers: " + err.Error()}
+	}
+	for _, c := range cs.Items {
+		out = append(out, "container "+c.ID[:12]+" "+fmt.Sprint(c.Names))
+	}
+	vs, err := e.Eng.VolumeList(ctx, client.VolumeListOptions{Filters: make(client.Filters).Add("label", label)})
+	if err != nil {
+		return append(out, "list volumes: "+err.Error())
+	}
+	for _, v := range vs.Items {
+		out = append(out, "volume "+v.Name)
+	}
+	sort.Strings(out)
+	return out
+}
+
+func randHex(n int) string {
+	b := make([]byte, n)
+	rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// NewJob returns a sealed job running argv in the minimal image with small
+// limits; mod may change it before sealing.
+func (e *Env) NewJob(t testing.TB, argv []string, mod func(*sandbox.Job)) sandbox.Job {
+	t.Helper()
+	l := sandbox.DefaultLimits()
+	l.WallTimeMS = 20_000
+	l.MemoryBytes = 128 << 20
+	l.Pids = 64
+	l.DiskBytes = 32 << 20
+	l.OutputBytes = 8 << 20
+	l.LogBytes = 64 << 10
+	l.FileCount = 100
+	j := sandbox.Job{
+		Schema: sandbox.JobSchema, ID: "it-" + randHex(4), Image: e.Minimal,
+		Argv: argv, Env: map[string]string{}, WorkDir: sandbox.WorkPath, Outputs: []string{"/work/out"},
+		Limits: l, Network: sandbox.NetworkNone, Runtime: sandbox.RuntimeRunc,
+	}
+	if mod != nil {
+		mod(&j)
+	}
+	if err := j.Seal(); err != nil {
+		t.Fatal(err)
+	}
+	return j
+}
+
+// Sh wraps a shell script as argv.
+func Sh(script string) []string { return []string{"/bin/sh", "-c", script} }
+
+// Run runs a job on b (e.Broker if nil), fails the test if the broker
+// refused it or its result does not validate, and checks nothing is left.
+func (e *Env) Run(t testing.TB, b *broker.Broker, j sandbox.Job) sandbox.Result {
+	t.Helper()
+	if b == nil {
+		b = e.Broker
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	res, err := b.Run(ctx, j)
+	if err != nil {
+		t.Fatalf("Run: %v", err)
+	}
+	if err := res.Validate(); err != nil {
+		t.Fatalf("result does not validate: %v", err)
+	}
+	e.AssertGone(t, j)
+	return res
+}
+
+// AssertGone checks that no container of the job remains.
+func (e *Env) AssertGone(t testing.TB, j sandbox.Job) {
+	t.Helper()
+	cs, err := e.Eng.ContainerList(context.Background(), client.ContainerListOptions{All: true, Filters: make(client.Filters).Add("label", broker.LabelJob+"="+j.ID)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cs.Items) != 0 {
+		t.Errorf("job %s left %d containers", j.ID, len(cs.Items))
+	}
+}
+
+// Blob reads a blob from the store.
+func (e *Env) Blob(t testing.TB, d string) []byte {
+	t.Helper()
+	f, err := e.Blobs.Open(d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var b bytes.Buffer
+	b.ReadFrom(f)
+	return b.Bytes()
+}
+
+// Stdout and Stderr return a result's captured logs.
+func (e *Env) Stdout(t testing.TB, r sandbox.Result) string {
+	return string(e.Blob(t, r.Stdout.Digest))
+}
+func (e *Env) Stderr(t testing.TB, r sandbox.Result) string {
+	return string(e.Blob(t, r.Stderr.Digest))
+}
+
+// PutTree stores a tar of files (path → content; a name ending in "/" is a
+// directory, a name ending in "*" an executable file) and returns its digest.
+func (e *Env) PutTree(t testing.TB, files map[string]string) string {
+	t.Helper()
+	names := make([]string, 0, len(files))
+	for n := range files {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	for _, n := range names {
+		h := &tar.Header{Name: n, Mode: 0o644, Typeflag: tar.TypeReg, Size: int64(len(files[n])), Format: tar.FormatPAX}
+		switch n[len(n)-1] {
+		case '/':
+			h = &tar.Header{Name: n, Mode: 0o755, Typeflag: tar.TypeDir, Format: tar.FormatPAX}
+		case '*':
+			h.Name, h.Mode = n[:len(n)-1], 0o755
+		}
+		if err := tw.WriteHeader(h); err != nil {
+			t.Fatal(err)
+		}
+		tw.Write([]byte(files[n]))
+	}
+	tw.Close()
+	d, err := e.Blobs.PutBytes(buf.Bytes())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
