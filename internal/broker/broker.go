@@ -88,7 +88,22 @@ func (b *Broker) Facts(ctx context.Context) (sandbox.RuntimeFacts, error) {
 // non-nil only when the job was refused before anything ran (an invalid
 // job, an image that is not a local ID, a conflicting container); every
 // failure after that is reported in the Result's status.
-func (b *Broker) Run(ctx context.Context, job sandbox.Job) (res sandbox.Result, err error) {
+func (b *Broker) Run(ctx context.Context, job sandbox.Job) (sandbox.Result, error) {
+	return b.RunWithHooks(ctx, job, Hooks{})
+}
+
+// Hooks let a caller make each step durable before the next one happens.
+type Hooks struct {
+	// OnCreated runs right after the container is created, before it is
+	// inspected or started. An error aborts the job: the container is
+	// removed and nothing runs.
+	OnCreated func(ctx context.Context, containerID string) error
+	// OnStarted runs right after the container started.
+	OnStarted func(containerID string, at time.Time)
+}
+
+// RunWithHooks is Run with callbacks at each step.
+func (b *Broker) RunWithHooks(ctx context.Context, job sandbox.Job, hooks Hooks) (res sandbox.Result, err error) {
 	if err := job.VerifyDigest(); err != nil {
 		return sandbox.Result{}, err
 	}
@@ -110,7 +125,7 @@ func (b *Broker) Run(ctx context.Context, job sandbox.Job) (res sandbox.Result, 
 		}
 	}
 
-	r := &run{b: b, job: &job, log: log, imagePath: imgPath}
+	r := &run{b: b, job: &job, log: log, imagePath: imgPath, hooks: hooks}
 	r.res = sandbox.Result{
 		Schema:    sandbox.ResultSchema,
 		JobID:     job.ID,

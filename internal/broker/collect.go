@@ -45,6 +45,7 @@ type collector struct {
 	dropped   int
 	limits    []string
 
+	hello       bool
 	summary     *shim.CollectSummary
 	status      *shim.Status
 	helperError string
@@ -90,6 +91,13 @@ func (c *collector) consume(r io.Reader) error {
 }
 
 func (c *collector) frame(typ byte, p []byte) error {
+	if !c.hello {
+		if typ != shim.FrameHello || string(p) != shim.Hello {
+			return fmt.Errorf("stream does not start with the helper's hello: %w", errProtocol)
+		}
+		c.hello = true
+		return nil
+	}
 	if c.cur != nil && typ != shim.FrameFileData && typ != shim.FrameFileEnd {
 		return fmt.Errorf("frame %q inside file %s: %w", typ, c.curHdr.Path, errProtocol)
 	}
@@ -206,6 +214,23 @@ func (c *collector) limit(l string) {
 	if !slices.Contains(c.limits, l) {
 		c.limits = append(c.limits, l)
 	}
+}
+
+// incomplete says why the stream cannot be trusted to be whole, or "".
+func (c *collector) incomplete() string {
+	switch {
+	case !c.hello:
+		return "the helper's hello frame is missing"
+	case c.status == nil:
+		return "the helper's status frame is missing"
+	case c.status.Leftover:
+		return ""
+	case c.summary == nil:
+		return "the collection summary is missing"
+	case c.summary.Files != c.files || c.summary.Bytes != c.bytes:
+		return fmt.Sprintf("received %d files / %d bytes, the helper sent %d / %d", c.files, c.bytes, c.summary.Files, c.summary.Bytes)
+	}
+	return ""
 }
 
 // finish writes what was collected into the result.

@@ -34,8 +34,11 @@ type Config struct {
 	// VolumePrefix starts the names of the broker's cache volumes (the
 	// helper and read-only inputs, named by content digest).
 	VolumePrefix string
-	// LogMaxSize is the engine's json-file max-size for the container's own
-	// log (the helper's stream; the job's logs are captured by the broker).
+	// LogMaxSize is the engine's max-size for the container's own log: the
+	// helper's whole framed stream. The broker reads the stream live; after
+	// a broker crash it reads it back from this log, so a job whose stream
+	// fit is recovered and a longer one ends uncertain. The "local" driver
+	// is used because json-file is not binary-safe.
 	LogMaxSize string
 	// Logger receives structured logs; nil discards them.
 	Logger *slog.Logger
@@ -51,7 +54,7 @@ func Default() Config {
 		CollectGrace:  30 * time.Second,
 		EngineTimeout: 30 * time.Second,
 		NProc:         8192,
-		LogMaxSize:    "1m",
+		LogMaxSize:    "16m",
 		VolumePrefix:  "sandboxd",
 	}
 }

@@ -31,6 +31,7 @@ type run struct {
 	job       *sandbox.Job
 	log       *slog.Logger
 	imagePath string
+	hooks     Hooks
 
 	containerID string
 	res         sandbox.Result
@@ -58,16 +59,8 @@ func (r *run) cleanup() {
 
 func (r *run) execute(ctx context.Context) error {
 	b, j := r.b, r.job
-	shimVol, err := b.ensureShim(ctx, j.Image)
-	if err != nil {
+	if _, err := b.ensureShim(ctx, j.Image); err != nil {
 		return fmt.Errorf("helper volume: %w", err)
-	}
-	p := &plan{
-		job:        j,
-		name:       ContainerName(j.ID, j.Digest),
-		shimVolume: shimVol,
-		tmpfs:      tmpfsMounts(j.Limits, b.cfg.CandidateUID, b.cfg.CandidateGID),
-		seccomp:    string(seccomp.JSON()),
 	}
 	var writable []sandbox.Input
 	for _, in := range j.Inputs {
@@ -80,10 +73,6 @@ func (r *run) execute(ctx context.Context) error {
 			return fmt.Errorf("input %s: %w", in.Name, err)
 		}
 		r.log.Debug("read-only input ready", "input", in.Name, "volume", vol, "populated", populated)
-		p.roVolumes = append(p.roVolumes, mount.Mount{
-			Type: mount.TypeVolume, Source: vol, Target: in.Path, ReadOnly: true,
-			VolumeOptions: &mount.VolumeOptions{NoCopy: true},
-		})
 	}
 	var inputBytes int64
 	for _, in := range writable {
@@ -100,26 +89,31 @@ func (r *run) execute(ctx context.Context) error {
 	// enforces the wall time on the command itself.
 	grace := b.cfg.CollectGrace + time.Duration((inputBytes+j.Limits.OutputBytes)/(50<<20))*time.Second
 	hardDeadline := time.Now().Add(j.Limits.WallTime() + grace)
-	p.labels = map[string]string{
+	spec := b.containerSpec(b.planFor(j, map[string]string{
 		LabelJob:       j.ID,
 		LabelJobDigest: j.Digest,
 		LabelDeadline:  strconv.FormatInt(hardDeadline.UnixMilli(), 10),
 		LabelBroker:    b.cfg.Name,
 		LabelRole:      roleJob,
-	}
-	spec := b.containerSpec(p)
+	}))
+	name := spec.Name
 
 	cctx, cancel := context.WithTimeout(ctx, b.cfg.EngineTimeout)
 	created, err := b.eng.ContainerCreate(cctx, spec)
 	cancel()
 	if errdefs.IsConflict(err) {
-		return fmt.Errorf("container %s already exists: %w", p.name, sandbox.ErrConflict)
+		return fmt.Errorf("container %s already exists: %w", name, sandbox.ErrConflict)
 	}
 	if err != nil {
 		return fmt.Errorf("create container: %w", err)
 	}
 	r.containerID = created.ID
 	r.log = r.log.With("container_id", created.ID)
+	if r.hooks.OnCreated != nil {
+		if err := r.hooks.OnCreated(ctx, created.ID); err != nil {
+			return fmt.Errorf("record created container: %w", err)
+		}
+	}
 
 	cctx, cancel = context.WithTimeout(ctx, b.cfg.EngineTimeout)
 	insp, err := b.eng.ContainerInspect(cctx, created.ID, client.ContainerInspectOptions{})
@@ -146,6 +140,9 @@ func (r *run) execute(ctx context.Context) error {
 		return fmt.Errorf("start: %w", err)
 	}
 	r.res.StartedAt = time.Now().UTC()
+	if r.hooks.OnStarted != nil {
+		r.hooks.OnStarted(created.ID, r.res.StartedAt)
+	}
 
 	// The deadline is enforced from outside: kill the container.
 	killer := time.AfterFunc(time.Until(hardDeadline), func() {
@@ -243,8 +240,8 @@ func (r *run) decide(ctx context.Context, col *collector, oomKilled, hardKilled 
 		r.fail(sandbox.StatusError, "helper: "+col.helperError+detail(helperStderr))
 	case streamErr != nil:
 		r.fail(sandbox.StatusError, "result stream: "+streamErr.Error()+detail(helperStderr))
-	case st == nil:
-		r.fail(sandbox.StatusError, "the helper ended without a status"+detail(helperStderr))
+	case col.incomplete() != "":
+		r.fail(sandbox.StatusError, "result stream incomplete: "+col.incomplete()+detail(helperStderr))
 	case st.Leftover:
 		r.fail(sandbox.StatusError, st.Error)
 	case st.TimedOut:
@@ -408,4 +405,26 @@ func (c *cappedBuffer) String() string {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return string(c.buf)
+}
+
+// planFor decides a job's container: every name in it is derived from the
+// job and content digests, so a recovering broker derives the same plan.
+func (b *Broker) planFor(j *sandbox.Job, labels map[string]string) *plan {
+	p := &plan{
+		job:        j,
+		name:       ContainerName(j.ID, j.Digest),
+		labels:     labels,
+		shimVolume: b.shimVolumeName(b.shimDigest),
+		tmpfs:      tmpfsMounts(j.Limits, b.cfg.CandidateUID, b.cfg.CandidateGID),
+		seccomp:    string(seccomp.JSON()),
+	}
+	for _, in := range j.Inputs {
+		if !in.Writable {
+			p.roVolumes = append(p.roVolumes, mount.Mount{
+				Type: mount.TypeVolume, Source: b.inputVolumeName(in.Digest), Target: in.Path, ReadOnly: true,
+				VolumeOptions: &mount.VolumeOptions{NoCopy: true},
+			})
+		}
+	}
+	return p
 }

@@ -71,7 +71,7 @@ func (b *Broker) containerSpec(p *plan) client.ContainerCreateOptions {
 		Labels:       p.labels,
 	}
 	hc := &container.HostConfig{
-		LogConfig:      container.LogConfig{Type: "json-file", Config: map[string]string{"max-size": b.cfg.LogMaxSize, "max-file": "1"}},
+		LogConfig:      container.LogConfig{Type: "local", Config: map[string]string{"max-size": b.cfg.LogMaxSize, "max-file": "1", "compress": "false"}},
 		NetworkMode:    container.NetworkMode(sandbox.NetworkNone),
 		RestartPolicy:  container.RestartPolicy{Name: container.RestartPolicyDisabled},
 		AutoRemove:     false,

@@ -55,6 +55,9 @@ func (o *out) json(typ byte, v any) error {
 
 func parentMain() int {
 	o := &out{w: os.Stdout}
+	if err := o.frame(FrameHello, []byte(Hello)); err != nil {
+		return 1
+	}
 	st, err := runJob(o)
 	if err != nil {
 		o.frame(FrameError, []byte(err.Error()))

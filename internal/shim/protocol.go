@@ -9,6 +9,7 @@ import (
 
 // Frame types on the helper's stdout.
 const (
+	FrameHello     byte = 'H' // Hello payload: the first frame
 	FrameStdout    byte = 'o' // a chunk of the command's stdout
 	FrameStderr    byte = 'e' // a chunk of the command's stderr
 	FrameFileBegin byte = 'F' // FileHeader JSON: an artifact follows
@@ -19,6 +20,10 @@ const (
 	FrameStatus    byte = 'S' // Status JSON: the last frame
 	FrameError     byte = 'X' // helper failure text; the last frame
 )
+
+// Hello is the payload of the first frame. A stream that does not start
+// with it (e.g. a log whose beginning was rotated away) is incomplete.
+const Hello = "sandboxd-shim/1"
 
 // MaxFrame bounds one frame's payload.
 const MaxFrame = 1 << 20

@@ -1,0 +1,187 @@
+package broker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+	"time"
+
+	"github.com/moby/moby/api/pkg/stdcopy"
+	"github.com/moby/moby/api/types/container"
+	"github.com/moby/moby/client"
+
+	"github.com/sandboxd/sandboxd/sandbox"
+)
+
+// JobContainer is a container the broker created for a job, as found by
+// its labels.
+type JobContainer struct {
+	ID        string
+	Name      string
+	JobID     string
+	JobDigest string
+	Deadline  time.Time
+	State     string // created, running, exited, …
+	Created   time.Time
+}
+
+// ListJobContainers returns every container labelled as a job of this
+// broker.
+func (b *Broker) ListJobContainers(ctx context.Context) ([]JobContainer, error) {
+	f := make(client.Filters).Add("label", LabelBroker+"="+b.cfg.Name).Add("label", LabelRole+"="+roleJob)
+	cs, err := b.eng.ContainerList(ctx, client.ContainerListOptions{All: true, Filters: f})
+	if err != nil {
+		return nil, fmt.Errorf("list job containers: %w", err)
+	}
+	out := make([]JobContainer, 0, len(cs.Items))
+	for _, c := range cs.Items {
+		jc := JobContainer{ID: c.ID, JobID: c.Labels[LabelJob], JobDigest: c.Labels[LabelJobDigest], State: string(c.State), Created: time.Unix(c.Created, 0)}
+		if len(c.Names) > 0 {
+			jc.Name = c.Names[0]
+		}
+		if ms, err := strconv.ParseInt(c.Labels[LabelDeadline], 10, 64); err == nil {
+			jc.Deadline = time.UnixMilli(ms)
+		}
+		out = append(out, jc)
+	}
+	return out, nil
+}
+
+// RemoveJobContainer force-removes a job's container.
+func (b *Broker) RemoveJobContainer(id string) { b.removeContainer(id) }
+
+// Recover finishes a job whose broker stopped while its container existed.
+// It never starts anything: a running container is waited for (its
+// deadline, from the label, still holds), then the helper's stream is read
+// back from the container's log. If the container is gone, never started,
+// or its stream is not whole, the job ends uncertain — it is never run
+// again. The container is removed in every case.
+func (b *Broker) Recover(ctx context.Context, job sandbox.Job, containerID string) (res sandbox.Result, err error) {
+	if err := job.VerifyDigest(); err != nil {
+		return sandbox.Result{}, err
+	}
+	facts, err := b.Facts(ctx)
+	if err != nil {
+		return sandbox.Result{}, err
+	}
+	r := &run{b: b, job: &job, log: b.log.With("job_id", job.ID, "container_id", containerID), containerID: containerID}
+	r.res = sandbox.Result{
+		Schema: sandbox.ResultSchema, JobID: job.ID, JobDigest: job.Digest, Runtime: facts,
+		LimitsHit: []string{}, Artifacts: []sandbox.Artifact{}, Rejected: []sandbox.Rejected{},
+	}
+	r.res.Runtime.Runtime = job.Runtime
+	defer func() {
+		if p := recover(); p != nil {
+			r.fail(sandbox.StatusUncertain, fmt.Sprintf("broker panic during recovery: %v", p))
+			res, err = r.res, nil
+		}
+		if r.containerID != "" {
+			b.removeContainer(r.containerID)
+		}
+		if r.res.EndedAt.IsZero() {
+			r.res.EndedAt = time.Now().UTC()
+		}
+		if r.res.StartedAt.IsZero() {
+			r.res.StartedAt = r.res.EndedAt
+		}
+	}()
+	if err := r.recover(ctx); err != nil {
+		if ctx.Err() != nil {
+			return sandbox.Result{}, fmt.Errorf("recover job %s: %w", job.ID, ctx.Err())
+		}
+		r.fail(sandbox.StatusUncertain, err.Error())
+	}
+	return r.res, nil
+}
+
+func (r *run) recover(ctx context.Context) error {
+	b, j := r.b, r.job
+	cctx, cancel := context.WithTimeout(ctx, b.cfg.EngineTimeout)
+	insp, err := b.eng.ContainerInspect(cctx, r.containerID, client.ContainerInspectOptions{})
+	cancel()
+	if isNotFound(err) {
+		r.containerID = ""
+		return errors.New("the job's container is gone; what happened cannot be proven")
+	}
+	if err != nil {
+		return fmt.Errorf("inspect: %w", err)
+	}
+	c := insp.Container
+	if c.Config == nil || c.State == nil || c.Config.Labels[LabelJob] != j.ID || c.Config.Labels[LabelJobDigest] != j.Digest {
+		r.containerID = "" // not ours to remove
+		return fmt.Errorf("container %s does not carry this job's labels", insp.Container.ID)
+	}
+	// The settings were checked before start; check them again so that the
+	// result reports what the container really had.
+	sec, err := b.checkInspected(b.containerSpec(b.planFor(j, c.Config.Labels)), c)
+	if err != nil {
+		return err
+	}
+	r.res.Security = sec
+	if c.State.Status == container.StateCreated {
+		return errors.New("the broker stopped before the container started; the job did not run and is not run again")
+	}
+	if t, err := time.Parse(time.RFC3339Nano, c.State.StartedAt); err == nil {
+		r.res.StartedAt = t.UTC()
+	}
+	if c.State.Running {
+		deadline := time.Now()
+		if ms, err := strconv.ParseInt(c.Config.Labels[LabelDeadline], 10, 64); err == nil {
+			deadline = time.UnixMilli(ms)
+		}
+		killer := time.AfterFunc(time.Until(deadline), func() {
+			r.mu.Lock()
+			r.hardKilled = true
+			r.mu.Unlock()
+			r.kill()
+		})
+		defer killer.Stop()
+		stop := context.AfterFunc(ctx, r.kill)
+		defer stop()
+		wait := b.eng.ContainerWait(context.WithoutCancel(ctx), r.containerID, client.ContainerWaitOptions{Condition: container.WaitConditionNotRunning})
+		select {
+		case <-wait.Result:
+		case err := <-wait.Error:
+			return fmt.Errorf("wait: %w", err)
+		}
+		cctx, cancel := context.WithTimeout(ctx, b.cfg.EngineTimeout)
+		insp, err = b.eng.ContainerInspect(cctx, r.containerID, client.ContainerInspectOptions{})
+		cancel()
+		if err != nil {
+			return fmt.Errorf("inspect: %w", err)
+		}
+		c = insp.Container
+	}
+	if t, err := time.Parse(time.RFC3339Nano, c.State.FinishedAt); err == nil {
+		r.res.EndedAt = t.UTC()
+	}
+	logs, err := b.eng.ContainerLogs(ctx, r.containerID, client.ContainerLogsOptions{ShowStdout: true, ShowStderr: true})
+	if err != nil {
+		return fmt.Errorf("read the helper's stream back: %w", err)
+	}
+	defer logs.Close()
+	pr, pw := io.Pipe()
+	helperErr := &cappedBuffer{max: 16 << 10}
+	go func() {
+		_, err := stdcopy.StdCopy(pw, helperErr, logs)
+		pw.CloseWithError(err)
+	}()
+	col := newCollector(r)
+	streamErr := col.consume(pr)
+	pr.CloseWithError(errors.New("stream consumer finished"))
+	if streamErr != nil || col.incomplete() != "" {
+		col.finish(&r.res)
+		why := col.incomplete()
+		if streamErr != nil {
+			why = streamErr.Error()
+		}
+		return fmt.Errorf("the helper's stream could not be recovered whole (%s)", why)
+	}
+	r.mu.Lock()
+	hardKilled := r.hardKilled
+	r.mu.Unlock()
+	r.decide(ctx, col, c.State.OOMKilled, hardKilled, nil, nil, helperErr.String())
+	return nil
+}
