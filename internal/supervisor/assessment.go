@@ -110,6 +110,13 @@ func Evaluate(ev Evidence) (Assessment, error) {
 			return Assessment{}, fmt.Errorf("candidate result is for job %s, not %s: %w", ev.Candidate.JobDigest, ev.CandidateJobDigest, sandbox.ErrInvalid)
 		}
 	}
+	for i, c := range ev.Controls {
+		if (c.Kind != ControlKnownGood && c.Kind != ControlKnownBad) ||
+			(c.Verdict != Passed && c.Verdict != Failed && c.Verdict != Inconclusive) ||
+			!sandbox.ValidDigest(c.BundleDigest) || !sandbox.ValidDigest(c.ImageID) || !sandbox.ValidDigest(c.Assessment) {
+			return Assessment{}, fmt.Errorf("control outcome %d: %w: unknown kind or verdict, or a malformed digest", i, sandbox.ErrInvalid)
+		}
+	}
 	resultDigest, err := sandbox.SealedDigest(&ev.Grader)
 	if err != nil {
 		return Assessment{}, fmt.Errorf("grader result digest: %w", err)
@@ -154,9 +161,7 @@ func Evaluate(ev Evidence) (Assessment, error) {
 		evidence = append(evidence, s.rep.artifact.Digest)
 	}
 	for _, c := range a.Controls {
-		if sandbox.ValidDigest(c.Assessment) {
-			evidence = append(evidence, c.Assessment)
-		}
+		evidence = append(evidence, c.Assessment)
 	}
 	evidence = sortedNames(evidence)
 

@@ -17,6 +17,10 @@ var (
 	tapSubtestRE = regexp.MustCompile(`^#\s*Subtest(?::\s*(.*))?$`)
 )
 
+// tapPlanCheck names the error check of a missing or broken plan; the
+// parentheses keep it apart from any test's own description.
+const tapPlanCheck = "(plan)"
+
 // tapFrame is one level of (sub)test nesting.
 type tapFrame struct {
 	header   string // from "# Subtest: name", if any
@@ -34,7 +38,7 @@ type tapFrame struct {
 // not a pass). Subtests (lines indented by four spaces, optionally headed by
 // "# Subtest: name") become "parent/child" checks. "Bail out!" ends the
 // stream with an error check named "Bail out!". A missing plan, or a plan
-// that disagrees with the points read, is an error check named "plan".
+// that disagrees with the points read, is an error check named "(plan)".
 // YAML diagnostics, comments and unknown lines are skipped unread.
 func ParseTAP(r io.Reader, lim Limits) (Report, error) {
 	lim = lim.withDefaults()
@@ -241,9 +245,9 @@ func frameChecks(f *tapFrame) []Check {
 	}
 	switch {
 	case f.planned < 0:
-		out = append(out, Check{Name: "plan", Status: CheckError, Message: fmt.Sprintf("no plan; %d tests ran (truncated report?)", f.count)})
+		out = append(out, Check{Name: tapPlanCheck, Status: CheckError, Message: fmt.Sprintf("no plan; %d tests ran (truncated report?)", f.count)})
 	case f.planned != f.count:
-		out = append(out, Check{Name: "plan", Status: CheckError, Message: fmt.Sprintf("planned %d tests, %d ran", f.planned, f.count)})
+		out = append(out, Check{Name: tapPlanCheck, Status: CheckError, Message: fmt.Sprintf("planned %d tests, %d ran", f.planned, f.count)})
 	}
 	return out
 }
