@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -432,5 +433,60 @@ func TestInspectedSettingsMismatchIsAnError(t *testing.T) {
 			}
 			assertGone(t, j)
 		})
+	}
+}
+
+func TestBundleCachedAndCheckedByDigest(t *testing.T) {
+	// Not parallel: it reads the broker's counters.
+	bundle := putTree(t, map[string]string{"tests/": "", "tests/a_test.go": "package a // cached " + t.Name()})
+	withBundle := func(j *sandbox.Job) {
+		j.Inputs = []sandbox.Input{{Name: "bundle", Digest: bundle, Path: sandbox.BundlePath}}
+	}
+	before := env.Broker.Stats().VolumesPopulated.Load()
+	for i := range 2 {
+		res := runJob(t, newJob(t, sh("cat /bundle/tests/a_test.go"), withBundle))
+		if res.Status != sandbox.StatusSucceeded {
+			t.Fatalf("job %d: %s (%s)", i, res.Status, res.Cause)
+		}
+	}
+	if got := env.Broker.Stats().VolumesPopulated.Load() - before; got != 1 {
+		t.Fatalf("two jobs with one bundle populated %d volumes, want 1", got)
+	}
+}
+
+func TestTamperedInputIsNeverMounted(t *testing.T) {
+	t.Parallel()
+	digest := putTree(t, map[string]string{"tests/": "", "tests/a_test.go": "package a // " + t.Name()})
+	p, _ := env.Blobs.Path(digest)
+	if err := os.Chmod(p, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	b, _ := os.ReadFile(p)
+	b[1030] ^= 1 // a byte of the file's content (after two 512-byte headers)
+	if err := os.WriteFile(p, b, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, writable := range []bool{false, true} {
+		j := newJob(t, sh("echo must-not-run"), func(j *sandbox.Job) {
+			path := sandbox.BundlePath
+			if writable {
+				path = sandbox.WorkPath
+			}
+			j.Inputs = []sandbox.Input{{Name: "bundle", Digest: digest, Path: path, Writable: writable}}
+		})
+		res := runJob(t, j)
+		if res.Status != sandbox.StatusError || !strings.Contains(res.Cause, "digest") {
+			t.Fatalf("writable=%v: status %s (%s), want error naming the digest", writable, res.Status, res.Cause)
+		}
+		if res.Stdout.Total != 0 {
+			t.Fatalf("writable=%v: the job ran", writable)
+		}
+	}
+	vs, err := env.Eng.VolumeList(context.Background(), client.VolumeListOptions{Filters: make(client.Filters).Add("label", broker.LabelDigest+"="+digest)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(vs.Items) != 0 {
+		t.Fatalf("a volume was created for the tampered blob: %v", vs.Items[0].Name)
 	}
 }

@@ -23,6 +23,7 @@ import (
 	"github.com/moby/moby/client"
 
 	"github.com/sandboxd/sandboxd/internal/broker"
+	"github.com/sandboxd/sandboxd/internal/bundle"
 	"github.com/sandboxd/sandboxd/internal/image"
 	"github.com/sandboxd/sandboxd/internal/store"
 	"github.com/sandboxd/sandboxd/sandbox"
@@ -241,8 +242,9 @@ func (e *Env) Stderr(t testing.TB, r sandbox.Result) string {
 	return string(e.Blob(t, r.Stderr.Digest))
 }
 
-// PutTree stores a tar of files (path → content; a name ending in "/" is a
-// directory, a name ending in "*" an executable file) and returns its digest.
+// PutTree stores files (path → content; a name ending in "/" is a
+// directory, a name ending in "*" an executable file) as a canonical tar
+// and returns its digest.
 func (e *Env) PutTree(t testing.TB, files map[string]string) string {
 	t.Helper()
 	names := make([]string, 0, len(files))
@@ -266,9 +268,9 @@ func (e *Env) PutTree(t testing.TB, files map[string]string) string {
 		tw.Write([]byte(files[n]))
 	}
 	tw.Close()
-	d, err := e.Blobs.PutBytes(buf.Bytes())
+	sum, err := bundle.IngestTar(context.Background(), e.Blobs, &buf, bundle.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return d
+	return sum.Digest
 }

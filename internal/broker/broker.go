@@ -14,11 +14,13 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/containerd/errdefs"
 	"github.com/moby/moby/client"
 
+	"github.com/sandboxd/sandboxd/internal/bundle"
 	"github.com/sandboxd/sandboxd/internal/store"
 	"github.com/sandboxd/sandboxd/profiles/seccomp"
 	"github.com/sandboxd/sandboxd/sandbox"
@@ -34,6 +36,8 @@ type Broker struct {
 
 	shimDigest string
 	shimBytes  []byte
+
+	stats Stats
 
 	factsOnce sync.Once
 	facts     sandbox.RuntimeFacts
@@ -61,6 +65,16 @@ func New(eng Engine, blobs *store.Store, cfg Config) (*Broker, error) {
 	b.volumes = newVolumeCache(b)
 	return b, nil
 }
+
+// Stats counts what the broker did to the engine since it was created.
+type Stats struct {
+	ContainersCreated atomic.Int64 // job containers
+	VolumesPopulated  atomic.Int64 // cache volumes filled (helper, read-only inputs)
+	BytesStaged       atomic.Int64 // writable input bytes sent into sandboxes
+}
+
+// Stats returns the broker's counters.
+func (b *Broker) Stats() *Stats { return &b.stats }
 
 // Facts returns the runtime facts recorded in receipts and results.
 func (b *Broker) Facts(ctx context.Context) (sandbox.RuntimeFacts, error) {
@@ -220,11 +234,24 @@ func (b *Broker) ensureShim(ctx context.Context, image string) (string, error) {
 	return name, err
 }
 
+// checkInput re-checks an input blob before it reaches a container: it
+// must hash to its digest and be a canonical tar within the ceilings.
+func (b *Broker) checkInput(ctx context.Context, digest string, maxBytes int64) (bundle.Summary, error) {
+	f, err := b.blobs.Open(digest)
+	if err != nil {
+		return bundle.Summary{}, err
+	}
+	defer f.Close()
+	lim := bundle.DefaultLimits()
+	lim.MaxBytes = maxBytes
+	return bundle.CheckTar(ctx, f, lim, digest)
+}
+
 // ensureInput makes sure a read-only input's volume holds its tree. The
-// blob is re-hashed first: a blob that does not match its digest is never
-// mounted.
+// blob is re-checked first: one that does not match its digest or is not
+// a canonical tar is never mounted.
 func (b *Broker) ensureInput(ctx context.Context, image, digest string) (string, bool, error) {
-	if err := b.blobs.Verify(digest); err != nil {
+	if _, err := b.checkInput(ctx, digest, bundle.DefaultLimits().MaxBytes); err != nil {
 		return "", false, fmt.Errorf("input %s: %w", digest, err)
 	}
 	f, err := b.blobs.Open(digest)
@@ -241,6 +268,9 @@ func (b *Broker) ensureInput(ctx context.Context, image, digest string) (string,
 	populated, err := b.volumes.ensure(ctx, name, image, labels, want, func() (io.ReadCloser, error) {
 		return b.blobs.Open(digest)
 	})
+	if populated {
+		b.stats.VolumesPopulated.Add(1)
+	}
 	return name, populated, err
 }
 

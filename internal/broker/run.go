@@ -76,14 +76,11 @@ func (r *run) execute(ctx context.Context) error {
 	}
 	var inputBytes int64
 	for _, in := range writable {
-		n, err := b.blobs.Size(in.Digest)
+		sum, err := b.checkInput(ctx, in.Digest, j.Limits.DiskBytes)
 		if err != nil {
 			return fmt.Errorf("input %s: %w", in.Name, err)
 		}
-		if n > j.Limits.DiskBytes {
-			return fmt.Errorf("input %s: %d bytes do not fit in disk_bytes %d", in.Name, n, j.Limits.DiskBytes)
-		}
-		inputBytes += n
+		inputBytes += sum.Size
 	}
 	// The hard deadline covers staging and collection too; the helper
 	// enforces the wall time on the command itself.
@@ -108,6 +105,7 @@ func (r *run) execute(ctx context.Context) error {
 		return fmt.Errorf("create container: %w", err)
 	}
 	r.containerID = created.ID
+	b.stats.ContainersCreated.Add(1)
 	r.log = r.log.With("container_id", created.ID)
 	if r.hooks.OnCreated != nil {
 		if err := r.hooks.OnCreated(ctx, created.ID); err != nil {
@@ -379,6 +377,7 @@ func (r *run) sendInput(w io.Writer, in sandbox.Input) error {
 	if err != nil {
 		return fmt.Errorf("input %s: send: %w", in.Name, err)
 	}
+	r.b.stats.BytesStaged.Add(n)
 	if n != st.Size() || h.digest() != in.Digest {
 		return fmt.Errorf("input %s: blob changed on disk (read %d bytes hashing to %s, want %s)", in.Name, n, h.digest(), in.Digest)
 	}
