@@ -182,6 +182,8 @@ func Evaluate(ev Evidence) (Assessment, error) {
 	sort.Strings(names)
 
 	worst := Passed
+	// No names without a fired rule cannot happen (report_empty, or a
+	// validated Required list); kept so that nothing passes vacuously.
 	if len(a.Reasons) > 0 || len(names) == 0 {
 		worst = Inconclusive
 	}

@@ -72,7 +72,7 @@ func ParseGoTestJSON(r io.Reader, lim Limits) (Report, error) {
 			return Report{}, cr.overOr(unparseable("line %d: %v", line, err))
 		}
 		switch ev.Action {
-		case "start", "output", "pause", "cont", "bench", "attr", "build-output", "build-fail":
+		case "start", "output", "pause", "cont", "bench", "attr", "artifacts", "build-output", "build-fail":
 			// No result: output is never read, build events are followed by
 			// the package's own fail event naming FailedBuild.
 			continue

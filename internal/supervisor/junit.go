@@ -104,6 +104,9 @@ func ParseJUnitXML(r io.Reader, lim Limits) (Report, error) {
 				continue
 			}
 			name := t.Name.Local
+			if depth == 1 && rootSeen {
+				return Report{}, unparseable("a second root element <%s>", name)
+			}
 			if !rootSeen {
 				rootSeen = true
 				if name != "testsuites" && name != "testsuite" {
