@@ -1,0 +1,254 @@
+package journal
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+
+	"github.com/sandboxd/sandboxd/sandbox"
+)
+
+// State is how far a job got, as far as the journal can prove.
+type State string
+
+// The states, in order. Finished and Uncertain are terminal.
+const (
+	// Accepted: the job and its receipt are durable; nothing was handed to
+	// the broker yet, so the job provably never ran.
+	Accepted State = "accepted"
+	// Dispatched: the job was handed to the broker; a container may exist.
+	Dispatched State = "dispatched"
+	// Created: the job's container exists (ContainerID).
+	Created State = "created"
+	// Started: the job's container was started.
+	Started State = "started"
+	// Finished: the job ended and its signed result is durable.
+	Finished State = "finished"
+	// Uncertain: the job ended without proof of what happened; its signed
+	// result says so (status uncertain).
+	Uncertain State = "uncertain"
+)
+
+// Terminal reports whether no further transition can happen.
+func (s State) Terminal() bool { return s == Finished || s == Uncertain }
+
+var order = map[State]int{Accepted: 0, Dispatched: 1, Created: 2, Started: 3, Finished: 4, Uncertain: 4}
+
+// Record is everything the journal knows about one job.
+type Record struct {
+	ID     string `json:"id"`
+	Digest string `json:"digest"`
+	// Job is the job's canonical JSON, exactly as accepted.
+	Job   json.RawMessage `json:"job"`
+	State State           `json:"state"`
+	// Receipt is the signed receipt envelope, returned byte for byte to
+	// every identical submission.
+	Receipt     []byte    `json:"receipt"`
+	AcceptedAt  time.Time `json:"accepted_at"`
+	ContainerID string    `json:"container_id,omitempty"`
+	StartedAt   time.Time `json:"started_at,omitzero"`
+	// Result is the signed result envelope once the job is terminal.
+	Result []byte `json:"result,omitempty"`
+	// Status is the result's status once the job is terminal.
+	Status          sandbox.Status `json:"status,omitempty"`
+	FinishedAt      time.Time      `json:"finished_at,omitzero"`
+	CancelRequested bool           `json:"cancel_requested,omitempty"`
+}
+
+// DecodeJob returns the record's sealed job.
+func (r *Record) DecodeJob() (sandbox.Job, error) { return sandbox.DecodeJob(r.Job) }
+
+// Errors. A conflict wraps sandbox.ErrConflict and a missing job
+// sandbox.ErrNotFound, so that callers branch on the public sentinels.
+var (
+	// ErrTransition marks a transition the state machine does not allow.
+	ErrTransition = errors.New("journal: transition not allowed")
+)
+
+var bucketJobs = []byte("jobs")
+
+// Journal is a bbolt database of job records.
+type Journal struct {
+	db *bolt.DB
+}
+
+// Open opens (creating if needed) the journal file at path.
+func Open(path string) (*Journal, error) {
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
+		return nil, fmt.Errorf("journal: %w", err)
+	}
+	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: 5 * time.Second})
+	if err != nil {
+		return nil, fmt.Errorf("journal %s: %w", path, err)
+	}
+	if db.NoSync {
+		db.Close()
+		return nil, errors.New("journal: bbolt NoSync is set; transitions would not be durable")
+	}
+	if err := db.Update(func(tx *bolt.Tx) error {
+		_, err := tx.CreateBucketIfNotExists(bucketJobs)
+		return err
+	}); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("journal %s: %w", path, err)
+	}
+	return &Journal{db: db}, nil
+}
+
+// Close closes the database.
+func (j *Journal) Close() error { return j.db.Close() }
+
+// Accept records a job as accepted with its receipt, unless its id is
+// already taken. For the same digest it returns the existing record and
+// existing=true (the caller must answer with that record's receipt); for
+// another digest it returns an error wrapping sandbox.ErrConflict and
+// changes nothing. canonical must be the job's canonical JSON.
+func (j *Journal) Accept(job sandbox.Job, canonical, receipt []byte, at time.Time) (rec Record, existing bool, err error) {
+	if job.ID == "" || !sandbox.ValidDigest(job.Digest) {
+		return Record{}, false, fmt.Errorf("journal: accept: %w: job is not sealed", sandbox.ErrInvalid)
+	}
+	err = j.db.Update(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucketJobs)
+		if v := b.Get([]byte(job.ID)); v != nil {
+			if err := json.Unmarshal(v, &rec); err != nil {
+				return fmt.Errorf("journal: job %s: %w", job.ID, err)
+			}
+			if rec.Digest != job.Digest {
+				return fmt.Errorf("job %s is bound to %s, not %s: %w", job.ID, rec.Digest, job.Digest, sandbox.ErrConflict)
+			}
+			existing = true
+			return nil
+		}
+		rec = Record{ID: job.ID, Digest: job.Digest, Job: bytes.Clone(canonical), State: Accepted, Receipt: bytes.Clone(receipt), AcceptedAt: at.UTC()}
+		return put(b, &rec)
+	})
+	if err != nil {
+		return Record{}, false, err
+	}
+	return rec, existing, nil
+}
+
+// Get returns the record of a job, or an error wrapping sandbox.ErrNotFound.
+func (j *Journal) Get(id string) (Record, error) {
+	var rec Record
+	err := j.db.View(func(tx *bolt.Tx) error {
+		v := tx.Bucket(bucketJobs).Get([]byte(id))
+		if v == nil {
+			return fmt.Errorf("job %s: %w", id, sandbox.ErrNotFound)
+		}
+		return json.Unmarshal(v, &rec)
+	})
+	return rec, err
+}
+
+// List returns every record, ordered by job id.
+func (j *Journal) List() ([]Record, error) {
+	var out []Record
+	err := j.db.View(func(tx *bolt.Tx) error {
+		return tx.Bucket(bucketJobs).ForEach(func(k, v []byte) error {
+			var rec Record
+			if err := json.Unmarshal(v, &rec); err != nil {
+				return fmt.Errorf("journal: job %s: %w", k, err)
+			}
+			out = append(out, rec)
+			return nil
+		})
+	})
+	return out, err
+}
+
+// Dispatched records that the job is about to be handed to the broker.
+func (j *Journal) Dispatched(id string) (Record, error) {
+	return j.update(id, Dispatched, func(r *Record) {})
+}
+
+// Created records the job's container id.
+func (j *Journal) Created(id, containerID string) (Record, error) {
+	if containerID == "" {
+		return Record{}, fmt.Errorf("journal: job %s: %w: empty container id", id, sandbox.ErrInvalid)
+	}
+	return j.update(id, Created, func(r *Record) { r.ContainerID = containerID })
+}
+
+// Started records that the job's container started.
+func (j *Journal) Started(id string, at time.Time) (Record, error) {
+	return j.update(id, Started, func(r *Record) { r.StartedAt = at.UTC() })
+}
+
+// Finish records the job's signed result and ends it: Uncertain if status
+// is uncertain, Finished otherwise.
+func (j *Journal) Finish(id string, status sandbox.Status, resultEnvelope []byte, at time.Time) (Record, error) {
+	if !status.Valid() || len(resultEnvelope) == 0 {
+		return Record{}, fmt.Errorf("journal: job %s: %w: finish needs a status and a result", id, sandbox.ErrInvalid)
+	}
+	to := Finished
+	if status == sandbox.StatusUncertain {
+		to = Uncertain
+	}
+	return j.update(id, to, func(r *Record) {
+		r.Status = status
+		r.Result = bytes.Clone(resultEnvelope)
+		r.FinishedAt = at.UTC()
+	})
+}
+
+// RequestCancel marks a job to be cancelled. It returns the record; a
+// terminal job is returned unchanged.
+func (j *Journal) RequestCancel(id string) (Record, error) {
+	var rec Record
+	err := j.db.Update(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucketJobs)
+		v := b.Get([]byte(id))
+		if v == nil {
+			return fmt.Errorf("job %s: %w", id, sandbox.ErrNotFound)
+		}
+		if err := json.Unmarshal(v, &rec); err != nil {
+			return err
+		}
+		if rec.State.Terminal() || rec.CancelRequested {
+			return nil
+		}
+		rec.CancelRequested = true
+		return put(b, &rec)
+	})
+	return rec, err
+}
+
+// update applies a forward transition in one fsynced transaction.
+func (j *Journal) update(id string, to State, apply func(*Record)) (Record, error) {
+	var rec Record
+	err := j.db.Update(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucketJobs)
+		v := b.Get([]byte(id))
+		if v == nil {
+			return fmt.Errorf("job %s: %w", id, sandbox.ErrNotFound)
+		}
+		if err := json.Unmarshal(v, &rec); err != nil {
+			return fmt.Errorf("journal: job %s: %w", id, err)
+		}
+		if rec.State.Terminal() || order[to] < order[rec.State] || (order[to] == order[rec.State] && to != rec.State) {
+			return fmt.Errorf("job %s: %s to %s: %w", id, rec.State, to, ErrTransition)
+		}
+		rec.State = to
+		apply(&rec)
+		return put(b, &rec)
+	})
+	if err != nil {
+		return Record{}, err
+	}
+	return rec, nil
+}
+
+func put(b *bolt.Bucket, rec *Record) error {
+	v, err := json.Marshal(rec)
+	if err != nil {
+		return err
+	}
+	return b.Put([]byte(rec.ID), v)
+}

@@ -1,0 +1,135 @@
+package journal
+
+import (
+	"bytes"
+	"errors"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/sandboxd/sandboxd/sandbox"
+)
+
+func testJob(t *testing.T, id string, argv ...string) (sandbox.Job, []byte) {
+	t.Helper()
+	j := sandbox.Job{
+		Schema: sandbox.JobSchema, ID: id, Image: "sha256:" + string(bytes.Repeat([]byte("a"), 64)),
+		Argv: argv, WorkDir: sandbox.WorkPath, Limits: sandbox.DefaultLimits(),
+		Network: sandbox.NetworkNone, Runtime: sandbox.RuntimeRunc,
+	}
+	if err := j.Seal(); err != nil {
+		t.Fatal(err)
+	}
+	c, err := j.CanonicalJSON()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return j, c
+}
+
+func TestAcceptIsIdempotentByDigest(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "journal.db")
+	jr, err := Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	job, canon := testJob(t, "a1", "true")
+	at := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	rec, existing, err := jr.Accept(job, canon, []byte("receipt-1"), at)
+	if err != nil || existing {
+		t.Fatalf("first accept: existing=%v err=%v, want false nil", existing, err)
+	}
+	if rec.State != Accepted {
+		t.Errorf("got state %s, want %s", rec.State, Accepted)
+	}
+	rec2, existing, err := jr.Accept(job, canon, []byte("receipt-2"), at.Add(time.Hour))
+	if err != nil || !existing {
+		t.Fatalf("second accept: existing=%v err=%v, want true nil", existing, err)
+	}
+	if string(rec2.Receipt) != "receipt-1" {
+		t.Errorf("got receipt %q, want the first one", rec2.Receipt)
+	}
+	other, ocanon := testJob(t, "a1", "false")
+	if _, _, err := jr.Accept(other, ocanon, []byte("receipt-3"), at); !errors.Is(err, sandbox.ErrConflict) {
+		t.Fatalf("other digest: got %v, want ErrConflict", err)
+	}
+	// Durable across a reopen, and the conflict changed nothing.
+	jr.Close()
+	jr, err = Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer jr.Close()
+	got, err := jr.Get("a1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Digest != job.Digest || string(got.Receipt) != "receipt-1" || !bytes.Equal(got.Job, canon) {
+		t.Errorf("after reopen got %+v, want the first accept", got)
+	}
+	if _, err := got.DecodeJob(); err != nil {
+		t.Errorf("stored job does not decode: %v", err)
+	}
+	if _, err := jr.Get("nope"); !errors.Is(err, sandbox.ErrNotFound) {
+		t.Errorf("missing job: got %v, want ErrNotFound", err)
+	}
+}
+
+func TestTransitions(t *testing.T) {
+	at := time.Now()
+	steps := map[string]func(j *Journal, id string) error{
+		"dispatched": func(j *Journal, id string) error { _, err := j.Dispatched(id); return err },
+		"created":    func(j *Journal, id string) error { _, err := j.Created(id, "c1"); return err },
+		"started":    func(j *Journal, id string) error { _, err := j.Started(id, at); return err },
+		"finished": func(j *Journal, id string) error {
+			_, err := j.Finish(id, sandbox.StatusSucceeded, []byte("env"), at)
+			return err
+		},
+		"uncertain": func(j *Journal, id string) error {
+			_, err := j.Finish(id, sandbox.StatusUncertain, []byte("env"), at)
+			return err
+		},
+	}
+	tests := []struct {
+		name  string
+		steps []string
+		final State
+		ok    bool
+	}{
+		{"full life", []string{"dispatched", "created", "started", "finished"}, Finished, true},
+		{"uncertain after accept", []string{"uncertain"}, Uncertain, true},
+		{"uncertain after create", []string{"dispatched", "created", "uncertain"}, Uncertain, true},
+		{"nothing after finished", []string{"dispatched", "finished", "started"}, Finished, false},
+		{"no going back", []string{"dispatched", "created", "started", "created"}, Started, false},
+		{"finished twice", []string{"finished", "uncertain"}, Finished, false},
+	}
+	for i, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			jr, err := Open(filepath.Join(t.TempDir(), "j.db"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer jr.Close()
+			job, canon := testJob(t, "t"+string(rune('a'+i)), "true")
+			if _, _, err := jr.Accept(job, canon, []byte("r"), at); err != nil {
+				t.Fatal(err)
+			}
+			var last error
+			for _, s := range tc.steps {
+				if err := steps[s](jr, job.ID); err != nil {
+					last = err
+				}
+			}
+			if (last == nil) != tc.ok {
+				t.Fatalf("got error %v, want ok=%v", last, tc.ok)
+			}
+			if !tc.ok && !errors.Is(last, ErrTransition) {
+				t.Errorf("got %v, want ErrTransition", last)
+			}
+			rec, _ := jr.Get(job.ID)
+			if rec.State != tc.final {
+				t.Errorf("got state %s, want %s", rec.State, tc.final)
+			}
+		})
+	}
+}
