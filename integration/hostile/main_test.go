@@ -1,0 +1,61 @@
+package hostile
+
+import (
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+
+	"github.com/sandboxd/sandboxd/integration/harness"
+	"github.com/sandboxd/sandboxd/sandbox"
+)
+
+var env *harness.Env
+
+func TestMain(m *testing.M) { os.Exit(harness.Main(m, &env)) }
+
+// probePath is where jobs that need the probe see it.
+const probePath = "/inputs/probe/sandboxd-probe"
+
+var probeOnce struct {
+	sync.Once
+	digest string
+	err    error
+}
+
+// probeInput builds cmd/sandboxd-probe once and returns it as a read-only
+// input at /inputs/probe.
+func probeInput(t *testing.T) sandbox.Input {
+	t.Helper()
+	probeOnce.Do(func() {
+		out := filepath.Join(env.Tmp, "sandboxd-probe")
+		if probeOnce.err = harness.GoBuild(env.Repo, "./cmd/sandboxd-probe", out); probeOnce.err != nil {
+			return
+		}
+		var b []byte
+		if b, probeOnce.err = os.ReadFile(out); probeOnce.err != nil {
+			return
+		}
+		probeOnce.digest = env.PutTree(t, map[string]string{"sandboxd-probe*": string(b)})
+	})
+	if probeOnce.err != nil {
+		t.Fatal(probeOnce.err)
+	}
+	return sandbox.Input{Name: "probe", Digest: probeOnce.digest, Path: "/inputs/probe"}
+}
+
+// withProbe adds the probe input to a job.
+func withProbe(t *testing.T) func(*sandbox.Job) {
+	in := probeInput(t)
+	return func(j *sandbox.Job) { j.Inputs = append(j.Inputs, in) }
+}
+
+// decode parses a job's stdout as JSON into v.
+func decode(t *testing.T, r sandbox.Result, v any) {
+	t.Helper()
+	out := env.Stdout(t, r)
+	if err := json.Unmarshal([]byte(out), v); err != nil {
+		t.Fatalf("stdout is not the probe's JSON: %v\nstdout: %q\nstderr: %q", err, out, env.Stderr(t, r))
+	}
+}

@@ -1,0 +1,283 @@
+package probe
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// Options say what the probe aims at besides its fixed list.
+type Options struct {
+	// Connect is a host:port to dial over TCP (a listener on the host's
+	// loopback that the sandbox must not reach). Empty: no attempt.
+	Connect string
+	// Resolve is a name to look up. Empty: no attempt.
+	Resolve string
+	// ReadOnly are directories in which creating a file must fail (the
+	// bundle, read-only inputs).
+	ReadOnly []string
+}
+
+// MaskedPaths are the paths the engine masks by default (moby's
+// oci.DefaultSpec): files read as empty, directories list as empty.
+var MaskedPaths = []string{
+	"/proc/asound", "/proc/acpi", "/proc/kcore", "/proc/keys", "/proc/latency_stats",
+	"/proc/timer_list", "/proc/timer_stats", "/proc/sched_debug", "/proc/scsi", "/sys/firmware",
+}
+
+// ProcSysWrites are files that must not open for writing.
+var ProcSysWrites = []string{
+	"/proc/sys/kernel/hostname", "/proc/sys/kernel/core_pattern", "/proc/sys/vm/drop_caches", "/proc/sysrq-trigger",
+}
+
+// OpenFDs lists the process's open descriptors and what they point at.
+func OpenFDs() map[string]string {
+	out := map[string]string{}
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		out["error"] = err.Error()
+		return out
+	}
+	for _, e := range ents {
+		t, err := os.Readlink(filepath.Join("/proc/self/fd", e.Name()))
+		if err != nil {
+			continue // the descriptor ReadDir itself used
+		}
+		out[e.Name()] = t
+	}
+	return out
+}
+
+// Gather runs every check and returns the report. fds are the descriptors
+// the process had at start (see OpenFDs).
+func Gather(opts Options, fds map[string]string) Report {
+	r := Report{Schema: Schema, UID: os.Getuid(), GID: os.Getgid(), FDs: fds}
+	var u unix.Utsname
+	if unix.Uname(&u) == nil {
+		r.Kernel = unix.ByteSliceToString(u.Release[:])
+	}
+	r.Hostname, _ = os.Hostname()
+	r.Status = statusFields()
+	r.Syscalls = RunSyscalls()
+	r.Sockets = RunSockets()
+	r.Reads = reads()
+	r.Writes = writes(opts.ReadOnly)
+	var fs unix.Statfs_t
+	if unix.Statfs("/", &fs) == nil {
+		r.RootReadOnly = fs.Flags&unix.ST_RDONLY != 0
+	}
+	r.Interfaces = interfaces()
+	if opts.Connect != "" {
+		r.Connect = connect(opts.Connect)
+	}
+	if opts.Resolve != "" {
+		r.Resolve = resolve(opts.Resolve)
+	}
+	r.Env = os.Environ()
+	sort.Strings(r.Env)
+	r.Mountinfo = lines("/proc/self/mountinfo")
+	r.Cgroup = lines("/proc/self/cgroup")
+	if b, err := os.ReadFile("/etc/resolv.conf"); err == nil {
+		r.ResolvConf = string(b)
+	}
+	r.DevShm = Attempt{Name: "/dev/shm", Errno: errnoName(create("/dev/shm"))}
+	return r
+}
+
+func statusFields() map[string]string {
+	out := map[string]string{}
+	for _, l := range lines("/proc/self/status") {
+		k, v, ok := strings.Cut(l, ":")
+		if !ok {
+			continue
+		}
+		switch k {
+		case "Uid", "Gid", "CapInh", "CapPrm", "CapEff", "CapBnd", "CapAmb", "NoNewPrivs", "Seccomp":
+			out[k] = strings.Join(strings.Fields(v), " ")
+		}
+	}
+	return out
+}
+
+func lines(path string) []string {
+	f, err := os.Open(path)
+	if err != nil {
+		return []string{"error: " + err.Error()}
+	}
+	defer f.Close()
+	var out []string
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		out = append(out, sc.Text())
+	}
+	return out
+}
+
+func reads() []FileRead {
+	var out []FileRead
+	paths := append([]string{}, MaskedPaths...)
+	// Other processes' environments: the helper and init run as root.
+	pids, _ := filepath.Glob("/proc/[0-9]*")
+	for _, p := range pids {
+		if pid, _ := strconv.Atoi(filepath.Base(p)); pid != os.Getpid() && ownerOf(p) != os.Getuid() {
+			paths = append(paths, p+"/environ")
+		}
+	}
+	for _, p := range paths {
+		out = append(out, readFile(p))
+	}
+	return out
+}
+
+func ownerOf(path string) int {
+	var st unix.Stat_t
+	if unix.Stat(path, &st) != nil {
+		return -1
+	}
+	return int(st.Uid)
+}
+
+func readFile(p string) FileRead {
+	fr := FileRead{Path: p}
+	st, err := os.Stat(p)
+	if err != nil {
+		fr.Errno = errnoName(err)
+		return fr
+	}
+	if st.IsDir() {
+		ents, err := os.ReadDir(p)
+		fr.Errno = errnoName(err)
+		fr.Bytes = len(ents)
+		return fr
+	}
+	f, err := os.Open(p)
+	if err != nil {
+		fr.Errno = errnoName(err)
+		return fr
+	}
+	defer f.Close()
+	n, err := io.Copy(io.Discard, io.LimitReader(f, 4096))
+	fr.Bytes = int(n)
+	fr.Errno = errnoName(err)
+	return fr
+}
+
+// openWrite opens a file for writing and closes it without writing.
+func openWrite(p string) error {
+	fd, err := unix.Open(p, unix.O_WRONLY|unix.O_CLOEXEC|unix.O_NONBLOCK|unix.O_NOCTTY, 0)
+	if err == nil {
+		unix.Close(fd)
+	}
+	return err
+}
+
+// create makes a new file in dir and removes it again.
+func create(dir string) error {
+	p := filepath.Join(dir, fmt.Sprintf(".sandboxd-probe-%d", os.Getpid()))
+	fd, err := unix.Open(p, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_CLOEXEC, 0o600)
+	if err == nil {
+		unix.Close(fd)
+		unix.Unlink(p)
+	}
+	return err
+}
+
+func writes(readOnly []string) []Attempt {
+	var out []Attempt
+	add := func(name string, err error) { out = append(out, Attempt{Name: name, Errno: errnoName(err)}) }
+	for _, p := range ProcSysWrites {
+		add(p, openWrite(p))
+	}
+	ctrls, _ := filepath.Glob("/sys/fs/cgroup/*")
+	ctrls = append(ctrls, "/sys/fs/cgroup")
+	for _, c := range ctrls {
+		if st, err := os.Lstat(c); err != nil || !st.IsDir() {
+			continue
+		}
+		if _, err := os.Lstat(c + "/release_agent"); err == nil {
+			add(c+"/release_agent", openWrite(c+"/release_agent"))
+		}
+		d := c + "/sandboxd-probe"
+		err := unix.Mkdir(d, 0o755)
+		if err == nil {
+			unix.Rmdir(d)
+		}
+		add("mkdir "+d, err)
+	}
+	add("create /", create("/"))
+	add("create /etc", create("/etc"))
+	for _, d := range readOnly {
+		add("create "+d, create(d))
+	}
+	// The result channel and other processes' stdio.
+	pids, _ := filepath.Glob("/proc/[0-9]*")
+	for _, p := range pids {
+		if pid, _ := strconv.Atoi(filepath.Base(p)); pid == os.Getpid() || ownerOf(p) == os.Getuid() {
+			continue
+		}
+		for _, fd := range []string{"0", "1", "2"} {
+			if _, err := os.Lstat(p + "/fd/" + fd); errors.Is(err, os.ErrNotExist) {
+				continue
+			}
+			add(p+"/fd/"+fd, openWrite(p+"/fd/"+fd))
+		}
+	}
+	return out
+}
+
+func interfaces() []string {
+	ifs, err := net.Interfaces()
+	if err != nil {
+		// Fall back to /proc/net/dev.
+		var out []string
+		for i, l := range lines("/proc/net/dev") {
+			if name, _, ok := strings.Cut(l, ":"); ok && i >= 2 {
+				out = append(out, strings.TrimSpace(name))
+			}
+		}
+		return out
+	}
+	var out []string
+	for _, i := range ifs {
+		out = append(out, i.Name)
+	}
+	sort.Strings(out)
+	return out
+}
+
+func connect(addr string) *NetAttempt {
+	a := &NetAttempt{Target: addr}
+	c, err := net.DialTimeout("tcp", addr, 2*time.Second)
+	if err != nil {
+		a.Error = err.Error()
+		return a
+	}
+	c.Close()
+	a.OK = true
+	return a
+}
+
+func resolve(name string) *NetAttempt {
+	a := &NetAttempt{Target: name}
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancel()
+	addrs, err := net.DefaultResolver.LookupHost(ctx, name)
+	if err != nil {
+		a.Error = err.Error()
+		return a
+	}
+	a.OK, a.Addrs = true, addrs
+	return a
+}

@@ -1,0 +1,404 @@
+package selfcheck
+
+import (
+	"archive/tar"
+	"bytes"
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/moby/moby/client"
+
+	"github.com/sandboxd/sandboxd/internal/broker"
+	"github.com/sandboxd/sandboxd/internal/selfcheck/probe"
+	"github.com/sandboxd/sandboxd/internal/store"
+	"github.com/sandboxd/sandboxd/profiles/seccomp"
+	"github.com/sandboxd/sandboxd/sandbox"
+)
+
+// ErrFailed marks a self-check in which some isolation property did not
+// hold; the error text names them.
+var ErrFailed = errors.New("isolation self-check failed")
+
+// ReportSchema is the version of Report this package writes.
+const ReportSchema = "sandboxd.selfcheck/v1"
+
+// Engine is what selfcheck asks the engine directly: its version, for the
+// cache key.
+type Engine interface {
+	ServerVersion(ctx context.Context, options client.ServerVersionOptions) (client.ServerVersionResult, error)
+}
+
+// Options configure a self-check.
+type Options struct {
+	// Broker runs the probe job, exactly as it runs candidate jobs.
+	Broker *broker.Broker
+	// Blobs is the broker's blob store (the probe's input goes there).
+	Blobs *store.Store
+	// Engine is the broker's engine.
+	Engine Engine
+	// Image is the evaluator image (a local ID) the probe runs in; it needs
+	// /bin/sleep and /bin/true only for bombs, not for the check.
+	Image string
+	// Probe is the static sandboxd-probe binary.
+	Probe []byte
+	// CandidateUID and CandidateGID are the broker's candidate ids.
+	CandidateUID, CandidateGID int
+	// StateDir holds the cache of passing checks ("" disables the cache).
+	StateDir string
+}
+
+// Key is everything a check's answer depends on.
+type Key struct {
+	EngineVersion string `json:"engine_version"`
+	EngineAPI     string `json:"engine_api"`
+	KernelVersion string `json:"kernel_version"`
+	ProfileDigest string `json:"profile_digest"`
+	Image         string `json:"image"`
+	ProbeDigest   string `json:"probe_digest"`
+	ShimDigest    string `json:"shim_digest"`
+	BrokerVersion string `json:"broker_version"`
+}
+
+func (k Key) digest() string {
+	b, _ := json.Marshal(k)
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:])
+}
+
+// Report is the outcome of one self-check.
+type Report struct {
+	Schema     string         `json:"schema"`
+	Key        Key            `json:"key"`
+	CheckedAt  time.Time      `json:"checked_at"`
+	OK         bool           `json:"ok"`
+	Cached     bool           `json:"cached"`
+	Properties []Property     `json:"properties"`
+	Result     sandbox.Result `json:"result"`
+	Probe      probe.Report   `json:"probe"`
+}
+
+// Failed returns the properties that did not hold.
+func (r *Report) Failed() []Property { return Failed(r.Properties) }
+
+// Err returns nil if every property held, else an ErrFailed naming them.
+func (r *Report) Err() error {
+	f := r.Failed()
+	if len(f) == 0 && r.OK {
+		return nil
+	}
+	names := make([]string, 0, len(f))
+	for _, p := range f {
+		names = append(names, p.Name)
+	}
+	return fmt.Errorf("%w: %s", ErrFailed, strings.Join(names, ", "))
+}
+
+// Ensure returns the cached pass for this engine, profile, image, probe and
+// helper, or runs the check. The error is ErrFailed (naming the failed
+// properties) when isolation does not hold, another error when the check
+// could not run; either way nothing may proceed.
+func Ensure(ctx context.Context, o Options) (*Report, error) {
+	key, err := o.key(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if r, ok := o.cached(key); ok {
+		return r, nil
+	}
+	r, err := o.run(ctx, key)
+	if err != nil {
+		return nil, err
+	}
+	if err := r.Err(); err != nil {
+		return r, err
+	}
+	if err := o.store(r); err != nil {
+		return r, fmt.Errorf("selfcheck: cache the pass: %w", err)
+	}
+	return r, nil
+}
+
+// Run always runs the check, ignoring and not touching the cache.
+func Run(ctx context.Context, o Options) (*Report, error) {
+	key, err := o.key(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return o.run(ctx, key)
+}
+
+func (o Options) validate() error {
+	switch {
+	case o.Broker == nil || o.Blobs == nil || o.Engine == nil:
+		return errors.New("selfcheck: broker, blob store and engine are required")
+	case !sandbox.ValidDigest(o.Image):
+		return fmt.Errorf("selfcheck: image %q is not a local image ID", o.Image)
+	case len(o.Probe) == 0:
+		return errors.New("selfcheck: no probe binary")
+	case o.CandidateUID <= 0 || o.CandidateGID <= 0:
+		return fmt.Errorf("selfcheck: candidate ids %d/%d must not be root", o.CandidateUID, o.CandidateGID)
+	}
+	return nil
+}
+
+func (o Options) key(ctx context.Context) (Key, error) {
+	if err := o.validate(); err != nil {
+		return Key{}, err
+	}
+	facts, err := o.Broker.Facts(ctx)
+	if err != nil {
+		return Key{}, fmt.Errorf("selfcheck: %w", err)
+	}
+	vctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	v, err := o.Engine.ServerVersion(vctx, client.ServerVersionOptions{})
+	if err != nil {
+		return Key{}, fmt.Errorf("selfcheck: engine version: %w", err)
+	}
+	kernel := ""
+	for _, c := range v.Components {
+		if k, ok := c.Details["KernelVersion"]; ok && kernel == "" {
+			kernel = k
+		}
+	}
+	return Key{
+		EngineVersion: facts.EngineVersion,
+		EngineAPI:     facts.EngineAPI,
+		KernelVersion: kernel,
+		ProfileDigest: seccomp.Digest(),
+		Image:         o.Image,
+		ProbeDigest:   sandbox.DigestBytes(o.Probe),
+		ShimDigest:    facts.ShimDigest,
+		BrokerVersion: facts.BrokerVersion,
+	}, nil
+}
+
+func (o Options) cachePath(k Key) string {
+	return filepath.Join(o.StateDir, "selfcheck", k.digest()+".json")
+}
+
+func (o Options) cached(k Key) (*Report, bool) {
+	if o.StateDir == "" {
+		return nil, false
+	}
+	b, err := os.ReadFile(o.cachePath(k))
+	if err != nil {
+		return nil, false
+	}
+	var r Report
+	if err := json.Unmarshal(b, &r); err != nil || r.Schema != ReportSchema || r.Key != k || r.Err() != nil {
+		return nil, false
+	}
+	r.Cached = true
+	return &r, true
+}
+
+func (o Options) store(r *Report) error {
+	if o.StateDir == "" {
+		return nil
+	}
+	p := o.cachePath(r.Key)
+	if err := os.MkdirAll(filepath.Dir(p), 0o700); err != nil {
+		return err
+	}
+	b, err := json.MarshalIndent(r, "", "  ")
+	if err != nil {
+		return err
+	}
+	tmp, err := os.CreateTemp(filepath.Dir(p), ".tmp-*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name())
+	if _, err := tmp.Write(b); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Sync(); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	return os.Rename(tmp.Name(), p)
+}
+
+// Paths inside the self-check sandbox.
+const (
+	probeDir  = sandbox.InputsPath + "/probe"
+	probeFile = probeDir + "/sandboxd-probe"
+	// resolveName is looked up inside the sandbox, whose only resolver is
+	// 127.0.0.1 there: the query never leaves the sandbox's loopback.
+	resolveName = "sandboxd-selfcheck.invalid"
+	reportDir   = sandbox.WorkPath + "/out"
+	reportFile  = reportDir + "/probe.json"
+)
+
+func (o Options) run(ctx context.Context, key Key) (*Report, error) {
+	probeTar, err := tarOf(map[string][]byte{"sandboxd-probe": o.Probe}, 0o755)
+	if err != nil {
+		return nil, err
+	}
+	bundleTar, err := tarOf(map[string][]byte{"bundle.json": []byte("{}\n")}, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	probeDigest, err := o.Blobs.PutBytes(probeTar)
+	if err != nil {
+		return nil, fmt.Errorf("selfcheck: store probe: %w", err)
+	}
+	bundleDigest, err := o.Blobs.PutBytes(bundleTar)
+	if err != nil {
+		return nil, fmt.Errorf("selfcheck: store bundle: %w", err)
+	}
+
+	// A listener on the host's loopback: the sandbox must not reach it, and
+	// the host, not the probe, is the witness.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, fmt.Errorf("selfcheck: host listener: %w", err)
+	}
+	accepted := make(chan string, 1)
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			select {
+			case accepted <- c.RemoteAddr().String():
+			default:
+			}
+			c.Close()
+		}
+	}()
+	defer ln.Close()
+
+	env := map[string]string{"SANDBOXD_SELFCHECK": "1"}
+	job := sandbox.Job{
+		Schema: sandbox.JobSchema, ID: "selfcheck-" + randHex(6), Image: o.Image,
+		Inputs: []sandbox.Input{
+			{Name: "probe", Digest: probeDigest, Path: probeDir},
+			{Name: "bundle", Digest: bundleDigest, Path: sandbox.BundlePath},
+		},
+		Argv: []string{probeFile, "report", "-o", reportFile,
+			"-connect", ln.Addr().String(), "-resolve", resolveName,
+			"-readonly", sandbox.BundlePath, "-readonly", probeDir},
+		Env: env, WorkDir: sandbox.WorkPath, Outputs: []string{reportDir},
+		Limits: checkLimits(), Network: sandbox.NetworkNone, Runtime: sandbox.RuntimeRunc,
+	}
+	if err := job.Seal(); err != nil {
+		return nil, fmt.Errorf("selfcheck: %w", err)
+	}
+	res, err := o.Broker.Run(ctx, job)
+	if err != nil {
+		return nil, fmt.Errorf("selfcheck: run probe: %w", err)
+	}
+	r := &Report{Schema: ReportSchema, Key: key, CheckedAt: time.Now().UTC(), Result: res}
+	add := func(name string, ok bool, detail string) {
+		r.Properties = append(r.Properties, Property{Name: name, OK: ok, Detail: detail})
+	}
+	add("probe-job", res.Status == sandbox.StatusSucceeded && res.ExitCode == 0,
+		fmt.Sprintf("status %s exit %d %s", res.Status, res.ExitCode, res.Cause))
+	add("seccomp-profile", res.Security.SeccompDigest == key.ProfileDigest && res.Runtime.SeccompDigest == key.ProfileDigest,
+		fmt.Sprintf("result records %s / %s, want %s", res.Security.SeccompDigest, res.Runtime.SeccompDigest, key.ProfileDigest))
+	add("engine-version", res.Runtime.EngineVersion == key.EngineVersion,
+		fmt.Sprintf("result records %q, want %q", res.Runtime.EngineVersion, key.EngineVersion))
+
+	var rep probe.Report
+	out, err := o.readArtifact(res, reportFile)
+	if err == nil {
+		err = json.Unmarshal(out, &rep)
+	}
+	add("probe-report", err == nil, fmt.Sprintf("decode the probe's report artifact: %v", err))
+	r.Probe = rep
+	want := map[string]string{"HOME": sandbox.WorkPath, "HOSTNAME": "sandbox"}
+	for k, v := range env {
+		want[k] = v
+	}
+	r.Properties = append(r.Properties, Evaluate(rep, Expect{
+		CandidateUID: o.CandidateUID, CandidateGID: o.CandidateGID,
+		Env: want, Hostname: "sandbox", Connect: true, Resolve: true,
+		ReadOnly: []string{sandbox.BundlePath, probeDir},
+	})...)
+	ln.Close()
+	select {
+	case from := <-accepted:
+		add("host-listener-untouched", false, "the host loopback listener accepted a connection from "+from)
+	default:
+		add("host-listener-untouched", true, "no connection reached the host loopback listener")
+	}
+	r.OK = len(r.Failed()) == 0
+	return r, nil
+}
+
+// readArtifact reads a collected artifact from the blob store: like a
+// grader's report, the probe's report is an artifact, never read from its
+// logs.
+func (o Options) readArtifact(res sandbox.Result, path string) ([]byte, error) {
+	a, ok := res.Artifact(path)
+	if !ok {
+		return nil, fmt.Errorf("no artifact %s", path)
+	}
+	f, err := o.Blobs.Open(a.Digest)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	var b bytes.Buffer
+	_, err = b.ReadFrom(f)
+	return b.Bytes(), err
+}
+
+func checkLimits() sandbox.Limits {
+	l := sandbox.DefaultLimits()
+	l.WallTimeMS = 60_000
+	l.MemoryBytes = 128 << 20
+	l.Pids = 64
+	l.DiskBytes = 8 << 20
+	l.OutputBytes = 1 << 20
+	l.LogBytes = 1 << 20
+	l.FileCount = 16
+	return l
+}
+
+// tarOf builds a tar of regular files with the given mode.
+func tarOf(files map[string][]byte, mode int64) ([]byte, error) {
+	names := make([]string, 0, len(files))
+	for n := range files {
+		names = append(names, n)
+	}
+	slices.Sort(names)
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	for _, n := range names {
+		if err := tw.WriteHeader(&tar.Header{Name: n, Mode: mode, Typeflag: tar.TypeReg, Size: int64(len(files[n])), Format: tar.FormatPAX}); err != nil {
+			return nil, err
+		}
+		if _, err := tw.Write(files[n]); err != nil {
+			return nil, err
+		}
+	}
+	if err := tw.Close(); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
+}
+
+func randHex(n int) string {
+	b := make([]byte, n)
+	rand.Read(b)
+	return hex.EncodeToString(b)
+}
