@@ -1,0 +1,518 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/sandboxd/sandboxd/internal/journal"
+	"github.com/sandboxd/sandboxd/internal/store"
+	"github.com/sandboxd/sandboxd/internal/supervisor"
+	"github.com/sandboxd/sandboxd/sandbox"
+)
+
+// route is one endpoint; the OpenAPI document is checked against routes.
+type route struct {
+	method, path string
+	handle       http.HandlerFunc
+}
+
+func (s *Server) routeTable() []route {
+	return []route{
+		{"PUT", "/v1/blobs/{digest}", s.putBlob},
+		{"GET", "/v1/blobs/{digest}", s.getBlob},
+		{"POST", "/v1/jobs", s.submit},
+		{"GET", "/v1/jobs/{id}", s.getJob},
+		{"GET", "/v1/jobs/{id}/wait", s.waitJob},
+		{"POST", "/v1/jobs/{id}/cancel", s.cancelJob},
+		{"GET", "/v1/identity", s.identity},
+		{"POST", "/v1/assess", s.assess},
+		{"GET", "/metrics", promhttp.HandlerFor(s.m.reg, promhttp.HandlerOpts{}).ServeHTTP},
+		{"GET", "/healthz", s.healthz},
+		{"GET", "/readyz", s.readyz},
+	}
+}
+
+func (s *Server) routes() *http.ServeMux {
+	mux := http.NewServeMux()
+	for _, r := range s.routeTable() {
+		mux.HandleFunc(r.method+" "+r.path, r.handle)
+	}
+	mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, http.StatusNotFound, fmt.Errorf("no endpoint %s %s", r.Method, r.URL.Path))
+	})
+	return mux
+}
+
+// JobView is the JSON form of a job in API responses. Receipt and Result
+// are the signed envelopes, byte for byte as the journal holds them.
+type JobView struct {
+	ID              string          `json:"id"`
+	Digest          string          `json:"digest"`
+	State           journal.State   `json:"state"`
+	Status          sandbox.Status  `json:"status,omitempty"`
+	ContainerID     string          `json:"container_id,omitempty"`
+	AcceptedAt      time.Time       `json:"accepted_at"`
+	StartedAt       time.Time       `json:"started_at,omitzero"`
+	FinishedAt      time.Time       `json:"finished_at,omitzero"`
+	CancelRequested bool            `json:"cancel_requested,omitempty"`
+	Receipt         json.RawMessage `json:"receipt"`
+	Result          json.RawMessage `json:"result,omitempty"`
+}
+
+func view(rec journal.Record) JobView {
+	return JobView{
+		ID: rec.ID, Digest: rec.Digest, State: rec.State, Status: rec.Status, ContainerID: rec.ContainerID,
+		AcceptedAt: rec.AcceptedAt, StartedAt: rec.StartedAt, FinishedAt: rec.FinishedAt,
+		CancelRequested: rec.CancelRequested, Receipt: rec.Receipt, Result: rec.Result,
+	}
+}
+
+// ErrorBody is the JSON body of every error response.
+type ErrorBody struct {
+	Error string `json:"error"`
+	// Field names the offending field when validation failed.
+	Field string `json:"field,omitempty"`
+}
+
+func writeJSON(w http.ResponseWriter, code int, v any) {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false) // envelopes are passed through byte for byte
+	if err := enc.Encode(v); err != nil {
+		http.Error(w, `{"error":"encode response"}`, http.StatusInternalServerError)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	w.Write(buf.Bytes())
+}
+
+func writeError(w http.ResponseWriter, code int, err error) {
+	body := ErrorBody{Error: err.Error()}
+	var fe *sandbox.FieldError
+	if errors.As(err, &fe) {
+		body.Field = fe.Field
+	}
+	writeJSON(w, code, body)
+}
+
+// statusOf maps the error vocabulary to HTTP.
+func statusOf(err error) int {
+	var mbe *http.MaxBytesError
+	switch {
+	case errors.As(err, &mbe), errors.Is(err, store.ErrTooLarge):
+		return http.StatusRequestEntityTooLarge
+	case errors.Is(err, sandbox.ErrConflict):
+		return http.StatusConflict
+	case errors.Is(err, sandbox.ErrNotFound), errors.Is(err, store.ErrNotFound):
+		return http.StatusNotFound
+	case errors.Is(err, sandbox.ErrImageRefused):
+		return http.StatusUnprocessableEntity
+	case errors.Is(err, sandbox.ErrInvalid), errors.Is(err, store.ErrDigestMismatch):
+		return http.StatusBadRequest
+	}
+	return http.StatusInternalServerError
+}
+
+// readBody reads at most max bytes of the request body.
+func readBody(w http.ResponseWriter, r *http.Request, max int64) ([]byte, error) {
+	b, err := io.ReadAll(http.MaxBytesReader(w, r.Body, max))
+	if err != nil {
+		var mbe *http.MaxBytesError
+		if errors.As(err, &mbe) {
+			return nil, fmt.Errorf("request body is larger than %d bytes: %w", max, err)
+		}
+		return nil, fmt.Errorf("read request body: %w", err)
+	}
+	return b, nil
+}
+
+func (s *Server) reject(w http.ResponseWriter, reason string, code int, err error) {
+	s.m.rejected.WithLabelValues(reason).Inc()
+	writeError(w, code, err)
+}
+
+// submit accepts a sealed job, idempotently by id: the same job again gets
+// the same receipt bytes; another job under the same id is a 409 and
+// nothing runs. Nothing is journaled unless the job is accepted.
+func (s *Server) submit(w http.ResponseWriter, r *http.Request) {
+	body, err := readBody(w, r, s.cfg.MaxJobBytes)
+	if err != nil {
+		s.reject(w, "too_large", statusOf(err), err)
+		return
+	}
+	job, err := sandbox.DecodeJob(body)
+	if err != nil {
+		s.reject(w, "invalid", http.StatusBadRequest, err)
+		return
+	}
+	log := s.log.With("job_id", job.ID)
+	if rec, err := s.cfg.Journal.Get(job.ID); err == nil {
+		if rec.Digest != job.Digest {
+			s.reject(w, "conflict", http.StatusConflict, fmt.Errorf("job %s is already bound to digest %s, not %s: %w", job.ID, rec.Digest, job.Digest, sandbox.ErrConflict))
+			return
+		}
+		writeJSON(w, http.StatusOK, view(rec))
+		return
+	} else if !errors.Is(err, sandbox.ErrNotFound) {
+		writeError(w, http.StatusInternalServerError, err)
+		return
+	}
+	if s.cfg.Preflight != nil {
+		if err := s.cfg.Preflight(r.Context(), job); err != nil {
+			code := statusOf(err)
+			if code == http.StatusNotFound {
+				code = http.StatusUnprocessableEntity // the job is fine; something it names is missing
+			}
+			s.reject(w, "refused", code, err)
+			return
+		}
+	}
+	ok, draining := s.reserve()
+	if draining {
+		s.reject(w, "draining", http.StatusServiceUnavailable, errors.New("the daemon is shutting down; submit again after it restarts"))
+		return
+	}
+	if !ok {
+		w.Header().Set("Retry-After", strconv.Itoa(s.retryAfter()))
+		s.reject(w, "queue_full", http.StatusTooManyRequests, fmt.Errorf("the queue is full (%d waiting); retry after the time in Retry-After", s.cfg.QueueSize))
+		return
+	}
+	rec, existing, err := s.accept(r.Context(), job)
+	if err != nil || existing {
+		s.release()
+	}
+	switch {
+	case err != nil:
+		code := statusOf(err)
+		s.reject(w, "accept", code, err)
+		if code >= 500 {
+			log.Error("accept", "error", err)
+		}
+		return
+	case existing:
+		writeJSON(w, http.StatusOK, view(rec))
+		return
+	}
+	s.fault("accepted", job.ID)
+	s.m.accepted.Inc()
+	log.Info("job accepted", "job_digest", job.Digest)
+	s.enqueue(job.ID, true)
+	writeJSON(w, http.StatusAccepted, view(rec))
+}
+
+// accept signs the receipt and journals the job with it.
+func (s *Server) accept(ctx context.Context, job sandbox.Job) (journal.Record, bool, error) {
+	facts, err := s.cfg.Broker.Facts(ctx)
+	if err != nil {
+		return journal.Record{}, false, fmt.Errorf("runtime facts: %w", err)
+	}
+	facts.Runtime = job.Runtime
+	canon, err := job.CanonicalJSON()
+	if err != nil {
+		return journal.Record{}, false, err
+	}
+	at := time.Now().UTC()
+	env, err := s.cfg.Signer.SignAccepted(job, facts, at)
+	if err != nil {
+		return journal.Record{}, false, fmt.Errorf("sign receipt: %w", err)
+	}
+	rec, existing, err := s.cfg.Journal.Accept(job, canon, env, at)
+	if err == nil && !existing {
+		s.m.envelopesSigned.WithLabelValues("receipt").Inc()
+	}
+	return rec, existing, err
+}
+
+func (s *Server) getJob(w http.ResponseWriter, r *http.Request) {
+	rec, err := s.cfg.Journal.Get(r.PathValue("id"))
+	if err != nil {
+		writeError(w, statusOf(err), err)
+		return
+	}
+	writeJSON(w, http.StatusOK, view(rec))
+}
+
+// waitJob long-polls until the job ends or the timeout (default 30s, at
+// most MaxWait) passes; either way it answers 200 with the job's state.
+func (s *Server) waitJob(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	timeout := 30 * time.Second
+	if v := r.URL.Query().Get("timeout"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d < 0 {
+			writeError(w, http.StatusBadRequest, fmt.Errorf("timeout %q: %w: not a non-negative duration such as 30s", v, sandbox.ErrInvalid))
+			return
+		}
+		timeout = min(d, s.cfg.MaxWait)
+	}
+	timer := time.NewTimer(timeout)
+	defer timer.Stop()
+	for {
+		changed := s.changedChan()
+		rec, err := s.cfg.Journal.Get(id)
+		if err != nil {
+			writeError(w, statusOf(err), err)
+			return
+		}
+		if rec.State.Terminal() {
+			writeJSON(w, http.StatusOK, view(rec))
+			return
+		}
+		select {
+		case <-changed:
+		case <-timer.C:
+			writeJSON(w, http.StatusOK, view(rec))
+			return
+		case <-s.closing:
+			writeJSON(w, http.StatusOK, view(rec))
+			return
+		case <-r.Context().Done():
+			return
+		}
+	}
+}
+
+// cancelJob cancels a queued job (it ends cancelled without running) or a
+// running one (its container is killed). A job being recovered after a
+// restart keeps its deadline; the request is recorded.
+func (s *Server) cancelJob(w http.ResponseWriter, r *http.Request) {
+	id := r.PathValue("id")
+	rec, err := s.cfg.Journal.RequestCancel(id)
+	if err != nil {
+		writeError(w, statusOf(err), err)
+		return
+	}
+	if !rec.State.Terminal() {
+		if s.dequeue(id) {
+			if job, err := rec.DecodeJob(); err == nil {
+				s.finishUnrun(s.log.With("job_id", id), rec, job, sandbox.StatusCancelled, "cancelled before it was dispatched")
+			}
+		} else {
+			s.mu.Lock()
+			cancel := s.running[id]
+			s.mu.Unlock()
+			if cancel != nil {
+				cancel()
+			}
+		}
+		if rec, err = s.cfg.Journal.Get(id); err != nil {
+			writeError(w, statusOf(err), err)
+			return
+		}
+	}
+	writeJSON(w, http.StatusAccepted, view(rec))
+}
+
+// putBlob stores a content-addressed upload: the body must hash to the
+// digest in the path and fit MaxBlobBytes.
+func (s *Server) putBlob(w http.ResponseWriter, r *http.Request) {
+	want := r.PathValue("digest")
+	if !sandbox.ValidDigest(want) {
+		writeError(w, http.StatusBadRequest, fmt.Errorf("digest %q: %w: want sha256:<64 lowercase hex>", want, sandbox.ErrInvalid))
+		return
+	}
+	if r.ContentLength > s.cfg.MaxBlobBytes {
+		writeError(w, http.StatusRequestEntityTooLarge, fmt.Errorf("blob of %d bytes is larger than %d: %w", r.ContentLength, s.cfg.MaxBlobBytes, store.ErrTooLarge))
+		return
+	}
+	if s.cfg.Blobs.Has(want) {
+		writeJSON(w, http.StatusOK, map[string]any{"digest": want})
+		return
+	}
+	d, n, err := s.cfg.Blobs.Put(http.MaxBytesReader(w, r.Body, s.cfg.MaxBlobBytes), want, s.cfg.MaxBlobBytes)
+	if err != nil {
+		writeError(w, statusOf(err), fmt.Errorf("blob %s: %w", want, err))
+		return
+	}
+	s.m.bytesUploaded.Add(float64(n))
+	writeJSON(w, http.StatusCreated, map[string]any{"digest": d, "size": n})
+}
+
+// getBlob returns a stored blob (an uploaded input, a collected artifact
+// or log) by digest.
+func (s *Server) getBlob(w http.ResponseWriter, r *http.Request) {
+	d := r.PathValue("digest")
+	if !sandbox.ValidDigest(d) {
+		writeError(w, http.StatusBadRequest, fmt.Errorf("digest %q: %w", d, sandbox.ErrInvalid))
+		return
+	}
+	f, err := s.cfg.Blobs.Open(d)
+	if err != nil {
+		writeError(w, statusOf(err), err)
+		return
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		writeError(w, http.StatusInternalServerError, err)
+		return
+	}
+	w.Header().Set("Content-Type", "application/octet-stream")
+	w.Header().Set("Content-Length", strconv.FormatInt(st.Size(), 10))
+	w.Header().Set("Docker-Content-Digest", d)
+	io.Copy(w, f)
+}
+
+// Identity is what the identity endpoint reports.
+type Identity struct {
+	Name         string               `json:"name"`
+	KeyID        string               `json:"key_id"`
+	PublicKey    string               `json:"public_key"` // PEM
+	EphemeralKey bool                 `json:"ephemeral_key"`
+	Version      string               `json:"version"`
+	Runtime      sandbox.RuntimeFacts `json:"runtime"`
+}
+
+func (s *Server) identity(w http.ResponseWriter, r *http.Request) {
+	facts, err := s.cfg.Broker.Facts(r.Context())
+	if err != nil {
+		writeError(w, http.StatusServiceUnavailable, fmt.Errorf("runtime facts: %w", err))
+		return
+	}
+	writeJSON(w, http.StatusOK, Identity{
+		Name: s.cfg.Name, KeyID: s.cfg.Signer.KeyID(), PublicKey: string(s.cfg.Signer.PublicKeyPEM()),
+		EphemeralKey: s.cfg.Signer.Ephemeral(), Version: s.cfg.Version, Runtime: facts,
+	})
+}
+
+// AssessRequest asks the supervisor to judge a grader job this daemon ran.
+type AssessRequest struct {
+	Policy          supervisor.Policy `json:"policy"`
+	BundleDigest    string            `json:"bundle_digest"`
+	ImageID         string            `json:"image_id"`
+	GraderJobID     string            `json:"grader_job_id"`
+	CandidateJobID  string            `json:"candidate_job_id"`
+	WorkspaceDigest string            `json:"workspace_digest,omitempty"`
+}
+
+// assess judges a finished grader job from the journal's signed result
+// (verified against this daemon's own key) and the report in the blob
+// store; the retained assessment comes back byte for byte.
+func (s *Server) assess(w http.ResponseWriter, r *http.Request) {
+	if s.cfg.Supervisor == nil {
+		writeError(w, http.StatusNotFound, errors.New("assessments are not enabled on this daemon"))
+		return
+	}
+	body, err := readBody(w, r, s.cfg.MaxJobBytes)
+	if err != nil {
+		writeError(w, statusOf(err), err)
+		return
+	}
+	var req AssessRequest
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&req); err != nil {
+		writeError(w, http.StatusBadRequest, fmt.Errorf("assess request: %w: %w", sandbox.ErrInvalid, err))
+		return
+	}
+	grader, err := s.verifiedResult(req.GraderJobID)
+	if err != nil {
+		writeError(w, statusOf(err), fmt.Errorf("grader job: %w", err))
+		return
+	}
+	cand, err := s.cfg.Journal.Get(req.CandidateJobID)
+	if err != nil {
+		writeError(w, statusOf(err), fmt.Errorf("candidate job: %w", err))
+		return
+	}
+	ev := supervisor.Evidence{
+		BundleDigest: req.BundleDigest, ImageID: req.ImageID, CandidateJobDigest: cand.Digest,
+		WorkspaceDigest: req.WorkspaceDigest, Policy: req.Policy, Grader: grader,
+	}
+	if cand.State.Terminal() {
+		if cres, err := s.verifiedResult(cand.ID); err == nil {
+			ev.Candidate = &cres
+		}
+	}
+	if a, ok := grader.Artifact(req.Policy.ReportPath); ok {
+		if f, err := s.cfg.Blobs.Open(a.Digest); err == nil {
+			defer f.Close()
+			ev.Report = f
+		}
+	}
+	_, retained, err := s.cfg.Supervisor.Assess(r.Context(), ev)
+	if err != nil {
+		writeError(w, statusOf(err), err)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Write(retained)
+}
+
+// verifiedResult returns the result of an ended job, verified against
+// this daemon's key and chained to its receipt.
+func (s *Server) verifiedResult(id string) (sandbox.Result, error) {
+	rec, err := s.cfg.Journal.Get(id)
+	if err != nil {
+		return sandbox.Result{}, err
+	}
+	if !rec.State.Terminal() {
+		return sandbox.Result{}, fmt.Errorf("job %s has not ended (%s): %w", id, rec.State, sandbox.ErrNotFound)
+	}
+	job, err := rec.DecodeJob()
+	if err != nil {
+		return sandbox.Result{}, err
+	}
+	return sandbox.VerifyResult(s.keys, rec.Result, job, rec.Receipt)
+}
+
+func (s *Server) healthz(w http.ResponseWriter, r *http.Request) {
+	writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+}
+
+// readyz is ready once recovery has read the journal and until shutdown.
+func (s *Server) readyz(w http.ResponseWriter, r *http.Request) {
+	if !s.ready.Load() {
+		writeJSON(w, http.StatusServiceUnavailable, map[string]string{"status": "not ready"})
+		return
+	}
+	s.mu.Lock()
+	q, run := len(s.queue), len(s.running)
+	s.mu.Unlock()
+	writeJSON(w, http.StatusOK, map[string]any{"status": "ready", "queued": q, "running": run})
+}
+
+// statusRecorder remembers the response code for the access log.
+type statusRecorder struct {
+	http.ResponseWriter
+	code int
+}
+
+func (r *statusRecorder) WriteHeader(code int) {
+	r.code = code
+	r.ResponseWriter.WriteHeader(code)
+}
+
+func (r *statusRecorder) Flush() {
+	if f, ok := r.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+func (s *Server) logRequests(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		rec := &statusRecorder{ResponseWriter: w, code: http.StatusOK}
+		next.ServeHTTP(rec, r)
+		level := slog.LevelDebug
+		if rec.code >= 400 {
+			level = slog.LevelInfo
+		}
+		attrs := []any{"method", r.Method, "path", r.URL.Path, "code", rec.code, "duration_ms", time.Since(start).Milliseconds()}
+		if id := r.PathValue("id"); id != "" {
+			attrs = append(attrs, "job_id", id)
+		}
+		s.log.Log(r.Context(), level, "request", attrs...)
+	})
+}

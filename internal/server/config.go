@@ -1,0 +1,94 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/sandboxd/sandboxd/internal/journal"
+	"github.com/sandboxd/sandboxd/internal/receipt"
+	"github.com/sandboxd/sandboxd/internal/store"
+	"github.com/sandboxd/sandboxd/internal/supervisor"
+	"github.com/sandboxd/sandboxd/sandbox"
+)
+
+// Config wires a Server. Only cmd/ fills it from flags.
+type Config struct {
+	// Name is the broker's name, reported by the identity endpoint.
+	Name string
+	// Version is the daemon's version.
+	Version string
+	// Broker runs and recovers jobs.
+	Broker Broker
+	// Blobs is the content-addressed store for uploads and artifacts.
+	Blobs *store.Store
+	// Journal is the durable record of jobs.
+	Journal *journal.Journal
+	// Signer signs receipts and results.
+	Signer *receipt.Signer
+	// Supervisor serves the assess endpoint; nil disables it (404).
+	Supervisor *supervisor.Supervisor
+	// Preflight refuses a job the broker would refuse before running it
+	// (an image that is not present, an input blob that is missing), so
+	// that such a job is never accepted. Nil accepts everything.
+	Preflight func(ctx context.Context, job sandbox.Job) error
+	// Concurrency is how many jobs run at once.
+	Concurrency int
+	// QueueSize is how many accepted jobs may wait for a slot; beyond it a
+	// submission is answered 429 with Retry-After.
+	QueueSize int
+	// MaxJobBytes caps a submitted job's JSON; MaxBlobBytes an upload.
+	MaxJobBytes, MaxBlobBytes int64
+	// MaxWait caps a wait request's timeout.
+	MaxWait time.Duration
+	// ReapGrace is how old a labelled container unknown to the journal must
+	// be before it is removed; ReapInterval how often the reaper looks.
+	ReapGrace, ReapInterval time.Duration
+	// DrainTimeout is how long Shutdown waits for running jobs.
+	DrainTimeout time.Duration
+	// Logger receives JSON logs; nil discards them.
+	Logger *slog.Logger
+	// Fault, when set, is called at each step of a job's life ("accepted",
+	// "created", "started", "exited"); tests use it to kill the process at
+	// a precise point. Production leaves it nil.
+	Fault func(step, jobID string)
+}
+
+// Default returns the limits a dedicated host starts with.
+func Default() Config {
+	return Config{
+		Name:         "sandboxd",
+		Version:      "0.1.0-dev",
+		Concurrency:  4,
+		QueueSize:    64,
+		MaxJobBytes:  1 << 20,
+		MaxBlobBytes: 1 << 30,
+		MaxWait:      5 * time.Minute,
+		ReapGrace:    2 * time.Minute,
+		ReapInterval: 5 * time.Minute,
+		DrainTimeout: 30 * time.Second,
+	}
+}
+
+// Validate checks the configuration.
+func (c Config) Validate() error {
+	switch {
+	case c.Broker == nil || c.Blobs == nil || c.Journal == nil || c.Signer == nil:
+		return errors.New("server config: Broker, Blobs, Journal and Signer are required")
+	case c.Concurrency < 1 || c.Concurrency > 256:
+		return fmt.Errorf("server config: Concurrency %d is not in [1, 256]", c.Concurrency)
+	case c.QueueSize < 0:
+		return fmt.Errorf("server config: QueueSize %d is negative", c.QueueSize)
+	case c.MaxJobBytes < 1024 || c.MaxBlobBytes < 1024:
+		return errors.New("server config: MaxJobBytes and MaxBlobBytes must be at least 1 KiB")
+	case c.MaxWait < time.Second:
+		return fmt.Errorf("server config: MaxWait %v is under 1s", c.MaxWait)
+	case c.ReapGrace < 0 || c.ReapInterval < time.Second:
+		return errors.New("server config: ReapGrace must not be negative and ReapInterval must be at least 1s")
+	case c.DrainTimeout < 0:
+		return errors.New("server config: DrainTimeout is negative")
+	}
+	return nil
+}

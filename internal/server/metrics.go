@@ -1,0 +1,64 @@
+package server
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+)
+
+// metrics are the daemon's Prometheus series, on a registry of its own.
+type metrics struct {
+	reg             *prometheus.Registry
+	accepted        prometheus.Counter
+	rejected        *prometheus.CounterVec
+	jobs            *prometheus.CounterVec
+	duration        prometheus.Histogram
+	queueDepth      prometheus.Gauge
+	running         prometheus.Gauge
+	createLatency   prometheus.Histogram
+	startLatency    prometheus.Histogram
+	bytesUploaded   prometheus.Counter
+	bytesStaged     prometheus.Counter
+	bytesCollected  prometheus.Counter
+	envelopesSigned *prometheus.CounterVec
+	reconcile       *prometheus.CounterVec
+}
+
+func newMetrics() *metrics {
+	m := &metrics{
+		reg: prometheus.NewRegistry(),
+		accepted: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "sandboxd_jobs_accepted_total", Help: "Jobs durably accepted (first submissions only)."}),
+		rejected: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sandboxd_submissions_rejected_total", Help: "Submissions refused, by reason."}, []string{"reason"}),
+		jobs: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sandboxd_jobs_finished_total", Help: "Jobs ended, by result status."}, []string{"status"}),
+		duration: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "sandboxd_job_duration_seconds", Help: "Time from dispatch to signed result.",
+			Buckets: prometheus.ExponentialBuckets(0.25, 2, 14)}),
+		queueDepth: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "sandboxd_queue_depth", Help: "Accepted jobs waiting for a slot."}),
+		running: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "sandboxd_jobs_running", Help: "Jobs running or being recovered."}),
+		createLatency: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "sandboxd_container_create_seconds", Help: "Time from dispatch to a created container (staging included).",
+			Buckets: prometheus.ExponentialBuckets(0.01, 2, 14)}),
+		startLatency: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name: "sandboxd_container_start_seconds", Help: "Time from a created container to its start.",
+			Buckets: prometheus.ExponentialBuckets(0.01, 2, 14)}),
+		bytesUploaded: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "sandboxd_blob_bytes_uploaded_total", Help: "Bytes of blobs stored through the API."}),
+		bytesStaged: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "sandboxd_bytes_staged_total", Help: "Bytes of input blobs handed to dispatched jobs."}),
+		bytesCollected: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "sandboxd_bytes_collected_total", Help: "Bytes of artifacts and logs collected from jobs."}),
+		envelopesSigned: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sandboxd_envelopes_signed_total", Help: "DSSE envelopes signed, by kind."}, []string{"kind"}),
+		reconcile: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "sandboxd_reconcile_actions_total", Help: "Recovery and reaping actions, by action."}, []string{"action"}),
+	}
+	m.reg.MustRegister(m.accepted, m.rejected, m.jobs, m.duration, m.queueDepth, m.running,
+		m.createLatency, m.startLatency, m.bytesUploaded, m.bytesStaged, m.bytesCollected,
+		m.envelopesSigned, m.reconcile,
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return m
+}

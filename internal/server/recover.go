@@ -1,0 +1,156 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/sandboxd/sandboxd/internal/broker"
+	"github.com/sandboxd/sandboxd/internal/journal"
+	"github.com/sandboxd/sandboxd/sandbox"
+)
+
+// recover reads the journal and settles every job a previous process left
+// unfinished, in the pattern of Nomad's docker driver (recover handles,
+// then reap):
+//   - accepted, never dispatched: provably never ran; queued again, in
+//     the order they were accepted;
+//   - dispatched, created or started with a container: the broker
+//     recovers it (waits for a running one under its deadline, reads the
+//     helper's stream back); it is never started again;
+//   - dispatched without a container: no proof of what happened; ends
+//     uncertain.
+func (s *Server) recover(ctx context.Context) error {
+	recs, err := s.cfg.Journal.List()
+	if err != nil {
+		return fmt.Errorf("recover: %w", err)
+	}
+	var open []journal.Record
+	for _, r := range recs {
+		if !r.State.Terminal() {
+			open = append(open, r)
+		}
+	}
+	if len(open) == 0 {
+		return nil
+	}
+	cs, err := s.cfg.Broker.ListJobContainers(ctx)
+	if err != nil {
+		return fmt.Errorf("recover: %w", err)
+	}
+	byJob := map[string]broker.JobContainer{}
+	for _, c := range cs {
+		byJob[c.JobID+"@"+c.JobDigest] = c
+	}
+	var requeue []journal.Record
+	for _, rec := range open {
+		log := s.log.With("job_id", rec.ID)
+		job, err := rec.DecodeJob()
+		if err != nil {
+			log.Error("journaled job does not decode; left as is", "error", err)
+			continue
+		}
+		cid := rec.ContainerID
+		if cid == "" {
+			if c, ok := byJob[rec.ID+"@"+rec.Digest]; ok && rec.State != journal.Accepted {
+				cid = c.ID // created, but killed before the id was journaled
+			}
+		}
+		switch {
+		case rec.State == journal.Accepted && rec.CancelRequested:
+			s.m.reconcile.WithLabelValues("cancelled").Inc()
+			s.finishUnrun(log, rec, job, sandbox.StatusCancelled, "cancelled before it was dispatched")
+		case rec.State == journal.Accepted:
+			requeue = append(requeue, rec)
+		case cid == "":
+			s.m.reconcile.WithLabelValues("uncertain").Inc()
+			log.Warn("dispatched job has no container; ending it uncertain")
+			s.finishUnrun(log, rec, job, sandbox.StatusUncertain, "the daemon stopped after dispatching the job and no container of it exists; what happened cannot be proven, and it is not run again")
+		default:
+			s.m.reconcile.WithLabelValues("recovered").Inc()
+			s.startRecovery(rec, job, cid)
+		}
+	}
+	slices.SortStableFunc(requeue, func(a, b journal.Record) int { return a.AcceptedAt.Compare(b.AcceptedAt) })
+	for _, rec := range requeue {
+		s.m.reconcile.WithLabelValues("requeued").Inc()
+		s.log.Info("requeued accepted job", "job_id", rec.ID)
+		s.enqueue(rec.ID, false)
+	}
+	return nil
+}
+
+// startRecovery finishes a job through broker.Recover in the background.
+func (s *Server) startRecovery(rec journal.Record, job sandbox.Job, containerID string) {
+	log := s.log.With("job_id", rec.ID, "container_id", containerID)
+	s.mu.Lock()
+	s.running[rec.ID] = func() {} // counted against nothing, cancelled by nothing
+	s.m.running.Set(float64(len(s.running)))
+	s.mu.Unlock()
+	s.jobs.Add(1)
+	go func() {
+		defer s.jobs.Done()
+		defer func() {
+			s.mu.Lock()
+			delete(s.running, rec.ID)
+			s.m.running.Set(float64(len(s.running)))
+			s.mu.Unlock()
+			s.signal()
+		}()
+		start := time.Now()
+		log.Info("recovering job")
+		res, err := s.cfg.Broker.Recover(context.Background(), job, containerID)
+		if err != nil {
+			log.Error("recover job; left for the next start", "error", err)
+			return
+		}
+		s.observeDuration(time.Since(start))
+		s.finish(log, rec, res)
+	}()
+}
+
+// reapLoop removes, after the grace period and then periodically,
+// labelled job containers the journal does not know or has ended.
+func (s *Server) reapLoop(ctx context.Context) {
+	t := time.NewTimer(s.cfg.ReapGrace)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		if err := s.reap(ctx); err != nil && !errors.Is(err, context.Canceled) {
+			s.log.Error("reap", "error", err)
+		}
+		t.Reset(s.cfg.ReapInterval)
+	}
+}
+
+// reap removes job containers of this broker that no live job owns and that
+// are older than the grace period.
+func (s *Server) reap(ctx context.Context) error {
+	cs, err := s.cfg.Broker.ListJobContainers(ctx)
+	if err != nil {
+		return err
+	}
+	for _, c := range cs {
+		if time.Since(c.Created) < s.cfg.ReapGrace {
+			continue
+		}
+		rec, err := s.cfg.Journal.Get(c.JobID)
+		switch {
+		case errors.Is(err, sandbox.ErrNotFound):
+		case err != nil:
+			return err
+		case rec.Digest == c.JobDigest && !rec.State.Terminal():
+			continue // a live job's, or one being recovered
+		}
+		s.m.reconcile.WithLabelValues("reaped").Inc()
+		s.log.Warn("reaping unknown job container", "container_id", c.ID, "job_id", c.JobID, "state", c.State)
+		s.cfg.Broker.RemoveJobContainer(c.ID)
+	}
+	return nil
+}

@@ -1,0 +1,389 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math"
+	"net/http"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/sandboxd/sandboxd/internal/broker"
+	"github.com/sandboxd/sandboxd/internal/journal"
+	"github.com/sandboxd/sandboxd/sandbox"
+)
+
+// Broker is the part of *broker.Broker the server calls.
+type Broker interface {
+	Facts(ctx context.Context) (sandbox.RuntimeFacts, error)
+	RunWithHooks(ctx context.Context, job sandbox.Job, hooks broker.Hooks) (sandbox.Result, error)
+	Recover(ctx context.Context, job sandbox.Job, containerID string) (sandbox.Result, error)
+	ListJobContainers(ctx context.Context) ([]broker.JobContainer, error)
+	RemoveJobContainer(id string)
+}
+
+var _ Broker = (*broker.Broker)(nil)
+
+// Server is the daemon. New has no side effects; Start recovers and starts
+// the workers; Shutdown stops them.
+type Server struct {
+	cfg     Config
+	log     *slog.Logger
+	m       *metrics
+	mux     *http.ServeMux
+	keys    sandbox.KeySet
+	started time.Time
+
+	mu       sync.Mutex
+	queue    []string // accepted job ids, FIFO
+	reserved int      // slots held by submissions being journaled
+	wake     chan struct{}
+	running  map[string]context.CancelFunc
+	changed  chan struct{} // closed and replaced whenever a job ends
+	draining bool
+
+	ready atomic.Bool
+	// avgJob is an exponentially weighted mean job duration in
+	// nanoseconds, for Retry-After.
+	avgJob atomic.Int64
+
+	// stop ends the workers and the reaper (never a job); closing is
+	// closed when Shutdown begins, to release long polls.
+	stop     context.CancelFunc
+	closing  chan struct{}
+	workers  sync.WaitGroup // workers and reaper
+	jobs     sync.WaitGroup // running and recovering jobs
+	shutOnce sync.Once
+}
+
+// New returns a server for cfg.
+func New(cfg Config) (*Server, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	keys, err := sandbox.ParseKeySet(cfg.Signer.PublicKeyPEM())
+	if err != nil {
+		return nil, fmt.Errorf("server: own public key: %w", err)
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	s := &Server{
+		cfg: cfg, log: log, m: newMetrics(), keys: keys,
+		wake: make(chan struct{}, 1), running: map[string]context.CancelFunc{},
+		changed: make(chan struct{}), closing: make(chan struct{}),
+	}
+	s.avgJob.Store(int64(time.Second))
+	s.mux = s.routes()
+	return s, nil
+}
+
+// Handler returns the HTTP API.
+func (s *Server) Handler() http.Handler { return s.logRequests(s.mux) }
+
+// Start recovers the jobs a previous process left unfinished, then starts
+// the workers and the reaper. Recovery of containers that still run goes
+// on in the background; the server is ready once the journal was read.
+func (s *Server) Start(ctx context.Context) error {
+	s.started = time.Now()
+	wctx, stop := context.WithCancel(context.WithoutCancel(ctx))
+	s.stop = stop
+	if err := s.recover(ctx); err != nil {
+		stop()
+		return err
+	}
+	for range s.cfg.Concurrency {
+		s.workers.Add(1)
+		go func() {
+			defer s.workers.Done()
+			s.work(wctx)
+		}()
+	}
+	s.workers.Add(1)
+	go func() {
+		defer s.workers.Done()
+		s.reapLoop(wctx)
+	}()
+	s.ready.Store(true)
+	return nil
+}
+
+// Shutdown stops accepting submissions and dispatching queued jobs, then
+// waits for running jobs until ctx is done. It reports the jobs it left
+// running; they are recovered at the next start.
+func (s *Server) Shutdown(ctx context.Context) error {
+	s.shutOnce.Do(func() {
+		s.ready.Store(false)
+		s.mu.Lock()
+		s.draining = true
+		s.mu.Unlock()
+		close(s.closing)
+		if s.stop != nil {
+			s.stop()
+		}
+	})
+	s.workers.Wait()
+	done := make(chan struct{})
+	go func() {
+		s.jobs.Wait()
+		close(done)
+	}()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		s.mu.Lock()
+		n := len(s.running)
+		s.mu.Unlock()
+		return fmt.Errorf("%d jobs still running; their containers keep their deadlines and the next start recovers them: %w", n, ctx.Err())
+	}
+}
+
+
+// enqueue appends an accepted job and wakes a worker.
+func (s *Server) enqueue(id string, reservedSlot bool) {
+	s.mu.Lock()
+	if reservedSlot {
+		s.reserved--
+	}
+	s.queue = append(s.queue, id)
+	s.m.queueDepth.Set(float64(len(s.queue)))
+	s.mu.Unlock()
+	s.signal()
+}
+
+func (s *Server) signal() {
+	select {
+	case s.wake <- struct{}{}:
+	default:
+	}
+}
+
+// reserve holds a queue slot for a submission; false means the queue is
+// full. The caller releases it with enqueue or release.
+func (s *Server) reserve() (ok, draining bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.draining {
+		return false, true
+	}
+	if len(s.queue)+s.reserved >= s.cfg.QueueSize+s.freeSlotsLocked() {
+		return false, false
+	}
+	s.reserved++
+	return true, false
+}
+
+// freeSlotsLocked counts idle workers: a job that can start at once does
+// not wait in the queue.
+func (s *Server) freeSlotsLocked() int {
+	return max(0, s.cfg.Concurrency-len(s.running))
+}
+
+func (s *Server) release() {
+	s.mu.Lock()
+	s.reserved--
+	s.mu.Unlock()
+}
+
+// retryAfter estimates when a slot frees up, in whole seconds.
+func (s *Server) retryAfter() int {
+	s.mu.Lock()
+	waiting := len(s.queue) + s.reserved
+	s.mu.Unlock()
+	avg := time.Duration(s.avgJob.Load())
+	secs := avg.Seconds() * float64(waiting+1) / float64(s.cfg.Concurrency)
+	return int(min(60, max(1, math.Ceil(secs))))
+}
+
+// dequeue removes a queued job (cancel before it ran).
+func (s *Server) dequeue(id string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	i := slices.Index(s.queue, id)
+	if i < 0 {
+		return false
+	}
+	s.queue = slices.Delete(s.queue, i, i+1)
+	s.m.queueDepth.Set(float64(len(s.queue)))
+	return true
+}
+
+// work runs queued jobs one at a time until ctx is done.
+func (s *Server) work(ctx context.Context) {
+	for {
+		s.mu.Lock()
+		var id string
+		if len(s.queue) > 0 && !s.draining {
+			id = s.queue[0]
+			s.queue = s.queue[1:]
+			s.m.queueDepth.Set(float64(len(s.queue)))
+			// Registered before the lock is dropped, so that admission
+			// never counts this job as both queued and not yet running.
+			s.running[id] = func() {}
+			s.jobs.Add(1)
+		}
+		s.mu.Unlock()
+		if id == "" {
+			select {
+			case <-ctx.Done():
+				return
+			case <-s.wake:
+				continue
+			}
+		}
+		s.signal() // another worker may take the next one
+		s.runJob(id)
+	}
+}
+
+// notifyChanged wakes every waiter.
+func (s *Server) notifyChanged() {
+	s.mu.Lock()
+	close(s.changed)
+	s.changed = make(chan struct{})
+	s.mu.Unlock()
+}
+
+func (s *Server) changedChan() <-chan struct{} {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.changed
+}
+
+func (s *Server) fault(step, id string) {
+	if s.cfg.Fault != nil {
+		s.cfg.Fault(step, id)
+	}
+}
+
+// runJob dispatches one accepted job and records its end. The job's
+// context is not derived from the server's: shutdown never cancels a job.
+func (s *Server) runJob(id string) {
+	defer s.jobs.Done()
+	log := s.log.With("job_id", id)
+	jctx, cancel := context.WithCancelCause(context.Background())
+	defer cancel(nil)
+	s.mu.Lock()
+	s.running[id] = func() { cancel(errors.New("cancelled through the API")) }
+	s.m.running.Set(float64(len(s.running)))
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		delete(s.running, id)
+		s.m.running.Set(float64(len(s.running)))
+		s.mu.Unlock()
+		s.signal()
+	}()
+
+	rec, err := s.cfg.Journal.Get(id)
+	if err != nil {
+		log.Error("read journal", "error", err)
+		return
+	}
+	job, err := rec.DecodeJob()
+	if err != nil {
+		log.Error("journaled job does not decode", "error", err)
+		return
+	}
+	if rec.CancelRequested {
+		s.finishUnrun(log, rec, job, sandbox.StatusCancelled, "cancelled before it was dispatched")
+		return
+	}
+	if _, err := s.cfg.Journal.Dispatched(id); err != nil {
+		// Not durable: not dispatched. It stays accepted and runs after a
+		// restart.
+		log.Error("journal dispatch", "error", err)
+		return
+	}
+	for _, in := range job.Inputs {
+		if n, err := s.cfg.Blobs.Size(in.Digest); err == nil {
+			s.m.bytesStaged.Add(float64(n))
+		}
+	}
+	dispatched := time.Now()
+	var created time.Time
+	hooks := broker.Hooks{
+		OnCreated: func(ctx context.Context, containerID string) error {
+			created = time.Now()
+			s.m.createLatency.Observe(created.Sub(dispatched).Seconds())
+			if _, err := s.cfg.Journal.Created(id, containerID); err != nil {
+				return err
+			}
+			log.Info("container created", "container_id", containerID)
+			s.fault("created", id)
+			return nil
+		},
+		OnStarted: func(containerID string, at time.Time) {
+			s.m.startLatency.Observe(time.Since(created).Seconds())
+			if _, err := s.cfg.Journal.Started(id, at); err != nil {
+				log.Error("journal start", "container_id", containerID, "error", err)
+			}
+			s.fault("started", id)
+		},
+	}
+	res, err := s.cfg.Broker.RunWithHooks(jctx, job, hooks)
+	if err != nil {
+		// Refused before anything ran.
+		status := sandbox.StatusError
+		if errors.Is(err, sandbox.ErrConflict) {
+			status = sandbox.StatusUncertain // a container of this job exists: not ours to judge
+		}
+		s.finishUnrun(log, rec, job, status, "refused by the broker: "+err.Error())
+		return
+	}
+	s.fault("exited", id)
+	s.observeDuration(time.Since(dispatched))
+	s.finish(log, rec, res)
+}
+
+func (s *Server) observeDuration(d time.Duration) {
+	s.m.duration.Observe(d.Seconds())
+	old := s.avgJob.Load()
+	s.avgJob.Store(old + (int64(d)-old)/8)
+}
+
+// finish signs a result, makes it durable, and only then reports it.
+func (s *Server) finish(log *slog.Logger, rec journal.Record, res sandbox.Result) {
+	env, err := s.cfg.Signer.SignCompleted(res, rec.Receipt)
+	if err != nil {
+		log.Error("sign result", "error", err)
+		return
+	}
+	s.m.envelopesSigned.WithLabelValues("result").Inc()
+	if _, err := s.cfg.Journal.Finish(rec.ID, res.Status, env, time.Now()); err != nil {
+		log.Error("journal result", "error", err)
+		return
+	}
+	var collected int64
+	for _, a := range res.Artifacts {
+		collected += a.Size
+	}
+	collected += res.Stdout.Bytes + res.Stderr.Bytes
+	s.m.bytesCollected.Add(float64(collected))
+	s.m.jobs.WithLabelValues(string(res.Status)).Inc()
+	log.Info("job ended", "status", res.Status, "exit_code", res.ExitCode, "cause", res.Cause)
+	s.notifyChanged()
+}
+
+// finishUnrun ends a job that no container ran (or whose container is not
+// ours to judge) with a signed result saying so.
+func (s *Server) finishUnrun(log *slog.Logger, rec journal.Record, job sandbox.Job, status sandbox.Status, cause string) {
+	now := time.Now().UTC()
+	facts, err := s.cfg.Broker.Facts(context.Background())
+	if err != nil {
+		log.Warn("runtime facts", "error", err)
+	}
+	facts.Runtime = job.Runtime
+	res := sandbox.Result{
+		Schema: sandbox.ResultSchema, JobID: job.ID, JobDigest: job.Digest,
+		Status: status, Cause: cause, StartedAt: now, EndedAt: now, Runtime: facts,
+		LimitsHit: []string{}, Artifacts: []sandbox.Artifact{}, Rejected: []sandbox.Rejected{},
+	}
+	s.finish(log, rec, res)
+}
