@@ -80,8 +80,31 @@ func view(rec journal.Record) JobView {
 // ErrorBody is the JSON body of every error response.
 type ErrorBody struct {
 	Error string `json:"error"`
+	// Code classifies the error for clients: invalid, too_large, conflict,
+	// not_found, image_refused, queue_full, draining or internal.
+	Code string `json:"code"`
 	// Field names the offending field when validation failed.
 	Field string `json:"field,omitempty"`
+}
+
+func codeOf(status int, err error) string {
+	switch {
+	case status == http.StatusTooManyRequests:
+		return "queue_full"
+	case status == http.StatusServiceUnavailable:
+		return "draining"
+	case status == http.StatusRequestEntityTooLarge:
+		return "too_large"
+	case errors.Is(err, sandbox.ErrImageRefused):
+		return "image_refused"
+	case status == http.StatusConflict:
+		return "conflict"
+	case status == http.StatusNotFound, status == http.StatusUnprocessableEntity:
+		return "not_found"
+	case status < 500:
+		return "invalid"
+	}
+	return "internal"
 }
 
 func writeJSON(w http.ResponseWriter, code int, v any) {
@@ -98,7 +121,7 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 }
 
 func writeError(w http.ResponseWriter, code int, err error) {
-	body := ErrorBody{Error: err.Error()}
+	body := ErrorBody{Error: err.Error(), Code: codeOf(code, err)}
 	var fe *sandbox.FieldError
 	if errors.As(err, &fe) {
 		body.Field = fe.Field
