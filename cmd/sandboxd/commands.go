@@ -34,6 +34,10 @@ func commands() map[string]command {
 		"verify":    {"verify signed receipts and results offline", cmdVerify},
 		"selfcheck": {"prove the isolation properties on this engine", cmdSelfcheck},
 		"version":   {"print the version", cmdVersion},
+		"serve":     {"run the daemon (journal, API, recovery, metrics)", cmdServe},
+		"submit":    {"submit a sealed job to the daemon; print its receipt", cmdSubmit},
+		"wait":      {"wait for a job on the daemon; print its result", cmdWait},
+		"status":    {"show a job's state on the daemon", cmdStatus},
 	}
 }
 

@@ -1,0 +1,263 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/containerd/errdefs"
+
+	"github.com/sandboxd/sandboxd/internal/broker"
+	"github.com/sandboxd/sandboxd/internal/journal"
+	"github.com/sandboxd/sandboxd/internal/receipt"
+	"github.com/sandboxd/sandboxd/internal/server"
+	"github.com/sandboxd/sandboxd/internal/store"
+	"github.com/sandboxd/sandboxd/internal/supervisor"
+	"github.com/sandboxd/sandboxd/sandbox"
+)
+
+// serveOptions are the flags of `sandboxd serve`.
+type serveOptions struct {
+	socket, listen               string
+	tlsCert, tlsKey, tlsClientCA string
+	state, key                   string
+	ephemeralKey                 bool
+	name, volumePrefix           string
+	concurrency, queue           int
+	reapGrace, drainTimeout      time.Duration
+	maxBlob                      int64
+	allowRunsc                   bool
+	debug                        bool
+}
+
+// faultEnv names the test-only fault injection: "STEP:JOBID" makes the
+// daemon SIGKILL itself when job JOBID reaches STEP (accepted, created,
+// started, exited). The daemon's crash tests use it; nothing else should.
+const faultEnv = "SANDBOXD_TEST_FAULT"
+
+// cmdServe runs the daemon until SIGTERM or SIGINT: then it stops taking
+// jobs, waits --drain-timeout for running ones and exits; jobs still
+// running are recovered by the next start (see internal/server).
+func cmdServe(ctx context.Context, args []string, _, stderr io.Writer) int {
+	var o serveOptions
+	def := server.Default()
+	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&o.socket, "socket", "/run/sandboxd/sandboxd.sock", "unix socket `PATH` (mode 0660); empty to listen on --listen only")
+	fs.StringVar(&o.listen, "listen", "", "TCP `ADDR` to listen on with mutual TLS (needs --tls-cert, --tls-key, --tls-client-ca)")
+	fs.StringVar(&o.tlsCert, "tls-cert", "", "server certificate `FILE`")
+	fs.StringVar(&o.tlsKey, "tls-key", "", "server key `FILE`")
+	fs.StringVar(&o.tlsClientCA, "tls-client-ca", "", "CA `FILE` client certificates must chain to")
+	fs.StringVar(&o.state, "state", "", "state `DIR`: journal, blobs, assessments (required)")
+	fs.StringVar(&o.key, "key", "", "signing key `FILE` (password from SANDBOXD_KEY_PASSWORD)")
+	fs.BoolVar(&o.ephemeralKey, "ephemeral-key", false, "sign with a key generated at start (every envelope says so)")
+	fs.StringVar(&o.name, "name", "sandboxd", "broker `NAME` in labels and envelopes")
+	fs.StringVar(&o.volumePrefix, "volume-prefix", "", "prefix of cache volume names (default: --name)")
+	fs.IntVar(&o.concurrency, "concurrency", def.Concurrency, "jobs running at once")
+	fs.IntVar(&o.queue, "queue", def.QueueSize, "accepted jobs that may wait for a slot before submissions get 429")
+	fs.DurationVar(&o.reapGrace, "reap-grace", def.ReapGrace, "age before an unknown labelled container is removed")
+	fs.DurationVar(&o.drainTimeout, "drain-timeout", def.DrainTimeout, "how long SIGTERM waits for running jobs")
+	fs.Int64Var(&o.maxBlob, "max-blob-bytes", def.MaxBlobBytes, "largest upload")
+	fs.BoolVar(&o.allowRunsc, "allow-runsc", false, "allow jobs that ask for the runsc runtime")
+	fs.BoolVar(&o.debug, "debug", false, "log every request")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return exitOK
+		}
+		return exitUsage
+	}
+	if o.state == "" || fs.NArg() != 0 || (o.socket == "" && o.listen == "") {
+		fmt.Fprintln(stderr, "usage: sandboxd serve --state DIR (--key FILE | --ephemeral-key) [--socket PATH] [--listen ADDR --tls-cert F --tls-key F --tls-client-ca F]")
+		return exitUsage
+	}
+	if (o.key == "") == !o.ephemeralKey {
+		fmt.Fprintln(stderr, "sandboxd serve: give exactly one of --key FILE and --ephemeral-key; the daemon does not sign with a key it was not given unless told to")
+		return exitUsage
+	}
+	level := slog.LevelInfo
+	if o.debug {
+		level = slog.LevelDebug
+	}
+	log := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: level}))
+	if err := serve(ctx, o, log); err != nil {
+		log.Error("serve", "error", err)
+		return exitInfraError
+	}
+	return exitOK
+}
+
+func serve(ctx context.Context, o serveOptions, log *slog.Logger) error {
+	if err := os.MkdirAll(o.state, 0o700); err != nil {
+		return err
+	}
+	var signer *receipt.Signer
+	var err error
+	if o.ephemeralKey {
+		signer, err = receipt.NewEphemeralSigner()
+		log.Warn("signing with an ephemeral key: envelopes prove nothing once this process is gone")
+	} else {
+		signer, err = receipt.LoadSigner(o.key, []byte(os.Getenv("SANDBOXD_KEY_PASSWORD")))
+	}
+	if err != nil {
+		return err
+	}
+	signer = signer.WithName(o.name)
+	blobs, err := store.Open(filepath.Join(o.state, "blobs"))
+	if err != nil {
+		return err
+	}
+	jr, err := journal.Open(filepath.Join(o.state, "journal.db"))
+	if err != nil {
+		return err
+	}
+	defer jr.Close()
+	assessments, err := supervisor.NewDirStore(filepath.Join(o.state, "assessments"))
+	if err != nil {
+		return err
+	}
+	eng, err := broker.NewEngine()
+	if err != nil {
+		return fmt.Errorf("engine: %w", err)
+	}
+	defer eng.Close()
+	shim, err := shimPath()
+	if err != nil {
+		return err
+	}
+	bcfg := broker.Default()
+	bcfg.Name = o.name
+	bcfg.VolumePrefix = o.volumePrefix
+	if bcfg.VolumePrefix == "" {
+		bcfg.VolumePrefix = o.name
+	}
+	bcfg.Version = version
+	bcfg.ShimPath = shim
+	bcfg.AllowRunsc = o.allowRunsc
+	bcfg.Logger = log
+	b, err := broker.New(eng, blobs, bcfg)
+	if err != nil {
+		return err
+	}
+	cfg := server.Default()
+	cfg.Name, cfg.Version = o.name, version
+	cfg.Broker, cfg.Blobs, cfg.Journal, cfg.Signer = b, blobs, jr, signer
+	cfg.Supervisor = supervisor.New(assessments)
+	cfg.Concurrency, cfg.QueueSize = o.concurrency, o.queue
+	cfg.ReapGrace, cfg.DrainTimeout, cfg.MaxBlobBytes = o.reapGrace, o.drainTimeout, o.maxBlob
+	cfg.Logger = log
+	cfg.Preflight = func(ctx context.Context, job sandbox.Job) error {
+		return preflight(ctx, eng, blobs, bcfg, job)
+	}
+	if f := os.Getenv(faultEnv); f != "" {
+		step, id, _ := strings.Cut(f, ":")
+		cfg.Fault = func(s, jobID string) {
+			if s == step && jobID == id {
+				log.Warn("test fault: killing the daemon", "step", s, "job_id", jobID)
+				syscall.Kill(os.Getpid(), syscall.SIGKILL)
+				select {} // the signal is on its way
+			}
+		}
+	}
+	srv, err := server.New(cfg)
+	if err != nil {
+		return err
+	}
+
+	var lns []net.Listener
+	if o.socket != "" {
+		if err := os.MkdirAll(filepath.Dir(o.socket), 0o750); err != nil {
+			return err
+		}
+		ln, err := server.ListenUnix(o.socket)
+		if err != nil {
+			return err
+		}
+		lns = append(lns, ln)
+	}
+	if o.listen != "" {
+		ln, err := server.ListenTLS(o.listen, o.tlsCert, o.tlsKey, o.tlsClientCA)
+		if err != nil {
+			closeAll(lns)
+			return err
+		}
+		lns = append(lns, ln)
+	}
+	if err := srv.Start(ctx); err != nil {
+		closeAll(lns)
+		return err
+	}
+	hs := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	errc := make(chan error, len(lns))
+	for _, ln := range lns {
+		go func() { errc <- hs.Serve(ln) }()
+	}
+	log.Info("serving", "socket", o.socket, "listen", o.listen, "key_id", signer.KeyID(), "ephemeral_key", signer.Ephemeral(), "concurrency", cfg.Concurrency, "queue", cfg.QueueSize)
+
+	var serveErr error
+	select {
+	case <-ctx.Done():
+		log.Info("stopping: no new jobs; draining running ones", "drain_timeout", o.drainTimeout.String())
+	case serveErr = <-errc:
+	}
+	dctx, cancel := context.WithTimeout(context.Background(), o.drainTimeout)
+	derr := srv.Shutdown(dctx)
+	cancel()
+	if derr != nil {
+		log.Warn("drain incomplete", "error", derr)
+	}
+	hctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	hs.Shutdown(hctx)
+	cancel()
+	for range lns {
+		if err := <-errc; err != nil && !errors.Is(err, http.ErrServerClosed) && serveErr == nil {
+			serveErr = err
+		}
+	}
+	if serveErr != nil && !errors.Is(serveErr, http.ErrServerClosed) {
+		return serveErr
+	}
+	return nil
+}
+
+func closeAll(lns []net.Listener) {
+	for _, ln := range lns {
+		ln.Close()
+	}
+}
+
+// preflight refuses what the broker would refuse before running a job, so
+// that such a job is never accepted: an image not present by ID, an input
+// blob not in the store, a runtime not allowed.
+func preflight(ctx context.Context, eng broker.Engine, blobs *store.Store, cfg broker.Config, job sandbox.Job) error {
+	if job.Runtime == sandbox.RuntimeRunsc && !cfg.AllowRunsc {
+		return &sandbox.FieldError{Field: "job.runtime", Reason: "runsc is not allowed by this broker"}
+	}
+	for i, in := range job.Inputs {
+		if !blobs.Has(in.Digest) {
+			return &sandbox.FieldError{Field: fmt.Sprintf("job.inputs[%d].digest", i), Reason: fmt.Sprintf("blob %s is not in the store; upload it first", in.Digest)}
+		}
+	}
+	ictx, cancel := context.WithTimeout(ctx, cfg.EngineTimeout)
+	defer cancel()
+	img, err := eng.ImageInspect(ictx, job.Image)
+	if errdefs.IsNotFound(err) {
+		return fmt.Errorf("job.image: image %s: %w: not present in the engine (images are never pulled)", job.Image, sandbox.ErrImageRefused)
+	}
+	if err != nil {
+		return fmt.Errorf("job.image: inspect %s: %w", job.Image, err)
+	}
+	if img.ID != job.Image {
+		return fmt.Errorf("job.image: image %s: %w: the engine resolved it to %s", job.Image, sandbox.ErrImageRefused, img.ID)
+	}
+	return nil
+}

@@ -1,0 +1,194 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"time"
+
+	"github.com/sandboxd/sandboxd/sandbox"
+	"github.com/sandboxd/sandboxd/sandbox/client"
+)
+
+// clientOptions are the flags the daemon client commands share.
+type clientOptions struct {
+	socket string
+	keys   verifyKeyFlags
+}
+
+func (o *clientOptions) register(fs *flag.FlagSet, needKeys bool) {
+	fs.StringVar(&o.socket, "socket", "/run/sandboxd/sandboxd.sock", "daemon unix socket `PATH`")
+	if needKeys {
+		fs.Var(&o.keys, "key", "pinned broker public key `PEM` file (repeat for rotation)")
+	}
+}
+
+func (o *clientOptions) client() (*client.Client, error) {
+	var pems [][]byte
+	for _, p := range o.keys {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return nil, err
+		}
+		pems = append(pems, b)
+	}
+	var keys sandbox.KeySet
+	if len(pems) > 0 {
+		var err error
+		if keys, err = sandbox.ParseKeySet(pems...); err != nil {
+			return nil, err
+		}
+	}
+	return client.New(o.socket, keys), nil
+}
+
+func readJobFile(path string) (sandbox.Job, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return sandbox.Job{}, err
+	}
+	return sandbox.DecodeJob(b)
+}
+
+// exitFor maps a client error to the documented exit codes.
+func exitFor(err error) int {
+	switch {
+	case errors.Is(err, sandbox.ErrUncertain):
+		return exitInfraError
+	case errors.Is(err, sandbox.ErrInvalid), errors.Is(err, sandbox.ErrConflict),
+		errors.Is(err, sandbox.ErrImageRefused), errors.Is(err, sandbox.ErrNotFound):
+		return exitBadInput
+	}
+	return exitInfraError
+}
+
+// cmdSubmit uploads the given blobs, submits a sealed job file and prints
+// its verified receipt envelope. Submitting the same file again prints
+// the same bytes.
+func cmdSubmit(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	var o clientOptions
+	var blobs multiFlag
+	fs := flag.NewFlagSet("submit", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	o.register(fs, true)
+	fs.Var(&blobs, "blob", "input blob `FILE` to upload first (repeatable)")
+	if err := fs.Parse(args); err != nil {
+		return exitUsage
+	}
+	if fs.NArg() != 1 || len(o.keys) == 0 {
+		fmt.Fprintln(stderr, "usage: sandboxd submit --socket PATH --key PUB [--blob FILE]... JOBFILE")
+		return exitUsage
+	}
+	job, err := readJobFile(fs.Arg(0))
+	if err != nil {
+		fmt.Fprintln(stderr, "sandboxd submit:", err)
+		return exitBadInput
+	}
+	c, err := o.client()
+	if err != nil {
+		fmt.Fprintln(stderr, "sandboxd submit:", err)
+		return exitBadInput
+	}
+	defer c.Close()
+	for _, p := range blobs {
+		b, err := os.ReadFile(p)
+		if err == nil {
+			err = c.PutBlob(ctx, sandbox.DigestBytes(b), b)
+		}
+		if err != nil {
+			fmt.Fprintf(stderr, "sandboxd submit: blob %s: %v\n", p, err)
+			return exitFor(err)
+		}
+	}
+	rc, err := c.Submit(ctx, job)
+	if err != nil {
+		fmt.Fprintln(stderr, "sandboxd submit:", err)
+		return exitFor(err)
+	}
+	stdout.Write(rc.Envelope)
+	fmt.Fprintln(stdout)
+	return exitOK
+}
+
+// cmdWait waits for a submitted job and prints its verified result
+// envelope: exit 0 if it succeeded, 1 if it ended otherwise, 4 if its
+// outcome is uncertain.
+func cmdWait(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	var o clientOptions
+	fs := flag.NewFlagSet("wait", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	o.register(fs, true)
+	timeout := fs.Duration("timeout", 0, "give up after this long (0: wait as long as it takes)")
+	if err := fs.Parse(args); err != nil {
+		return exitUsage
+	}
+	if fs.NArg() != 1 || len(o.keys) == 0 {
+		fmt.Fprintln(stderr, "usage: sandboxd wait --socket PATH --key PUB [--timeout D] JOBFILE")
+		return exitUsage
+	}
+	job, err := readJobFile(fs.Arg(0))
+	if err != nil {
+		fmt.Fprintln(stderr, "sandboxd wait:", err)
+		return exitBadInput
+	}
+	c, err := o.client()
+	if err != nil {
+		fmt.Fprintln(stderr, "sandboxd wait:", err)
+		return exitBadInput
+	}
+	defer c.Close()
+	if *timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, *timeout)
+		defer cancel()
+	}
+	sr, err := c.Wait(ctx, job)
+	if sr.Envelope != nil {
+		stdout.Write(sr.Envelope)
+		fmt.Fprintln(stdout)
+	}
+	if err != nil {
+		fmt.Fprintln(stderr, "sandboxd wait:", err)
+		return exitFor(err)
+	}
+	fmt.Fprintf(stderr, "job %s: %s (exit %d)\n", job.ID, sr.Result.Status, sr.Result.ExitCode)
+	if sr.Result.Status != sandbox.StatusSucceeded {
+		return exitFailed
+	}
+	return exitOK
+}
+
+// cmdStatus prints the daemon's unverified view of a job.
+func cmdStatus(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	var o clientOptions
+	fs := flag.NewFlagSet("status", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	o.register(fs, false)
+	if err := fs.Parse(args); err != nil {
+		return exitUsage
+	}
+	if fs.NArg() != 1 {
+		fmt.Fprintln(stderr, "usage: sandboxd status --socket PATH JOBID")
+		return exitUsage
+	}
+	c, err := o.client()
+	if err != nil {
+		fmt.Fprintln(stderr, "sandboxd status:", err)
+		return exitBadInput
+	}
+	defer c.Close()
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	st, err := c.Status(ctx, fs.Arg(0))
+	if err != nil {
+		fmt.Fprintln(stderr, "sandboxd status:", err)
+		return exitFor(err)
+	}
+	out, _ := json.MarshalIndent(st, "", "  ")
+	fmt.Fprintln(stdout, string(out))
+	return exitOK
+}
