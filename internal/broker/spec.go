@@ -111,8 +111,8 @@ func (b *Broker) ulimits(l sandbox.Limits) []*container.Ulimit {
 func tmpfsMounts(l sandbox.Limits, uid, gid int) map[string]string {
 	size := strconv.FormatInt(l.DiskBytes, 10)
 	return map[string]string{
-		sandbox.WorkPath: fmt.Sprintf("rw,nosuid,nodev,size=%s,mode=0755,uid=%d,gid=%d", size, uid, gid),
-		sandbox.TmpPath:  fmt.Sprintf("rw,nosuid,nodev,size=%s,mode=1777", size),
+		sandbox.WorkPath: fmt.Sprintf("rw,exec,nosuid,nodev,size=%s,mode=0755,uid=%d,gid=%d", size, uid, gid),
+		sandbox.TmpPath:  fmt.Sprintf("rw,exec,nosuid,nodev,size=%s,mode=1777", size),
 	}
 }
 

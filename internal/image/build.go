@@ -26,7 +26,12 @@ import (
 type Engine interface {
 	ImageInspect(ctx context.Context, imageID string, opts ...client.ImageInspectOption) (client.ImageInspectResult, error)
 	ImageLoad(ctx context.Context, input io.Reader, opts ...client.ImageLoadOption) (client.ImageLoadResult, error)
+	ImageList(ctx context.Context, options client.ImageListOptions) (client.ImageListResult, error)
 }
+
+// LabelInputs carries the digest of an image's inputs (see inputsKey), so
+// that an unchanged spec is not built again.
+const LabelInputs = "sandboxd.image.inputs"
 
 type entry struct {
 	name     string // relative, no leading slash
@@ -52,6 +57,15 @@ func Build(ctx context.Context, eng Engine, dir, tmpDir string, progress io.Writ
 	if err != nil {
 		return nil, err
 	}
+	key, err := inputsKey(spec)
+	if err != nil {
+		return nil, fmt.Errorf("image %s: %w", spec.Name, err)
+	}
+	if id, ok, err := findByInputs(ctx, eng, key); err != nil {
+		return nil, fmt.Errorf("image %s: %w", spec.Name, err)
+	} else if ok {
+		return &Built{ID: id, Name: spec.Name}, nil
+	}
 	entries, err := collect(spec)
 	if err != nil {
 		return nil, err
@@ -67,7 +81,7 @@ func Build(ctx context.Context, eng Engine, dir, tmpDir string, progress io.Writ
 		return nil, fmt.Errorf("image %s: write layer: %w", spec.Name, err)
 	}
 	diffID := "sha256:" + hex.EncodeToString(h.Sum(nil))
-	cfg, err := configJSON(spec, diffID)
+	cfg, err := configJSON(spec, diffID, key)
 	if err != nil {
 		return nil, err
 	}
@@ -108,7 +122,7 @@ func digestOf(b []byte) string {
 	return "sha256:" + hex.EncodeToString(sum[:])
 }
 
-func configJSON(spec *Spec, diffID string) ([]byte, error) {
+func configJSON(spec *Spec, diffID, key string) ([]byte, error) {
 	env := spec.Env
 	if env == nil {
 		env = []string{}
@@ -119,7 +133,7 @@ func configJSON(spec *Spec, diffID string) ([]byte, error) {
 		"config": map[string]any{
 			"Env":        env,
 			"WorkingDir": "/",
-			"Labels":     map[string]string{"org.opencontainers.image.title": spec.Name},
+			"Labels":     map[string]string{"org.opencontainers.image.title": spec.Name, LabelInputs: key},
 		},
 		"rootfs":  map[string]any{"type": "layers", "diff_ids": []string{diffID}},
 		"history": []map[string]any{{"created_by": "sandboxd image build", "comment": spec.Name}},
@@ -204,6 +218,8 @@ func collect(spec *Spec) (map[string]*entry, error) {
 			err = addTree(c, dst, add)
 		case "busybox-links":
 			err = addBusyboxLinks(c, dst, add)
+		case "gocache":
+			err = addGoCache(spec, c, dst, add)
 		}
 		if err != nil {
 			return nil, err

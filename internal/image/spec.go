@@ -28,7 +28,10 @@ type Spec struct {
 
 // Content is one thing placed in the image.
 type Content struct {
-	// Type is "file", "tree", "dir", "symlink", "text" or "busybox-links".
+	// Type is "file", "tree", "dir", "symlink", "text", "busybox-links" or
+	// "gocache" (a Go build cache warmed by testing the module at Src with
+	// this machine's toolchain, so sandboxes need not compile the standard
+	// library again).
 	Type string `json:"type"`
 	// Src is a host path: absolute, or relative to the spec's directory.
 	Src string `json:"src,omitempty"`
@@ -82,7 +85,7 @@ func (s *Spec) validate(dir string) error {
 			c.Src = filepath.Join(dir, c.Src)
 		}
 		switch c.Type {
-		case "file", "tree", "busybox-links":
+		case "file", "tree", "busybox-links", "gocache":
 			if c.Src == "" {
 				return fmt.Errorf("%s.src: required for %s", f, c.Type)
 			}

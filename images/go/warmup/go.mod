@@ -1,0 +1,3 @@
+module warmup
+
+go 1.22

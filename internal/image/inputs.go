@@ -1,0 +1,88 @@
+package image
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+
+	"github.com/moby/moby/client"
+)
+
+// inputsKey digests everything an image is built from: the spec, the bytes
+// of single files, and the names, modes, sizes and modification times of
+// trees (hashing a whole toolchain on every call would cost more than the
+// check saves). A changed input gives a new key and so a rebuild; the image
+// ID itself always comes from the layer's bytes.
+func inputsKey(spec *Spec) (string, error) {
+	h := sha256.New()
+	js, _ := json.Marshal(spec)
+	fmt.Fprintf(h, "spec %s\n", js)
+	for _, c := range spec.Contents {
+		switch c.Type {
+		case "file", "busybox-links":
+			if err := hashFile(h, c.Src); err != nil {
+				return "", err
+			}
+		case "tree":
+			if err := hashTreeMeta(h, c.Src); err != nil {
+				return "", err
+			}
+		case "gocache":
+			out, err := exec.Command("go", "env", "GOVERSION", "GOROOT").Output()
+			if err != nil {
+				return "", fmt.Errorf("go env: %w", err)
+			}
+			fmt.Fprintf(h, "go %s\n", out)
+			if err := hashTreeMeta(h, c.Src); err != nil {
+				return "", err
+			}
+		}
+	}
+	return "sha256:" + hex.EncodeToString(h.Sum(nil)), nil
+}
+
+func hashFile(w io.Writer, p string) error {
+	f, err := os.Open(p)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	fh := sha256.New()
+	if _, err := io.Copy(fh, f); err != nil {
+		return err
+	}
+	fmt.Fprintf(w, "file %s %x\n", p, fh.Sum(nil))
+	return nil
+}
+
+func hashTreeMeta(w io.Writer, root string) error {
+	return filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		info, err := d.Info()
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(w, "tree %s %v %d %d\n", p, info.Mode(), info.Size(), info.ModTime().UnixNano())
+		return nil
+	})
+}
+
+func findByInputs(ctx context.Context, eng Engine, key string) (string, bool, error) {
+	res, err := eng.ImageList(ctx, client.ImageListOptions{Filters: make(client.Filters).Add("label", LabelInputs+"="+key)})
+	if err != nil {
+		return "", false, fmt.Errorf("list images: %w", err)
+	}
+	if len(res.Items) == 0 {
+		return "", false, nil
+	}
+	return res.Items[0].ID, true, nil
+}
