@@ -116,29 +116,32 @@ func GoBuild(repo, pkg, out string) error {
 }
 
 func (e *Env) teardown(ctx context.Context) error {
-	if left := e.Leftovers(ctx, broker.LabelJob); len(left) > 0 {
-		return fmt.Errorf("resources with label %s left behind: %v", broker.LabelJob, left)
+	// Only this run's resources: other suites may be running beside it.
+	mine := broker.LabelBroker + "=" + e.BrokerName
+	if left := e.Leftovers(ctx, mine, broker.LabelJob); len(left) > 0 {
+		return fmt.Errorf("job containers of broker %s left behind: %v", e.BrokerName, left)
 	}
 	if err := broker.RemoveCache(ctx, e.Eng, e.BrokerName); err != nil {
 		return fmt.Errorf("remove cache volumes: %w", err)
 	}
-	if left := e.Leftovers(ctx, broker.LabelBroker+"="+e.BrokerName); len(left) > 0 {
+	if left := e.Leftovers(ctx, mine); len(left) > 0 {
 		return fmt.Errorf("resources of broker %s left behind: %v", e.BrokerName, left)
 	}
 	return nil
 }
 
-// Leftovers lists containers and volumes matching a label filter.
-func (e *Env) Leftovers(ctx context.Context, label string) []string {
+// Leftovers lists containers and volumes carrying every label filter.
+func (e *Env) Leftovers(ctx context.Context, labels ...string) []string {
 	var out []string
-	cs, err := e.Eng.ContainerList(ctx, client.ContainerListOptions{All: true, Filters: make(client.Filters).Add("label", label)})
+	f := make(client.Filters).Add("label", labels...)
+	cs, err := e.Eng.ContainerList(ctx, client.ContainerListOptions{All: true, Filters: f})
 	if err != nil {
 		return []string{"list containers: " + err.Error()}
 	}
 	for _, c := range cs.Items {
 		out = append(out, "container "+c.ID[:12]+" "+fmt.Sprint(c.Names))
 	}
-	vs, err := e.Eng.VolumeList(ctx, client.VolumeListOptions{Filters: make(client.Filters).Add("label", label)})
+	vs, err := e.Eng.VolumeList(ctx, client.VolumeListOptions{Filters: f})
 	if err != nil {
 		return append(out, "list volumes: "+err.Error())
 	}
