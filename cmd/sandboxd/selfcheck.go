@@ -2,12 +2,126 @@ package main
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
+	"flag"
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
+
+	"github.com/sandboxd/sandboxd/internal/broker"
+	"github.com/sandboxd/sandboxd/internal/image"
+	"github.com/sandboxd/sandboxd/internal/selfcheck"
+	"github.com/sandboxd/sandboxd/internal/store"
 )
 
-// cmdSelfcheck is not built yet; its issue replaces this file.
-func cmdSelfcheck(_ context.Context, _ []string, _, stderr io.Writer) int {
-	fmt.Fprintln(stderr, "sandboxd: selfcheck: not implemented in this build")
-	return exitInfraError
+// cmdSelfcheck proves the isolation properties on this engine: it runs the
+// probe in a sandbox of images/minimal and exits 0 only if every property
+// holds (exitFailed naming the failed ones otherwise).
+func cmdSelfcheck(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("selfcheck", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	imageDir := fs.String("image", "images/minimal", "images/<name> directory of the image to check in")
+	force := fs.Bool("force", false, "ignore a cached pass and check again")
+	asJSON := fs.Bool("json", false, "print the full report as JSON")
+	if err := fs.Parse(args); err != nil || fs.NArg() != 0 {
+		return exitUsage
+	}
+	eng, err := broker.NewEngine()
+	if err != nil {
+		fmt.Fprintln(stderr, "sandboxd selfcheck: engine:", err)
+		return exitInfraError
+	}
+	defer eng.Close()
+	img, err := image.Build(ctx, eng, *imageDir, "", nil)
+	if err != nil {
+		fmt.Fprintln(stderr, "sandboxd selfcheck:", err)
+		return exitInfraError
+	}
+	b, blobs, err := newBroker(eng)
+	if err != nil {
+		fmt.Fprintln(stderr, "sandboxd selfcheck:", err)
+		return exitInfraError
+	}
+	r, err := runSelfcheck(ctx, eng, b, blobs, img.ID, *force)
+	if r != nil {
+		printSelfcheck(stdout, r, *asJSON)
+	}
+	switch {
+	case errors.Is(err, selfcheck.ErrFailed):
+		fmt.Fprintln(stderr, "sandboxd selfcheck:", err)
+		return exitFailed
+	case err != nil:
+		fmt.Fprintln(stderr, "sandboxd selfcheck:", err)
+		return exitInfraError
+	}
+	return exitOK
+}
+
+// runSelfcheck is what `serve` and `run` call before their first job: the
+// cached pass for this engine, profile, image, probe and helper, or a fresh
+// check. A non-nil error means no job may run.
+func runSelfcheck(ctx context.Context, eng selfcheck.Engine, b *broker.Broker, blobs *store.Store, imageID string, force bool) (*selfcheck.Report, error) {
+	probe, err := probeBinary()
+	if err != nil {
+		return nil, err
+	}
+	state, err := stateDir()
+	if err != nil {
+		return nil, err
+	}
+	cfg := broker.Default()
+	o := selfcheck.Options{
+		Broker: b, Blobs: blobs, Engine: eng, Image: imageID, Probe: probe,
+		CandidateUID: cfg.CandidateUID, CandidateGID: cfg.CandidateGID, StateDir: state,
+	}
+	if force {
+		r, err := selfcheck.Run(ctx, o)
+		if err != nil {
+			return nil, err
+		}
+		return r, r.Err()
+	}
+	return selfcheck.Ensure(ctx, o)
+}
+
+// probeBinary reads the static probe: $SANDBOXD_PROBE, or sandboxd-probe
+// next to this executable.
+func probeBinary() ([]byte, error) {
+	p := os.Getenv("SANDBOXD_PROBE")
+	if p == "" {
+		exe, err := os.Executable()
+		if err != nil {
+			return nil, err
+		}
+		p = filepath.Join(filepath.Dir(exe), "sandboxd-probe")
+	}
+	b, err := os.ReadFile(p)
+	if err != nil {
+		return nil, fmt.Errorf("read the probe (build it with CGO_ENABLED=0 go build -o DIR/sandboxd-probe ./cmd/sandboxd-probe next to sandboxd, or set SANDBOXD_PROBE): %w", err)
+	}
+	return b, nil
+}
+
+func printSelfcheck(w io.Writer, r *selfcheck.Report, asJSON bool) {
+	if asJSON {
+		b, _ := json.MarshalIndent(r, "", "  ")
+		fmt.Fprintln(w, string(b))
+		return
+	}
+	held := 0
+	for _, p := range r.Properties {
+		if p.OK {
+			held++
+			continue
+		}
+		fmt.Fprintf(w, "FAIL %s: %s\n", p.Name, p.Detail)
+	}
+	src := "checked now"
+	if r.Cached {
+		src = "cached from " + r.CheckedAt.Format("2006-01-02T15:04:05Z")
+	}
+	fmt.Fprintf(w, "%d/%d isolation properties hold (engine %s, kernel %s, profile %s; %s)\n",
+		held, len(r.Properties), r.Key.EngineVersion, r.Key.KernelVersion, r.Key.ProfileDigest, src)
 }
