@@ -1,0 +1,526 @@
+package server
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+
+	"github.com/sandboxd/sandboxd/internal/broker"
+	"github.com/sandboxd/sandboxd/internal/journal"
+	"github.com/sandboxd/sandboxd/internal/receipt"
+	"github.com/sandboxd/sandboxd/internal/store"
+	"github.com/sandboxd/sandboxd/sandbox"
+)
+
+// fakeBroker is an in-memory broker: every run "creates" a container,
+// starts it, waits for the job's gate (if any) and succeeds.
+type fakeBroker struct {
+	mu        sync.Mutex
+	runs      map[string]int
+	recovered map[string]string
+	gates     map[string]chan struct{}
+	existing  []broker.JobContainer
+	removed   []string
+}
+
+func newFake() *fakeBroker {
+	return &fakeBroker{runs: map[string]int{}, recovered: map[string]string{}, gates: map[string]chan struct{}{}}
+}
+
+func (f *fakeBroker) Facts(context.Context) (sandbox.RuntimeFacts, error) {
+	return sandbox.RuntimeFacts{BrokerVersion: "test", EngineVersion: "fake", Runtime: "runc"}, nil
+}
+
+func (f *fakeBroker) result(job sandbox.Job) sandbox.Result {
+	now := time.Now().UTC()
+	return sandbox.Result{Schema: sandbox.ResultSchema, JobID: job.ID, JobDigest: job.Digest, Status: sandbox.StatusSucceeded,
+		StartedAt: now, EndedAt: now, LimitsHit: []string{}, Artifacts: []sandbox.Artifact{}, Rejected: []sandbox.Rejected{}}
+}
+
+func (f *fakeBroker) RunWithHooks(ctx context.Context, job sandbox.Job, h broker.Hooks) (sandbox.Result, error) {
+	f.mu.Lock()
+	f.runs[job.ID]++
+	gate := f.gates[job.ID]
+	f.mu.Unlock()
+	if err := h.OnCreated(ctx, "c-"+job.ID); err != nil {
+		return sandbox.Result{}, err
+	}
+	h.OnStarted("c-"+job.ID, time.Now())
+	res := f.result(job)
+	if gate != nil {
+		select {
+		case <-gate:
+		case <-ctx.Done():
+			res.Status, res.Cause = sandbox.StatusCancelled, "cancelled"
+		}
+	}
+	return res, nil
+}
+
+func (f *fakeBroker) Recover(_ context.Context, job sandbox.Job, containerID string) (sandbox.Result, error) {
+	f.mu.Lock()
+	f.recovered[job.ID] = containerID
+	f.mu.Unlock()
+	return f.result(job), nil
+}
+
+func (f *fakeBroker) ListJobContainers(context.Context) ([]broker.JobContainer, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.existing), nil
+}
+
+func (f *fakeBroker) RemoveJobContainer(id string) {
+	f.mu.Lock()
+	f.removed = append(f.removed, id)
+	f.mu.Unlock()
+}
+
+type fixture struct {
+	srv  *Server
+	http *httptest.Server
+	fb   *fakeBroker
+	jr   *journal.Journal
+	keys sandbox.KeySet
+}
+
+var testImage = "sha256:" + strings.Repeat("b", 64)
+
+func newFixture(t *testing.T, mod func(*Config), before func(*journal.Journal)) *fixture {
+	t.Helper()
+	dir := t.TempDir()
+	jr, err := journal.Open(filepath.Join(dir, "journal.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { jr.Close() })
+	if before != nil {
+		before(jr)
+	}
+	blobs, err := store.Open(filepath.Join(dir, "blobs"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	signer, err := receipt.NewEphemeralSigner()
+	if err != nil {
+		t.Fatal(err)
+	}
+	fb := newFake()
+	cfg := Default()
+	cfg.Broker, cfg.Blobs, cfg.Journal, cfg.Signer = fb, blobs, jr, signer
+	cfg.MaxBlobBytes = 4096
+	cfg.ReapGrace, cfg.ReapInterval = time.Hour, time.Hour
+	cfg.Preflight = func(_ context.Context, j sandbox.Job) error {
+		if j.Image != testImage {
+			return fmt.Errorf("job.image: image %s: %w: not present in the engine", j.Image, sandbox.ErrImageRefused)
+		}
+		return nil
+	}
+	if mod != nil {
+		mod(&cfg)
+	}
+	fb = cfg.Broker.(*fakeBroker)
+	signer = cfg.Signer
+	srv, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := httptest.NewServer(srv.Handler())
+	if err := srv.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := srv.Shutdown(ctx); err != nil {
+			t.Errorf("shutdown: %v", err)
+		}
+		hs.Close()
+	})
+	keys, err := sandbox.ParseKeySet(signer.PublicKeyPEM())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &fixture{srv: srv, http: hs, fb: fb, jr: jr, keys: keys}
+}
+
+func newJob(t *testing.T, id string, argv ...string) sandbox.Job {
+	t.Helper()
+	j := sandbox.Job{Schema: sandbox.JobSchema, ID: id, Image: testImage, Argv: argv, WorkDir: sandbox.WorkPath,
+		Limits: sandbox.DefaultLimits(), Network: sandbox.NetworkNone, Runtime: sandbox.RuntimeRunc}
+	if err := j.Seal(); err != nil {
+		t.Fatal(err)
+	}
+	return j
+}
+
+func (f *fixture) do(t *testing.T, method, path string, body []byte) (*http.Response, []byte) {
+	t.Helper()
+	req, err := http.NewRequest(method, f.http.URL+path, bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp, b
+}
+
+func (f *fixture) submit(t *testing.T, j sandbox.Job) (int, JobView, http.Header) {
+	t.Helper()
+	body, _ := json.Marshal(j)
+	resp, b := f.do(t, "POST", "/v1/jobs", body)
+	var v JobView
+	if resp.StatusCode < 300 {
+		if err := json.Unmarshal(b, &v); err != nil {
+			t.Fatalf("decode %s: %v", b, err)
+		}
+	}
+	return resp.StatusCode, v, resp.Header
+}
+
+func (f *fixture) wait(t *testing.T, id string) JobView {
+	t.Helper()
+	for range 50 {
+		resp, b := f.do(t, "GET", "/v1/jobs/"+id+"/wait?timeout=2s", nil)
+		if resp.StatusCode != 200 {
+			t.Fatalf("wait %s: got %d %s, want 200", id, resp.StatusCode, b)
+		}
+		var v JobView
+		json.Unmarshal(b, &v)
+		if v.State.Terminal() {
+			return v
+		}
+	}
+	t.Fatalf("job %s did not end", id)
+	return JobView{}
+}
+
+func TestSubmitIsIdempotentByID(t *testing.T) {
+	f := newFixture(t, nil, nil)
+	j := newJob(t, "idem-1", "true")
+	code, v1, _ := f.submit(t, j)
+	if code != http.StatusAccepted {
+		t.Fatalf("first submit: got %d, want 202", code)
+	}
+	if _, err := sandbox.VerifyReceipt(f.keys, v1.Receipt, j); err != nil {
+		t.Fatalf("receipt does not verify: %v", err)
+	}
+	done := f.wait(t, j.ID)
+	if _, err := sandbox.VerifyResult(f.keys, done.Result, j, done.Receipt); err != nil {
+		t.Fatalf("result does not verify: %v", err)
+	}
+	code, v2, _ := f.submit(t, j)
+	if code != http.StatusOK {
+		t.Errorf("resubmit: got %d, want 200", code)
+	}
+	if !bytes.Equal(v1.Receipt, v2.Receipt) || !bytes.Equal(done.Result, v2.Result) {
+		t.Errorf("resubmit: receipt or result bytes differ")
+	}
+	other := newJob(t, "idem-1", "false")
+	code, _, _ = f.submit(t, other)
+	if code != http.StatusConflict {
+		t.Errorf("other digest: got %d, want 409", code)
+	}
+	if got := f.fb.runs["idem-1"]; got != 1 {
+		t.Errorf("job ran %d times, want 1", got)
+	}
+}
+
+func TestRefusedSubmissionsChangeNothing(t *testing.T) {
+	f := newFixture(t, func(c *Config) { c.MaxJobBytes = 2048 }, nil)
+	good := newJob(t, "good", "true")
+	goodJSON, _ := json.Marshal(good)
+	var unknown map[string]any
+	json.Unmarshal(goodJSON, &unknown)
+	unknown["extra"] = 1
+	unknownJSON, _ := json.Marshal(unknown)
+	noImage := newJob(t, "noimg", "true")
+	noImage.Image = "sha256:" + strings.Repeat("c", 64)
+	noImage.Seal()
+	noImageJSON, _ := json.Marshal(noImage)
+	tampered := bytes.Replace(goodJSON, []byte(`"true"`), []byte(`"false"`), 1)
+	blob := []byte("hello")
+	tests := []struct {
+		name, method, path string
+		body               []byte
+		code               int
+		want               string
+	}{
+		{"malformed json", "POST", "/v1/jobs", []byte(`{"schema":`), 400, "unexpected EOF"},
+		{"unknown field", "POST", "/v1/jobs", unknownJSON, 400, `unknown field "extra"`},
+		{"oversize body", "POST", "/v1/jobs", bytes.Repeat([]byte(" "), 4096), 413, "larger than 2048 bytes"},
+		{"digest does not match", "POST", "/v1/jobs", tampered, 400, "job.digest"},
+		{"missing image", "POST", "/v1/jobs", noImageJSON, 422, "not present in the engine"},
+		{"wrong blob digest claim", "PUT", "/v1/blobs/" + sandbox.DigestBytes([]byte("other")), blob, 400, "digest mismatch"},
+		{"malformed blob digest", "PUT", "/v1/blobs/sha256:xyz", blob, 400, "sha256:<64 lowercase hex>"},
+		{"oversize blob", "PUT", "/v1/blobs/" + sandbox.DigestBytes(make([]byte, 5000)), make([]byte, 5000), 413, "larger than 4096"},
+		{"unknown job", "GET", "/v1/jobs/nope", nil, 404, "not found"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			resp, b := f.do(t, tc.method, tc.path, tc.body)
+			if resp.StatusCode != tc.code {
+				t.Fatalf("got %d %s, want %d", resp.StatusCode, b, tc.code)
+			}
+			var e ErrorBody
+			if err := json.Unmarshal(b, &e); err != nil || !strings.Contains(e.Error, tc.want) {
+				t.Errorf("got error %q (%v), want it to contain %q", e.Error, err, tc.want)
+			}
+		})
+	}
+	recs, err := f.jr.List()
+	if err != nil || len(recs) != 0 {
+		t.Errorf("journal holds %d records (%v), want 0", len(recs), err)
+	}
+}
+
+func TestQueueFullAnswers429AndDropsNothing(t *testing.T) {
+	f := newFixture(t, func(c *Config) { c.Concurrency, c.QueueSize = 1, 1 }, nil)
+	gate := make(chan struct{})
+	var jobs []sandbox.Job
+	for i := range 3 {
+		j := newJob(t, fmt.Sprintf("q-%d", i), "true")
+		f.fb.gates[j.ID] = gate
+		jobs = append(jobs, j)
+	}
+	if code, _, _ := f.submit(t, jobs[0]); code != 202 {
+		t.Fatalf("first: got %d, want 202", code)
+	}
+	// Wait until the first one holds the only slot.
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		rec, _ := f.jr.Get(jobs[0].ID)
+		if rec.State == journal.Started {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("first job never started (state %s)", rec.State)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if code, _, _ := f.submit(t, jobs[1]); code != 202 {
+		t.Fatalf("second: got %d, want 202", code)
+	}
+	code, _, hdr := f.submit(t, jobs[2])
+	if code != http.StatusTooManyRequests || hdr.Get("Retry-After") == "" {
+		t.Fatalf("third: got %d Retry-After %q, want 429 with Retry-After", code, hdr.Get("Retry-After"))
+	}
+	if _, err := f.jr.Get(jobs[2].ID); !errors.Is(err, sandbox.ErrNotFound) {
+		t.Errorf("refused job is in the journal: %v", err)
+	}
+	close(gate)
+	for _, j := range jobs[:2] {
+		if v := f.wait(t, j.ID); v.Status != sandbox.StatusSucceeded {
+			t.Errorf("%s: got %s, want succeeded", j.ID, v.Status)
+		}
+	}
+}
+
+func TestRecoveryNeverRunsTwice(t *testing.T) {
+	signer, _ := receipt.NewEphemeralSigner()
+	at := time.Now().Add(-time.Minute)
+	jobs := map[string]sandbox.Job{}
+	seed := func(jr *journal.Journal) {
+		for _, id := range []string{"r-accepted", "r-dispatched", "r-created", "r-started", "r-lost-id", "r-done"} {
+			j := newJob(t, id, "true")
+			jobs[id] = j
+			canon, _ := j.CanonicalJSON()
+			env, err := signer.SignAccepted(j, sandbox.RuntimeFacts{}, at)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, _, err := jr.Accept(j, canon, env, at); err != nil {
+				t.Fatal(err)
+			}
+			switch id {
+			case "r-accepted":
+				continue
+			case "r-done":
+				jr.Finish(id, sandbox.StatusFailed, []byte("{}"), at)
+				continue
+			}
+			jr.Dispatched(id)
+			if id == "r-created" || id == "r-started" {
+				jr.Created(id, "c-"+id)
+			}
+			if id == "r-started" {
+				jr.Started(id, at)
+			}
+		}
+	}
+	fb := newFake()
+	f := newFixture(t, func(c *Config) {
+		// Only a container of r-lost-id (created, its id never journaled)
+		// exists when the server starts.
+		fb.existing = []broker.JobContainer{{ID: "c-lost", JobID: "r-lost-id", JobDigest: jobs["r-lost-id"].Digest}}
+		c.Broker, c.Signer = fb, signer
+	}, seed)
+	want := map[string]sandbox.Status{
+		"r-accepted":   sandbox.StatusSucceeded, // never dispatched: runs once now
+		"r-dispatched": sandbox.StatusUncertain,
+		"r-created":    sandbox.StatusSucceeded, // recovered
+		"r-started":    sandbox.StatusSucceeded, // recovered
+		"r-lost-id":    sandbox.StatusSucceeded, // recovered from its label
+		"r-done":       sandbox.StatusFailed,
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for id, st := range want {
+		for {
+			rec, _ := f.jr.Get(id)
+			if rec.State.Terminal() {
+				if rec.Status != st {
+					t.Errorf("%s: got %s, want %s", id, rec.Status, st)
+				}
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s did not end (%s)", id, rec.State)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	fb.mu.Lock()
+	defer fb.mu.Unlock()
+	if fb.runs["r-accepted"] != 1 || len(fb.runs) != 1 {
+		t.Errorf("got runs %v, want only r-accepted once", fb.runs)
+	}
+	wantRecovered := map[string]string{"r-created": "c-r-created", "r-started": "c-r-started", "r-lost-id": "c-lost"}
+	for id, c := range wantRecovered {
+		if fb.recovered[id] != c {
+			t.Errorf("%s: recovered with %q, want %q", id, fb.recovered[id], c)
+		}
+	}
+}
+
+func TestReapRemovesOnlyUnknownContainers(t *testing.T) {
+	f := newFixture(t, func(c *Config) { c.ReapGrace = 0 }, nil)
+	live := newJob(t, "live", "true")
+	gate := make(chan struct{})
+	defer close(gate)
+	f.fb.gates[live.ID] = gate
+	f.submit(t, live)
+	old := time.Now().Add(-time.Hour)
+	f.fb.existing = []broker.JobContainer{
+		{ID: "c-live", JobID: "live", JobDigest: live.Digest, Created: old},
+		{ID: "c-unknown", JobID: "stranger", JobDigest: live.Digest, Created: old},
+		{ID: "c-young", JobID: "stranger2", JobDigest: live.Digest, Created: time.Now().Add(time.Hour)},
+	}
+	if err := f.srv.reap(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(f.fb.removed, []string{"c-unknown"}) {
+		t.Errorf("got removed %v, want [c-unknown]", f.fb.removed)
+	}
+}
+
+func TestMetricsCountJobs(t *testing.T) {
+	f := newFixture(t, nil, nil)
+	for i := range 5 {
+		j := newJob(t, fmt.Sprintf("m-%d", i), "true")
+		f.submit(t, j)
+		f.submit(t, j) // an idempotent resubmit is not a second acceptance
+		f.wait(t, j.ID)
+	}
+	resp, b := f.do(t, "GET", "/metrics", nil)
+	if resp.StatusCode != 200 {
+		t.Fatalf("got %d, want 200", resp.StatusCode)
+	}
+	p := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := p.TextToMetricFamilies(bytes.NewReader(b))
+	if err != nil {
+		t.Fatalf("metrics do not parse: %v", err)
+	}
+	get := func(name string, label ...string) float64 {
+		fam := fams[name]
+		if fam == nil {
+			t.Fatalf("no metric %s", name)
+		}
+		for _, m := range fam.Metric {
+			ok := true
+			for i := 0; i+1 < len(label); i += 2 {
+				found := false
+				for _, lp := range m.Label {
+					found = found || (lp.GetName() == label[i] && lp.GetValue() == label[i+1])
+				}
+				ok = ok && found
+			}
+			if ok {
+				if m.Counter != nil {
+					return m.Counter.GetValue()
+				}
+				if m.Histogram != nil {
+					return float64(m.Histogram.GetSampleCount())
+				}
+				return m.Gauge.GetValue()
+			}
+		}
+		t.Fatalf("no %s%v", name, label)
+		return 0
+	}
+	checks := []struct {
+		name  string
+		label []string
+		want  float64
+	}{
+		{"sandboxd_jobs_accepted_total", nil, 5},
+		{"sandboxd_jobs_finished_total", []string{"status", "succeeded"}, 5},
+		{"sandboxd_envelopes_signed_total", []string{"kind", "receipt"}, 5},
+		{"sandboxd_envelopes_signed_total", []string{"kind", "result"}, 5},
+		{"sandboxd_job_duration_seconds", nil, 5},
+		{"sandboxd_container_create_seconds", nil, 5},
+		{"sandboxd_queue_depth", nil, 0},
+		{"sandboxd_jobs_running", nil, 0},
+	}
+	for _, c := range checks {
+		if got := get(c.name, c.label...); got != c.want {
+			t.Errorf("%s%v: got %v, want %v", c.name, c.label, got, c.want)
+		}
+	}
+}
+
+func TestOpenAPIMatchesRoutes(t *testing.T) {
+	data, err := os.ReadFile("openapi.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc struct {
+		Paths map[string]map[string]json.RawMessage `json:"paths"`
+	}
+	if err := json.Unmarshal(data, &doc); err != nil {
+		t.Fatal(err)
+	}
+	var documented, served []string
+	for p, ops := range doc.Paths {
+		for m := range ops {
+			documented = append(documented, strings.ToUpper(m)+" "+p)
+		}
+	}
+	s := &Server{m: newMetrics()}
+	for _, r := range s.routeTable() {
+		served = append(served, r.method+" "+r.path)
+	}
+	slices.Sort(documented)
+	slices.Sort(served)
+	if !slices.Equal(documented, served) {
+		t.Errorf("got documented routes\n%v\nwant the served routes\n%v", documented, served)
+	}
+}
