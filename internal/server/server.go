@@ -144,7 +144,6 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	}
 }
 
-
 // enqueue appends an accepted job and wakes a worker.
 func (s *Server) enqueue(id string, reservedSlot bool) {
 	s.mu.Lock()

@@ -412,21 +412,25 @@ func TestRecoveryNeverRunsTwice(t *testing.T) {
 }
 
 func TestReapRemovesOnlyUnknownContainers(t *testing.T) {
-	f := newFixture(t, func(c *Config) { c.ReapGrace = 0 }, nil)
+	f := newFixture(t, func(c *Config) { c.ReapGrace = time.Minute }, nil)
 	live := newJob(t, "live", "true")
 	gate := make(chan struct{})
 	defer close(gate)
 	f.fb.gates[live.ID] = gate
 	f.submit(t, live)
 	old := time.Now().Add(-time.Hour)
+	f.fb.mu.Lock()
 	f.fb.existing = []broker.JobContainer{
 		{ID: "c-live", JobID: "live", JobDigest: live.Digest, Created: old},
 		{ID: "c-unknown", JobID: "stranger", JobDigest: live.Digest, Created: old},
-		{ID: "c-young", JobID: "stranger2", JobDigest: live.Digest, Created: time.Now().Add(time.Hour)},
+		{ID: "c-young", JobID: "stranger2", JobDigest: live.Digest, Created: time.Now()},
 	}
+	f.fb.mu.Unlock()
 	if err := f.srv.reap(context.Background()); err != nil {
 		t.Fatal(err)
 	}
+	f.fb.mu.Lock()
+	defer f.fb.mu.Unlock()
 	if !slices.Equal(f.fb.removed, []string{"c-unknown"}) {
 		t.Errorf("got removed %v, want [c-unknown]", f.fb.removed)
 	}
