@@ -1,0 +1,289 @@
+// Package daemon tests `sandboxd serve` end to end on the real engine: the
+// daemon runs as a subprocess (so that it can be SIGKILLed), and the tests
+// talk to it through sandbox/client and raw HTTP on its socket.
+package daemon
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"io"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/moby/moby/client"
+
+	"github.com/sandboxd/sandboxd/integration/harness"
+	"github.com/sandboxd/sandboxd/internal/broker"
+	"github.com/sandboxd/sandboxd/internal/receipt"
+	"github.com/sandboxd/sandboxd/sandbox"
+	sbclient "github.com/sandboxd/sandboxd/sandbox/client"
+)
+
+var env *harness.Env
+
+func TestMain(m *testing.M) { os.Exit(harness.Main(m, &env)) }
+
+var (
+	buildOnce sync.Once
+	binPath   string
+	buildErr  error
+	keyPath   string
+	pubPEM    []byte
+)
+
+// binary builds sandboxd and a signing key once per run.
+func binary(t *testing.T) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		binPath = filepath.Join(env.Tmp, "sandboxd")
+		if buildErr = harness.GoBuild(env.Repo, "./cmd/sandboxd", binPath); buildErr != nil {
+			return
+		}
+		var priv []byte
+		priv, pubPEM, buildErr = receipt.GenerateKeyPair(nil)
+		if buildErr != nil {
+			return
+		}
+		keyPath = filepath.Join(env.Tmp, "daemon.key")
+		buildErr = os.WriteFile(keyPath, priv, 0o600)
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	return binPath
+}
+
+func randHex(n int) string {
+	b := make([]byte, n)
+	rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// daemon is one sandboxd serve process over a state directory that
+// outlives it, so that a restart finds the same journal.
+type daemon struct {
+	t      *testing.T
+	name   string // broker name: labels of everything it creates
+	state  string
+	socket string
+	flags  []string
+	cmd    *exec.Cmd
+	done   chan struct{}
+	logs   *syncBuffer
+	client *sbclient.Client
+	keys   sandbox.KeySet
+}
+
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// newDaemon prepares (does not start) a daemon with a broker name of its
+// own; its containers and cache volumes are removed, and checked gone, when
+// the test ends.
+func newDaemon(t *testing.T, flags ...string) *daemon {
+	t.Helper()
+	binary(t)
+	dir, err := os.MkdirTemp("", "sbd-") // short: unix socket paths are limited
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := &daemon{t: t, name: env.BrokerName + "-" + randHex(3), state: filepath.Join(dir, "state"), socket: filepath.Join(dir, "s.sock"), flags: flags, logs: &syncBuffer{}}
+	keys, err := sandbox.ParseKeySet(pubPEM)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.keys = keys
+	d.client = sbclient.New(d.socket, keys)
+	d.client.PollTimeout = 5 * time.Second
+	t.Cleanup(func() {
+		d.kill()
+		d.client.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if left := env.Leftovers(ctx, broker.LabelBroker+"="+d.name, broker.LabelJob); len(left) > 0 {
+			t.Errorf("daemon %s left job containers: %v", d.name, left)
+			for _, l := range left {
+				if f := strings.Fields(l); len(f) > 1 && f[0] == "container" {
+					env.Eng.ContainerRemove(ctx, f[1], client.ContainerRemoveOptions{Force: true})
+				}
+			}
+		}
+		if err := broker.RemoveCache(ctx, env.Eng, d.name); err != nil {
+			t.Errorf("remove cache of %s: %v", d.name, err)
+		}
+		if left := env.Leftovers(ctx, broker.LabelBroker+"="+d.name); len(left) > 0 {
+			t.Errorf("daemon %s left: %v", d.name, left)
+		}
+		if t.Failed() {
+			t.Logf("daemon logs:\n%s", tail(d.logs.String(), 60))
+		}
+		os.RemoveAll(dir)
+	})
+	return d
+}
+
+func tail(s string, n int) string {
+	lines := strings.Split(s, "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}
+
+// start runs the daemon (with extra environment, e.g. a fault) and waits
+// until it is ready.
+func (d *daemon) start(extraEnv ...string) {
+	d.t.Helper()
+	args := append([]string{"serve", "--socket", d.socket, "--state", d.state, "--key", keyPath,
+		"--name", d.name, "--reap-grace", "3s", "--drain-timeout", "20s"}, d.flags...)
+	d.cmd = exec.Command(binPath, args...)
+	d.cmd.Env = append(os.Environ(), "SANDBOXD_SHIM="+env.Shim, "SANDBOXD_KEY_PASSWORD=")
+	d.cmd.Env = append(d.cmd.Env, extraEnv...)
+	d.cmd.Stderr = d.logs
+	d.cmd.Stdout = d.logs
+	if err := d.cmd.Start(); err != nil {
+		d.t.Fatal(err)
+	}
+	d.done = make(chan struct{})
+	go func() {
+		d.cmd.Wait()
+		close(d.done)
+	}()
+	hc := d.http()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		resp, err := hc.Get("http://sandboxd/readyz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == 200 {
+				return
+			}
+		}
+		select {
+		case <-d.done:
+			d.t.Fatalf("daemon exited at start: %s", tail(d.logs.String(), 20))
+		default:
+		}
+		if time.Now().After(deadline) {
+			d.t.Fatalf("daemon not ready after 30s: %v", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// kill SIGKILLs the daemon (if running) and waits for it.
+func (d *daemon) kill() {
+	if d.cmd == nil {
+		return
+	}
+	d.cmd.Process.Signal(syscall.SIGKILL)
+	<-d.done
+	d.cmd = nil
+}
+
+// waitExit waits for the daemon to die on its own (an injected fault).
+func (d *daemon) waitExit(timeout time.Duration) {
+	d.t.Helper()
+	select {
+	case <-d.done:
+		d.cmd = nil
+	case <-time.After(timeout):
+		d.t.Fatalf("daemon did not die within %v", timeout)
+	}
+}
+
+// stop sends SIGTERM and waits for a clean exit.
+func (d *daemon) stop() {
+	d.t.Helper()
+	d.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-d.done:
+		if code := d.cmd.ProcessState.ExitCode(); code != 0 {
+			d.t.Errorf("daemon exited %d after SIGTERM", code)
+		}
+		d.cmd = nil
+	case <-time.After(40 * time.Second):
+		d.t.Fatal("daemon did not stop after SIGTERM")
+	}
+}
+
+// http returns a plain HTTP client on the socket.
+func (d *daemon) http() *http.Client {
+	return &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		var nd net.Dialer
+		return nd.DialContext(ctx, "unix", d.socket)
+	}}, Timeout: time.Minute}
+}
+
+// rssKiB reads the daemon's resident set size.
+func (d *daemon) rssKiB() int {
+	d.t.Helper()
+	f, err := os.Open(fmt.Sprintf("/proc/%d/status", d.cmd.Process.Pid))
+	if err != nil {
+		d.t.Fatal(err)
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), "VmRSS:"); ok {
+			n, _ := strconv.Atoi(strings.Fields(v)[0])
+			return n
+		}
+	}
+	d.t.Fatal("no VmRSS")
+	return 0
+}
+
+// creations counts container create events of this daemon's jobs since
+// since, by job id and by job digest.
+func (d *daemon) creations(since time.Time) (byID, byDigest map[string]int) {
+	d.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	f := make(client.Filters).Add("type", "container").Add("event", "create").
+		Add("label", broker.LabelBroker+"="+d.name, broker.LabelRole+"=job")
+	res := env.Eng.Events(ctx, client.EventsListOptions{
+		Since: strconv.FormatInt(since.Add(-time.Second).Unix(), 10), Until: strconv.FormatInt(time.Now().Add(time.Second).Unix(), 10), Filters: f,
+	})
+	byID, byDigest = map[string]int{}, map[string]int{}
+	for {
+		select {
+		case m := <-res.Messages:
+			byID[m.Actor.Attributes[broker.LabelJob]]++
+			byDigest[m.Actor.Attributes[broker.LabelJobDigest]]++
+		case err := <-res.Err:
+			if err != nil && !errors.Is(err, io.EOF) {
+				d.t.Fatalf("events: %v", err)
+			}
+			return byID, byDigest
+		}
+	}
+}
