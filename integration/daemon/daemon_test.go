@@ -208,8 +208,12 @@ func TestSIGKILLAtEachStep(t *testing.T) {
 		{"accepted", []string{"true"}, sandbox.StatusSucceeded},
 		// Created, never started: it did not run and is not run again.
 		{"created", []string{"true"}, sandbox.StatusUncertain},
-		// Running: the restarted daemon waits for it and reads its stream.
-		{"started", harness.Sh("sleep 2; echo done"), sandbox.StatusSucceeded},
+		// Started, killed before the helper got its config over the
+		// attached stdin: the helper cannot report, so uncertain.
+		{"started", harness.Sh("echo never"), sandbox.StatusUncertain},
+		// Running (killed from outside a second into the command): the
+		// restarted daemon waits for it and reads its stream back.
+		{"running", harness.Sh("sleep 3; echo done"), sandbox.StatusSucceeded},
 		// Exited, result not journaled: the broker already removed the
 		// container, so the outcome cannot be proven.
 		{"exited", []string{"true"}, sandbox.StatusUncertain},
@@ -219,15 +223,34 @@ func TestSIGKILLAtEachStep(t *testing.T) {
 			d := newDaemon(t)
 			since := time.Now()
 			job := env.NewJob(t, tc.argv, nil)
-			d.start("SANDBOXD_TEST_FAULT=" + tc.step + ":" + job.ID)
 			ctx := ctxFor(t, 2*time.Minute)
-			sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
-			_, err := d.client.Submit(sctx, job)
-			cancel()
-			if tc.step == "accepted" && !errors.Is(err, sandbox.ErrUncertain) {
-				t.Errorf("submit through a crash: got %v, want ErrUncertain", err)
+			if tc.step == "running" {
+				d.start()
+				if _, err := d.client.Submit(ctx, job); err != nil {
+					t.Fatal(err)
+				}
+				for {
+					st, err := d.client.Status(ctx, job.ID)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if st.State == "started" {
+						break
+					}
+					time.Sleep(20 * time.Millisecond)
+				}
+				time.Sleep(time.Second)
+				d.kill()
+			} else {
+				d.start("SANDBOXD_TEST_FAULT=" + tc.step + ":" + job.ID)
+				sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+				_, err := d.client.Submit(sctx, job)
+				cancel()
+				if tc.step == "accepted" && !errors.Is(err, sandbox.ErrUncertain) {
+					t.Errorf("submit through a crash: got %v, want ErrUncertain", err)
+				}
+				d.waitExit(time.Minute)
 			}
-			d.waitExit(time.Minute)
 			d.start()
 			// Reconcile with the same job, never a new id.
 			rc, err := d.client.Submit(ctx, job)
