@@ -27,7 +27,8 @@ type command struct {
 func commands() map[string]command {
 	return map[string]command{
 		"image":     {"build evaluator images without a registry", cmdImage},
-		"exec":      {"run one sealed job file through the broker", cmdExec},
+		"exec":      {"run one command in a sandbox through the broker", cmdExec},
+		"run":       {"evaluate a candidate workspace against a bundle", cmdRun},
 		"bundle":    {"pack, inspect and verify evaluator bundles", cmdBundle},
 		"workspace": {"ingest a candidate workspace", cmdWorkspace},
 		"keygen":    {"write an encrypted signing key pair", cmdKeygen},

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -30,6 +31,47 @@ type verified struct {
 	att   sandbox.Attestation
 	err   error
 	notes []string
+	// testResult is set for a signed in-toto test-result statement (the
+	// supervisor's verdict), which binds a workspace, not a job.
+	testResult *testResultStatement
+}
+
+// testResultPredicate is the in-toto test-result predicate type.
+const testResultPredicate = "https://in-toto.io/attestation/test-result/v0.1"
+
+type testResultStatement struct {
+	Type          string            `json:"_type"`
+	PredicateType string            `json:"predicateType"`
+	Subject       []sandbox.Subject `json:"subject"`
+	Predicate     struct {
+		Result      string   `json:"result"`
+		PassedTests []string `json:"passedTests"`
+		FailedTests []string `json:"failedTests"`
+	} `json:"predicate"`
+	keyIDs []string
+}
+
+// verifyTestResult checks a test-result statement's signature and shape.
+func verifyTestResult(keys sandbox.KeySet, envelope []byte) (*testResultStatement, error) {
+	ve, err := sandbox.VerifyEnvelope(keys, envelope)
+	if err != nil {
+		return nil, err
+	}
+	var st testResultStatement
+	if ve.PayloadType != "application/vnd.in-toto+json" {
+		return nil, fmt.Errorf("payload type %q is not in-toto", ve.PayloadType)
+	}
+	if err := json.Unmarshal(ve.Payload, &st); err != nil {
+		return nil, fmt.Errorf("statement: %w", err)
+	}
+	if st.Type != "https://in-toto.io/Statement/v1" || st.PredicateType != testResultPredicate || len(st.Subject) == 0 {
+		return nil, fmt.Errorf("not an in-toto test-result statement")
+	}
+	if st.Predicate.Result != "PASSED" && st.Predicate.Result != "FAILED" {
+		return nil, fmt.Errorf("test-result %q is neither PASSED nor FAILED", st.Predicate.Result)
+	}
+	st.keyIDs = ve.KeyIDs
+	return &st, nil
 }
 
 // cmdVerify checks receipts and results offline against pinned keys. It
@@ -94,6 +136,11 @@ func cmdVerify(_ context.Context, args []string, stdout, stderr io.Writer) int {
 			continue
 		}
 		if v.att, v.err = sandbox.VerifyAttestation(keys, v.bytes); v.err != nil {
+			if errors.Is(v.err, sandbox.ErrPredicateType) {
+				if tr, err := verifyTestResult(keys, v.bytes); err == nil {
+					v.err, v.testResult = nil, tr
+				}
+			}
 			continue
 		}
 		if job != nil {
@@ -157,6 +204,11 @@ func chainResult(keys sandbox.KeySet, job *sandbox.Job, res *verified, envs []*v
 
 func describe(v *verified) string {
 	var b strings.Builder
+	if tr := v.testResult; tr != nil {
+		fmt.Fprintf(&b, "test-result: %s (%d passed, %d failed) for %s; signed by %s",
+			tr.Predicate.Result, len(tr.Predicate.PassedTests), len(tr.Predicate.FailedTests), tr.Subject[0].Name, strings.Join(tr.keyIDs, ", "))
+		return b.String()
+	}
 	var broker sandbox.Broker
 	if r := v.att.Receipt; r != nil {
 		broker = r.Broker

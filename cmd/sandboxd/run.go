@@ -1,0 +1,239 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/sandboxd/sandboxd/internal/broker"
+	"github.com/sandboxd/sandboxd/internal/bundle"
+	"github.com/sandboxd/sandboxd/internal/evaluate"
+	"github.com/sandboxd/sandboxd/internal/receipt"
+	"github.com/sandboxd/sandboxd/internal/supervisor"
+	"github.com/sandboxd/sandboxd/sandbox"
+)
+
+// Exit codes of `sandboxd run` (documented in README.md): the verdict, or
+// why there is none.
+const (
+	exitPassed       = 0
+	exitVerdictFail  = 1
+	exitInconclusive = 2
+	// exitBadInput (3) and exitInfraError (4) are shared with every command.
+)
+
+type runOptions struct {
+	bundle, workspace, key, out string
+	json                        bool
+}
+
+// cmdRun evaluates one candidate against one bundle, end to end, with no
+// daemon: state lives under the state directory.
+func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	var o runOptions
+	fs := flag.NewFlagSet("run", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.StringVar(&o.bundle, "bundle", "", "bundle directory (with bundle.json) or OCI layout `REF`")
+	fs.StringVar(&o.workspace, "workspace", "", "candidate workspace `DIR` or tar file")
+	fs.StringVar(&o.key, "key", "", "broker signing key `FILE` (password in SANDBOXD_KEY_PASSWORD); default: an ephemeral key, recorded as such")
+	fs.StringVar(&o.out, "out", "", "write the evidence directory to `DIR` (must not exist or be empty)")
+	fs.BoolVar(&o.json, "json", false, "print the assessment as JSON instead of a table")
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "usage: sandboxd run --bundle DIR|LAYOUT --workspace DIR|TAR [--key FILE] [--out DIR] [--json]")
+		fs.PrintDefaults()
+		fmt.Fprintln(stderr, "exit: 0 passed, 1 failed, 2 inconclusive, 3 bad input, 4 infrastructure error")
+	}
+	if err := fs.Parse(args); err != nil {
+		return exitUsage
+	}
+	if o.bundle == "" || o.workspace == "" || fs.NArg() != 0 {
+		fs.Usage()
+		return exitUsage
+	}
+	bad := func(format string, a ...any) int {
+		fmt.Fprintf(stderr, "sandboxd run: "+format+"\n", a...)
+		return exitBadInput
+	}
+	if o.out != "" {
+		if ents, err := os.ReadDir(o.out); err == nil && len(ents) > 0 {
+			return bad("--out %s: directory is not empty; evidence is never mixed with other files", o.out)
+		} else if err != nil && !errors.Is(err, os.ErrNotExist) {
+			return bad("--out %s: %v", o.out, err)
+		}
+	}
+	var progress io.Writer
+	if isTerminal(stderr) {
+		progress = stderr
+	}
+
+	signer, err := loadSigner(o.key)
+	if err != nil {
+		return bad("--key %s: %v", o.key, err)
+	}
+	eng, err := broker.NewEngine()
+	if err != nil {
+		fmt.Fprintln(stderr, "sandboxd run: engine:", err)
+		return exitInfraError
+	}
+	defer eng.Close()
+	b, blobs, err := newBroker(eng)
+	if err != nil {
+		fmt.Fprintln(stderr, "sandboxd run:", err)
+		return exitInfraError
+	}
+	state, _ := stateDir()
+
+	if progress != nil {
+		fmt.Fprintln(progress, "sandboxd: checking bundle", o.bundle)
+	}
+	bun, cleanup, err := openBundle(ctx, o.bundle, filepath.Join(state, "tmp"))
+	defer cleanup()
+	if err != nil {
+		return bad("bundle %s: %v", o.bundle, err)
+	}
+	if err := bun.Verify(ctx); err != nil {
+		return bad("bundle %s does not verify: %v", o.bundle, err)
+	}
+	if err := bun.CopyLayer(blobs); err != nil {
+		return bad("bundle %s: %v", o.bundle, err)
+	}
+	if progress != nil {
+		fmt.Fprintln(progress, "sandboxd: ingesting workspace", o.workspace)
+	}
+	ws, err := bundle.Ingest(ctx, blobs, o.workspace, bundle.Options{})
+	if err != nil {
+		return bad("workspace %s: %v", o.workspace, err)
+	}
+	sstore, err := supervisor.NewDirStore(filepath.Join(state, "assessments"))
+	if err != nil {
+		fmt.Fprintln(stderr, "sandboxd run:", err)
+		return exitInfraError
+	}
+	outcome, err := evaluate.Run(ctx, evaluate.Deps{
+		Broker: b, Blobs: blobs, Signer: signer, Supervisor: supervisor.New(sstore), Progress: progress,
+	}, evaluate.Request{Bundle: bun, WorkspaceDigest: ws.Digest})
+	switch {
+	case err == nil:
+	case errors.Is(err, sandbox.ErrImageRefused):
+		return bad("bundle %s: evaluator image %s: %v", o.bundle, bun.Manifest.Image, err)
+	case errors.Is(err, sandbox.ErrInvalid):
+		return bad("%v", err)
+	default:
+		fmt.Fprintln(stderr, "sandboxd run:", err)
+		return exitInfraError
+	}
+	if o.out != "" {
+		if err := writeEvidence(o.out, blobs, signer, bun, ws.Digest, outcome); err != nil {
+			fmt.Fprintln(stderr, "sandboxd run: evidence:", err)
+			return exitInfraError
+		}
+	}
+	if o.json {
+		stdout.Write(outcome.AssessmentJSON)
+		fmt.Fprintln(stdout)
+	} else {
+		printVerdict(stdout, bun, ws.Digest, outcome)
+	}
+	for _, j := range outcome.Jobs {
+		if j.Result.Status == sandbox.StatusError || j.Result.Status == sandbox.StatusUncertain {
+			fmt.Fprintf(stderr, "sandboxd run: %s job %s ended %s: %s\n", j.Role, j.Job.ID, j.Result.Status, j.Result.Cause)
+			return exitInfraError
+		}
+	}
+	switch outcome.Assessment.Verdict {
+	case supervisor.Passed:
+		return exitPassed
+	case supervisor.Failed:
+		return exitVerdictFail
+	}
+	return exitInconclusive
+}
+
+func loadSigner(path string) (*receipt.Signer, error) {
+	if path == "" {
+		return receipt.NewEphemeralSigner()
+	}
+	return receipt.LoadSigner(path, []byte(os.Getenv("SANDBOXD_KEY_PASSWORD")))
+}
+
+// openBundle opens an OCI layout, or packs a bundle directory into a
+// temporary layout under tmp.
+func openBundle(ctx context.Context, ref, tmp string) (*bundle.Bundle, func(), error) {
+	nop := func() {}
+	layoutDir, _, _ := strings.Cut(ref, "@")
+	if _, err := os.Stat(filepath.Join(layoutDir, "oci-layout")); err == nil {
+		b, err := bundle.Open(ref, bundle.DefaultLimits())
+		return b, nop, err
+	}
+	if _, err := os.Stat(filepath.Join(ref, "bundle.json")); err != nil {
+		return nil, nop, fmt.Errorf("neither an OCI layout nor a directory with bundle.json")
+	}
+	if err := os.MkdirAll(tmp, 0o700); err != nil {
+		return nil, nop, err
+	}
+	dir, err := os.MkdirTemp(tmp, "bundle-")
+	if err != nil {
+		return nil, nop, err
+	}
+	cleanup := func() { os.RemoveAll(dir) }
+	b, err := bundle.Pack(ctx, ref, dir, bundle.DefaultLimits())
+	return b, cleanup, err
+}
+
+func printVerdict(w io.Writer, b *bundle.Bundle, ws string, o *evaluate.Outcome) {
+	a := o.Assessment
+	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
+	fmt.Fprintln(tw, "CHECK\tSTATUS\tREASON")
+	for _, c := range a.Checks {
+		fmt.Fprintf(tw, "%s\t%s\t%s\n", c.Name, c.Status, c.Reason)
+	}
+	for _, c := range o.Controls {
+		fmt.Fprintf(tw, "control %s\t%s\t%s\n", c.Kind, c.Assessment.Verdict, strings.Join(c.Assessment.Reasons, "; "))
+	}
+	tw.Flush()
+	counts := map[supervisor.Verdict]int{}
+	for _, c := range a.Checks {
+		counts[c.Status]++
+	}
+	reason := ""
+	if len(a.Reasons) > 0 && a.Verdict != supervisor.Passed {
+		reason = " — " + strings.Join(a.Reasons, "; ")
+	}
+	fmt.Fprintf(w, "verdict: %s (%d passed, %d failed, %d inconclusive) bundle %s workspace %s%s\n",
+		a.Verdict, counts[supervisor.Passed], counts[supervisor.Failed], counts[supervisor.Inconclusive], short(b.Digest), short(ws), reason)
+}
+
+func short(d string) string {
+	if len(d) > 19 {
+		return d[:19]
+	}
+	return d
+}
+
+func isTerminal(w io.Writer) bool {
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}
+
+// marshalIndent is json.MarshalIndent without HTML escaping.
+func marshalIndent(v any) ([]byte, error) {
+	var sb strings.Builder
+	enc := json.NewEncoder(&sb)
+	enc.SetEscapeHTML(false)
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(v); err != nil {
+		return nil, err
+	}
+	return []byte(sb.String()), nil
+}

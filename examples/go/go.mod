@@ -1,0 +1,3 @@
+module sandboxd-examples
+
+go 1.22

@@ -1,0 +1,358 @@
+package evaluate
+
+import (
+	"archive/tar"
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"path"
+	"strings"
+	"time"
+
+	"github.com/sandboxd/sandboxd/internal/broker"
+	"github.com/sandboxd/sandboxd/internal/bundle"
+	"github.com/sandboxd/sandboxd/internal/receipt"
+	"github.com/sandboxd/sandboxd/internal/store"
+	"github.com/sandboxd/sandboxd/internal/supervisor"
+	"github.com/sandboxd/sandboxd/sandbox"
+)
+
+// ExportPath is where a candidate job leaves what the grader should see.
+const ExportPath = "/work/export"
+
+// Deps are the long-lived pieces an evaluation uses.
+type Deps struct {
+	Broker     *broker.Broker
+	Blobs      *store.Store
+	Signer     *receipt.Signer
+	Supervisor *supervisor.Supervisor
+	// Progress receives one line per long step; nil is quiet.
+	Progress io.Writer
+}
+
+// Request names what to evaluate. The bundle must have been verified and
+// its layer copied into Deps.Blobs; the workspace ingested into Deps.Blobs.
+type Request struct {
+	RunID           string // prefix of the job ids; random when empty
+	Bundle          *bundle.Bundle
+	WorkspaceDigest string
+}
+
+// JobRecord is one job of an evaluation with its signed envelopes.
+type JobRecord struct {
+	Role           string // candidate, grader, known-good/grader, …
+	Job            sandbox.Job
+	Result         sandbox.Result // as verified from ResultEnvelope
+	Receipt        []byte         // accepted envelope
+	ResultEnvelope []byte         // completed envelope
+}
+
+// Outcome is an evaluation's evidence.
+type Outcome struct {
+	RunID          string
+	Assessment     supervisor.Assessment
+	AssessmentJSON []byte
+	// Statement is the signed in-toto test-result envelope; nil when the
+	// assessment is inconclusive (it is never PASSED then).
+	Statement []byte
+	Jobs      []JobRecord
+	Controls  []ControlRun
+}
+
+// ControlRun is one control workspace's own evaluation.
+type ControlRun struct {
+	Kind            supervisor.ControlKind
+	WorkspaceDigest string
+	Assessment      supervisor.Assessment
+	AssessmentJSON  []byte
+}
+
+// ErrInfrastructure marks an evaluation that could not produce evidence
+// because the broker or the engine failed.
+var ErrInfrastructure = errors.New("infrastructure error")
+
+// Run evaluates the workspace against the bundle.
+func Run(ctx context.Context, d Deps, req Request) (*Outcome, error) {
+	if req.RunID == "" {
+		var r [6]byte
+		rand.Read(r[:])
+		req.RunID = "run-" + hex.EncodeToString(r[:])
+	}
+	m := req.Bundle.Manifest
+	out := &Outcome{RunID: req.RunID}
+	policy, err := policyOf(m)
+	if err != nil {
+		return nil, err
+	}
+
+	var controls []supervisor.ControlOutcome
+	if m.Controls != nil {
+		for _, c := range []struct {
+			kind supervisor.ControlKind
+			dir  string
+		}{{supervisor.ControlKnownGood, m.Controls.KnownGood}, {supervisor.ControlKnownBad, m.Controls.KnownBad}} {
+			if c.dir == "" {
+				continue
+			}
+			d.progress("control %s: extracting %s from the bundle", c.kind, c.dir)
+			ws, err := extractControl(ctx, d.Blobs, req.Bundle, c.dir)
+			if err != nil {
+				return nil, fmt.Errorf("control %s: %w", c.kind, err)
+			}
+			cp := policy
+			cp.Controls = nil
+			a, raw, err := d.evaluateOne(ctx, out, req, string(c.kind), ws, cp, nil)
+			if err != nil {
+				return nil, fmt.Errorf("control %s: %w", c.kind, err)
+			}
+			out.Controls = append(out.Controls, ControlRun{Kind: c.kind, WorkspaceDigest: ws, Assessment: a, AssessmentJSON: raw})
+			controls = append(controls, supervisor.ControlFrom(c.kind, a, raw))
+		}
+	}
+	a, raw, err := d.evaluateOne(ctx, out, req, "", req.WorkspaceDigest, policy, controls)
+	if err != nil {
+		return nil, err
+	}
+	out.Assessment, out.AssessmentJSON = a, raw
+	if a.Verdict != supervisor.Inconclusive {
+		st, err := a.StatementJSON()
+		if err != nil {
+			return nil, fmt.Errorf("test-result statement: %w", err)
+		}
+		if out.Statement, err = d.Signer.SignPayload(st); err != nil {
+			return nil, fmt.Errorf("sign test-result statement: %w", err)
+		}
+	}
+	return out, nil
+}
+
+func policyOf(m bundle.Manifest) (supervisor.Policy, error) {
+	p := supervisor.Policy{
+		Format:      supervisor.Format(m.Report.Format),
+		ReportPath:  m.Report.Path,
+		Required:    m.RequiredChecks,
+		AllReported: m.AllReported,
+	}
+	if m.Controls != nil {
+		if m.Controls.KnownGood != "" {
+			p.Controls = append(p.Controls, supervisor.ControlKnownGood)
+		}
+		if m.Controls.KnownBad != "" {
+			p.Controls = append(p.Controls, supervisor.ControlKnownBad)
+		}
+	}
+	if dir := path.Dir(m.Report.Path); dir == sandbox.WorkPath || dir == sandbox.TmpPath {
+		return p, fmt.Errorf("bundle.json: report.path %q must be inside a directory below %s or %s: %w", m.Report.Path, sandbox.WorkPath, sandbox.TmpPath, sandbox.ErrInvalid)
+	}
+	return p, p.Validate()
+}
+
+func (d Deps) progress(format string, args ...any) {
+	if d.Progress != nil {
+		fmt.Fprintf(d.Progress, "sandboxd: "+format+"\n", args...)
+	}
+}
+
+// evaluateOne runs the candidate job (if declared) and the grader job for
+// one workspace and assesses them.
+func (d Deps) evaluateOne(ctx context.Context, out *Outcome, req Request, control, workspace string, policy supervisor.Policy, controls []supervisor.ControlOutcome) (supervisor.Assessment, []byte, error) {
+	m := req.Bundle.Manifest
+	prefix := req.RunID
+	role := func(r string) string { return r }
+	if control != "" {
+		prefix += "-" + control
+		role = func(r string) string { return control + "/" + r }
+	}
+	export := workspace
+	var candidate *JobRecord
+	if m.Candidate != nil {
+		j := sandbox.Job{
+			Schema: sandbox.JobSchema, ID: prefix + "-candidate", Image: m.Image, Bundle: req.Bundle.Digest,
+			Inputs:  []sandbox.Input{{Name: "workspace", Digest: workspace, Path: sandbox.WorkPath, Writable: true}},
+			Argv:    m.Candidate.Argv,
+			Env:     map[string]string{"SANDBOXD_EXPORT": ExportPath},
+			WorkDir: sandbox.WorkPath, Outputs: []string{ExportPath},
+			Limits: m.DefaultLimits, Network: sandbox.NetworkNone, Runtime: sandbox.RuntimeRunc,
+		}
+		rec, err := d.runJob(ctx, role("candidate"), j)
+		if err != nil {
+			return supervisor.Assessment{}, nil, err
+		}
+		out.Jobs = append(out.Jobs, *rec)
+		candidate = rec
+		if export, err = exportOf(ctx, d.Blobs, rec.Result); err != nil {
+			return supervisor.Assessment{}, nil, fmt.Errorf("candidate export: %w", err)
+		}
+	}
+	g := sandbox.Job{
+		Schema: sandbox.JobSchema, ID: prefix + "-grader", Image: m.Image, Bundle: req.Bundle.Digest,
+		Inputs: []sandbox.Input{
+			{Name: "bundle", Digest: req.Bundle.LayerDigest, Path: sandbox.BundlePath},
+			{Name: "candidate-export", Digest: export, Path: sandbox.CandidateExportPath},
+		},
+		Argv: m.Grader.Argv,
+		Env: map[string]string{
+			"SANDBOXD_REPORT":    m.Report.Path,
+			"SANDBOXD_BUNDLE":    sandbox.BundlePath,
+			"SANDBOXD_CANDIDATE": sandbox.CandidateExportPath,
+		},
+		WorkDir: sandbox.WorkPath, Outputs: []string{path.Dir(m.Report.Path)},
+		Limits: m.DefaultLimits, Network: sandbox.NetworkNone, Runtime: sandbox.RuntimeRunc,
+	}
+	grader, err := d.runJob(ctx, role("grader"), g)
+	if err != nil {
+		return supervisor.Assessment{}, nil, err
+	}
+	out.Jobs = append(out.Jobs, *grader)
+
+	ev := supervisor.Evidence{
+		BundleDigest:       req.Bundle.Digest,
+		ImageID:            m.Image,
+		CandidateJobDigest: grader.Job.Digest,
+		WorkspaceDigest:    workspace,
+		Policy:             policy,
+		Grader:             grader.Result,
+		Controls:           controls,
+	}
+	if candidate != nil {
+		ev.CandidateJobDigest = candidate.Job.Digest
+		ev.Candidate = &candidate.Result
+	}
+	if a, ok := grader.Result.Artifact(policy.ReportPath); ok {
+		f, err := d.Blobs.Open(a.Digest)
+		if err == nil {
+			defer f.Close()
+			ev.Report = f
+		}
+	}
+	d.progress("assessing %s", g.ID)
+	a, raw, err := d.Supervisor.Assess(ctx, ev)
+	if err != nil {
+		return supervisor.Assessment{}, nil, fmt.Errorf("assess: %w", err)
+	}
+	return a, raw, nil
+}
+
+// runJob signs the receipt, runs the job, signs the result, and verifies
+// both envelopes against the signer's own public key before use.
+func (d Deps) runJob(ctx context.Context, role string, j sandbox.Job) (*JobRecord, error) {
+	if err := j.Seal(); err != nil {
+		return nil, err
+	}
+	facts, err := d.Broker.Facts(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrInfrastructure, err)
+	}
+	rcpt, err := d.Signer.SignAccepted(j, facts, time.Now().UTC())
+	if err != nil {
+		return nil, fmt.Errorf("sign receipt: %w", err)
+	}
+	d.progress("running %s job %s", role, j.ID)
+	res, err := d.Broker.Run(ctx, j)
+	if err != nil {
+		if errors.Is(err, sandbox.ErrInvalid) || errors.Is(err, sandbox.ErrImageRefused) || errors.Is(err, sandbox.ErrConflict) {
+			return nil, err
+		}
+		return nil, fmt.Errorf("%w: %w", ErrInfrastructure, err)
+	}
+	d.progress("%s job %s: %s", role, j.ID, res.Status)
+	renv, err := d.Signer.SignCompleted(res, rcpt)
+	if err != nil {
+		return nil, fmt.Errorf("sign result: %w", err)
+	}
+	keys, err := sandbox.ParseKeySet(d.Signer.PublicKeyPEM())
+	if err != nil {
+		return nil, err
+	}
+	if _, err := sandbox.VerifyReceipt(keys, rcpt, j); err != nil {
+		return nil, fmt.Errorf("verify own receipt: %w", err)
+	}
+	verified, err := sandbox.VerifyResult(keys, renv, j, rcpt)
+	if err != nil {
+		return nil, fmt.Errorf("verify own result: %w", err)
+	}
+	return &JobRecord{Role: role, Job: j, Result: verified, Receipt: rcpt, ResultEnvelope: renv}, nil
+}
+
+// exportOf builds the canonical tar of a candidate job's export from its
+// collected artifacts (paths re-rooted below ExportPath).
+func exportOf(ctx context.Context, blobs *store.Store, res sandbox.Result) (string, error) {
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	for _, a := range res.Artifacts {
+		rel, ok := strings.CutPrefix(a.Path, ExportPath+"/")
+		if !ok {
+			continue
+		}
+		f, err := blobs.Open(a.Digest)
+		if err != nil {
+			return "", err
+		}
+		err = tw.WriteHeader(&tar.Header{Name: rel, Typeflag: tar.TypeReg, Mode: 0o644, Size: a.Size, Format: tar.FormatPAX})
+		if err == nil {
+			_, err = io.Copy(tw, f)
+		}
+		f.Close()
+		if err != nil {
+			return "", err
+		}
+	}
+	if err := tw.Close(); err != nil {
+		return "", err
+	}
+	sum, err := bundle.IngestTar(ctx, blobs, &buf, bundle.Options{})
+	if err != nil {
+		return "", err
+	}
+	return sum.Digest, nil
+}
+
+// extractControl re-roots a control directory of the bundle's layer as a
+// workspace of its own.
+func extractControl(ctx context.Context, blobs *store.Store, b *bundle.Bundle, dir string) (string, error) {
+	layer, err := b.OpenLayer()
+	if err != nil {
+		return "", err
+	}
+	defer layer.Close()
+	prefix := strings.TrimSuffix(dir, "/") + "/"
+	pr, pw := io.Pipe()
+	go func() {
+		tr := tar.NewReader(layer)
+		tw := tar.NewWriter(pw)
+		for {
+			h, err := tr.Next()
+			if err == io.EOF {
+				pw.CloseWithError(tw.Close())
+				return
+			}
+			if err != nil {
+				pw.CloseWithError(err)
+				return
+			}
+			rel, ok := strings.CutPrefix(h.Name, prefix)
+			if !ok || rel == "" {
+				continue
+			}
+			h.Name = rel
+			if err := tw.WriteHeader(h); err != nil {
+				pw.CloseWithError(err)
+				return
+			}
+			if _, err := io.Copy(tw, tr); err != nil {
+				pw.CloseWithError(err)
+				return
+			}
+		}
+	}()
+	sum, err := bundle.IngestTar(ctx, blobs, pr, bundle.Options{})
+	pr.CloseWithError(errors.New("done"))
+	if err != nil {
+		return "", err
+	}
+	return sum.Digest, nil
+}
