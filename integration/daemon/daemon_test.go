@@ -28,7 +28,7 @@ func ctxFor(t *testing.T, d time.Duration) context.Context {
 
 func TestSubmitWaitVerifyResubmit(t *testing.T) {
 	d := newDaemon(t)
-	since := time.Now()
+	creations := d.watchCreations()
 	d.start()
 	ctx := ctxFor(t, 2*time.Minute)
 	job := env.NewJob(t, harness.Sh(`mkdir -p /work/out && printf report > /work/out/r.txt && echo hello`), nil)
@@ -74,7 +74,7 @@ func TestSubmitWaitVerifyResubmit(t *testing.T) {
 	if _, err := d.client.Submit(ctx, other); !errors.Is(err, sandbox.ErrConflict) {
 		t.Errorf("other job under the same id: got %v, want ErrConflict", err)
 	}
-	byID, byDigest := d.creations(since)
+	byID, byDigest := creations()
 	if byID[job.ID] != 1 || byDigest[other.Digest] != 0 {
 		t.Errorf("got %d containers for the job and %d for the conflicting one, want 1 and 0", byID[job.ID], byDigest[other.Digest])
 	}
@@ -221,7 +221,7 @@ func TestSIGKILLAtEachStep(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.step, func(t *testing.T) {
 			d := newDaemon(t)
-			since := time.Now()
+			creations := d.watchCreations()
 			job := env.NewJob(t, tc.argv, nil)
 			ctx := ctxFor(t, 2*time.Minute)
 			if tc.step == "running" {
@@ -272,7 +272,7 @@ func TestSIGKILLAtEachStep(t *testing.T) {
 				t.Errorf("the result is chained to another receipt")
 			}
 			d.stop()
-			byID, _ := d.creations(since)
+			byID, _ := creations()
 			if byID[job.ID] != 1 {
 				t.Errorf("got %d container creations for the job, want exactly 1", byID[job.ID])
 			}
@@ -283,6 +283,7 @@ func TestSIGKILLAtEachStep(t *testing.T) {
 func TestHundredJobsAtConcurrencyFour(t *testing.T) {
 	const n = 100
 	d := newDaemon(t, "--concurrency", "4", "--queue", "16")
+	creations := d.watchCreations()
 	d.start()
 	ctx := ctxFor(t, 4*time.Minute)
 	warm := env.NewJob(t, []string{"true"}, nil)
@@ -379,7 +380,13 @@ func TestHundredJobsAtConcurrencyFour(t *testing.T) {
 		}
 	}
 	d.stop()
-	if byID, _ := d.creations(start); len(byID) != n {
-		t.Errorf("got containers for %d jobs, want %d", len(byID), n)
+	byID, _ := creations()
+	if len(byID) != n+1 {
+		t.Errorf("got containers for %d jobs, want %d", len(byID), n+1)
+	}
+	for id, c := range byID {
+		if c != 1 {
+			t.Errorf("job %s: %d containers, want 1", id, c)
+		}
 	}
 }

@@ -262,28 +262,49 @@ func (d *daemon) rssKiB() int {
 	return 0
 }
 
-// creations counts container create events of this daemon's jobs since
-// since, by job id and by job digest.
-func (d *daemon) creations(since time.Time) (byID, byDigest map[string]int) {
+// watchCreations counts container create events of this daemon's jobs,
+// by job id and by job digest, from now until the returned function is
+// called. The engine replays only a short buffer of past events, so the
+// stream is followed live.
+func (d *daemon) watchCreations() (stop func() (byID, byDigest map[string]int)) {
 	d.t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
+	ctx, cancel := context.WithCancel(context.Background())
 	f := make(client.Filters).Add("type", "container").Add("event", "create").
 		Add("label", broker.LabelBroker+"="+d.name, broker.LabelRole+"=job")
-	res := env.Eng.Events(ctx, client.EventsListOptions{
-		Since: strconv.FormatInt(since.Add(-time.Second).Unix(), 10), Until: strconv.FormatInt(time.Now().Add(time.Second).Unix(), 10), Filters: f,
-	})
-	byID, byDigest = map[string]int{}, map[string]int{}
-	for {
-		select {
-		case m := <-res.Messages:
-			byID[m.Actor.Attributes[broker.LabelJob]]++
-			byDigest[m.Actor.Attributes[broker.LabelJobDigest]]++
-		case err := <-res.Err:
-			if err != nil && !errors.Is(err, io.EOF) {
-				d.t.Fatalf("events: %v", err)
+	res := env.Eng.Events(ctx, client.EventsListOptions{Since: strconv.FormatInt(time.Now().Add(-time.Second).Unix(), 10), Filters: f})
+	byID, byDigest := map[string]int{}, map[string]int{}
+	var streamErr error
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			select {
+			case m := <-res.Messages:
+				byID[m.Actor.Attributes[broker.LabelJob]]++
+				byDigest[m.Actor.Attributes[broker.LabelJobDigest]]++
+			case err := <-res.Err:
+				if ctx.Err() == nil {
+					streamErr = err
+				}
+				return
 			}
-			return byID, byDigest
 		}
+	}()
+	stopped := false
+	d.t.Cleanup(func() {
+		if !stopped {
+			cancel()
+			<-done
+		}
+	})
+	return func() (map[string]int, map[string]int) {
+		time.Sleep(500 * time.Millisecond) // let the last events arrive
+		stopped = true
+		cancel()
+		<-done
+		if streamErr != nil && !errors.Is(streamErr, io.EOF) {
+			d.t.Fatalf("events: %v", streamErr)
+		}
+		return byID, byDigest
 	}
 }
