@@ -15,7 +15,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/containerd/errdefs"
 
 	"github.com/sandboxd/sandboxd/internal/broker"
 	"github.com/sandboxd/sandboxd/internal/journal"
@@ -23,7 +22,6 @@ import (
 	"github.com/sandboxd/sandboxd/internal/server"
 	"github.com/sandboxd/sandboxd/internal/store"
 	"github.com/sandboxd/sandboxd/internal/supervisor"
-	"github.com/sandboxd/sandboxd/sandbox"
 )
 
 // serveOptions are the flags of `sandboxd serve`.
@@ -155,9 +153,7 @@ func serve(ctx context.Context, o serveOptions, log *slog.Logger) error {
 	cfg.Concurrency, cfg.QueueSize = o.concurrency, o.queue
 	cfg.ReapGrace, cfg.DrainTimeout, cfg.MaxBlobBytes = o.reapGrace, o.drainTimeout, o.maxBlob
 	cfg.Logger = log
-	cfg.Preflight = func(ctx context.Context, job sandbox.Job) error {
-		return preflight(ctx, eng, blobs, bcfg, job)
-	}
+	cfg.Preflight = b.Preflight
 	if f := os.Getenv(faultEnv); f != "" {
 		step, id, _ := strings.Cut(f, ":")
 		cfg.Fault = func(s, jobID string) {
@@ -235,29 +231,3 @@ func closeAll(lns []net.Listener) {
 	}
 }
 
-// preflight refuses what the broker would refuse before running a job, so
-// that such a job is never accepted: an image not present by ID, an input
-// blob not in the store, a runtime not allowed.
-func preflight(ctx context.Context, eng broker.Engine, blobs *store.Store, cfg broker.Config, job sandbox.Job) error {
-	if job.Runtime == sandbox.RuntimeRunsc && !cfg.AllowRunsc {
-		return &sandbox.FieldError{Field: "job.runtime", Reason: "runsc is not allowed by this broker"}
-	}
-	for i, in := range job.Inputs {
-		if !blobs.Has(in.Digest) {
-			return &sandbox.FieldError{Field: fmt.Sprintf("job.inputs[%d].digest", i), Reason: fmt.Sprintf("blob %s is not in the store; upload it first", in.Digest)}
-		}
-	}
-	ictx, cancel := context.WithTimeout(ctx, cfg.EngineTimeout)
-	defer cancel()
-	img, err := eng.ImageInspect(ictx, job.Image)
-	if errdefs.IsNotFound(err) {
-		return fmt.Errorf("job.image: image %s: %w: not present in the engine (images are never pulled)", job.Image, sandbox.ErrImageRefused)
-	}
-	if err != nil {
-		return fmt.Errorf("job.image: inspect %s: %w", job.Image, err)
-	}
-	if img.ID != job.Image {
-		return fmt.Errorf("job.image: image %s: %w: the engine resolved it to %s", job.Image, sandbox.ErrImageRefused, img.ID)
-	}
-	return nil
-}

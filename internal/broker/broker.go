@@ -114,29 +114,50 @@ type Hooks struct {
 	OnCreated func(ctx context.Context, containerID string) error
 	// OnStarted runs right after the container started.
 	OnStarted func(containerID string, at time.Time)
+	// OnFinished runs with the final result while the container still
+	// exists. If it fails (the caller could not make the result durable),
+	// the container is left in place so that Recover can read the job's
+	// stream again after a restart.
+	OnFinished func(ctx context.Context, res sandbox.Result) error
+}
+
+// Preflight refuses a job before anything is created: an invalid or
+// unsealed job, a runtime this broker does not allow, an image that is not
+// a local ID present in the engine, an input blob the store lacks.
+func (b *Broker) Preflight(ctx context.Context, job sandbox.Job) error {
+	_, err := b.preflight(ctx, job)
+	return err
+}
+
+func (b *Broker) preflight(ctx context.Context, job sandbox.Job) (imagePath string, err error) {
+	if err := job.VerifyDigest(); err != nil {
+		return "", err
+	}
+	if job.Runtime == sandbox.RuntimeRunsc && !b.cfg.AllowRunsc {
+		return "", &sandbox.FieldError{Field: "job.runtime", Reason: "runsc is not allowed by this broker"}
+	}
+	imgPath, err := b.checkImage(ctx, job.Image)
+	if err != nil {
+		return "", err
+	}
+	for i, in := range job.Inputs {
+		if !b.blobs.Has(in.Digest) {
+			return "", &sandbox.FieldError{Field: fmt.Sprintf("job.inputs[%d].digest", i), Reason: fmt.Sprintf("blob %s is not in the store", in.Digest)}
+		}
+	}
+	return imgPath, nil
 }
 
 // RunWithHooks is Run with callbacks at each step.
 func (b *Broker) RunWithHooks(ctx context.Context, job sandbox.Job, hooks Hooks) (res sandbox.Result, err error) {
-	if err := job.VerifyDigest(); err != nil {
-		return sandbox.Result{}, err
-	}
-	if job.Runtime == sandbox.RuntimeRunsc && !b.cfg.AllowRunsc {
-		return sandbox.Result{}, &sandbox.FieldError{Field: "job.runtime", Reason: "runsc is not allowed by this broker"}
-	}
 	log := b.log.With("job_id", job.ID)
 	facts, err := b.Facts(ctx)
 	if err != nil {
 		return sandbox.Result{}, err
 	}
-	imgPath, err := b.checkImage(ctx, job.Image)
+	imgPath, err := b.preflight(ctx, job)
 	if err != nil {
 		return sandbox.Result{}, err
-	}
-	for i, in := range job.Inputs {
-		if !b.blobs.Has(in.Digest) {
-			return sandbox.Result{}, &sandbox.FieldError{Field: fmt.Sprintf("job.inputs[%d].digest", i), Reason: fmt.Sprintf("blob %s is not in the store", in.Digest)}
-		}
 	}
 
 	r := &run{b: b, job: &job, log: log, imagePath: imgPath, hooks: hooks}
@@ -150,13 +171,16 @@ func (b *Broker) RunWithHooks(ctx context.Context, job sandbox.Job, hooks Hooks)
 		Rejected:  []sandbox.Rejected{},
 	}
 	r.res.Runtime.Runtime = job.Runtime
+	keep := false
 	defer func() {
 		if p := recover(); p != nil {
 			log.Error("panic while running job", "panic", p)
 			r.fail(sandbox.StatusError, fmt.Sprintf("broker panic: %v", p))
 			res, err = r.res, nil
 		}
-		r.cleanup()
+		if !keep {
+			r.cleanup()
+		}
 	}()
 	if err := r.execute(ctx); err != nil {
 		if errors.Is(err, sandbox.ErrConflict) {
@@ -173,6 +197,13 @@ func (b *Broker) RunWithHooks(ctx context.Context, job sandbox.Job, hooks Hooks)
 	}
 	if r.res.StartedAt.IsZero() {
 		r.res.StartedAt = r.res.EndedAt
+	}
+	if hooks.OnFinished != nil && r.containerID != "" {
+		if err := hooks.OnFinished(ctx, r.res); err != nil {
+			log.Error("result not recorded; leaving the container for recovery", "container_id", r.containerID, "error", err)
+			keep = true
+			return r.res, fmt.Errorf("record result: %w", err)
+		}
 	}
 	return r.res, nil
 }

@@ -130,7 +130,7 @@ func (c *collector) frame(typ byte, p []byte) error {
 		}
 		c.summary = &s
 		for _, l := range s.LimitsHit {
-			if slices.Contains([]string{"file_count", "output_bytes"}, l) {
+			if slices.Contains([]string{"file_count", "output_bytes", "file_size_bytes"}, l) {
 				c.limit(l)
 			}
 		}

@@ -335,6 +335,7 @@ func (r *run) helperConfig(writable []sandbox.Input) shim.Config {
 		LogBytes:    j.Limits.LogBytes,
 		OutputBytes: j.Limits.OutputBytes,
 		FileCount:   j.Limits.FileCount,
+		FileSize:    j.Limits.FileSize,
 		MaxInput:    j.Limits.DiskBytes,
 	}
 }

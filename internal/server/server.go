@@ -326,7 +326,28 @@ func (s *Server) runJob(id string) {
 			s.fault("started", id)
 		},
 	}
+	finished := false
+	hooks.OnFinished = func(ctx context.Context, res sandbox.Result) error {
+		// The result is made durable while the container still exists, so
+		// a crash here is recovered from the container, not lost.
+		s.fault("exited", id)
+		s.observeDuration(time.Since(dispatched))
+		if err := s.finish(log, rec, res); err != nil {
+			return err
+		}
+		finished = true
+		return nil
+	}
 	res, err := s.cfg.Broker.RunWithHooks(jctx, job, hooks)
+	if finished {
+		return
+	}
+	if err != nil && res.JobID != "" {
+		// It ran, but its result is not durable: the broker kept the
+		// container, and recovery at the next start finishes the job.
+		log.Error("result not recorded; left for recovery", "error", err)
+		return
+	}
 	if err != nil {
 		// Refused before anything ran.
 		status := sandbox.StatusError
@@ -336,7 +357,7 @@ func (s *Server) runJob(id string) {
 		s.finishUnrun(log, rec, job, status, "refused by the broker: "+err.Error())
 		return
 	}
-	s.fault("exited", id)
+	// No container was created: nothing to keep for recovery.
 	s.observeDuration(time.Since(dispatched))
 	s.finish(log, rec, res)
 }
@@ -348,16 +369,16 @@ func (s *Server) observeDuration(d time.Duration) {
 }
 
 // finish signs a result, makes it durable, and only then reports it.
-func (s *Server) finish(log *slog.Logger, rec journal.Record, res sandbox.Result) {
+func (s *Server) finish(log *slog.Logger, rec journal.Record, res sandbox.Result) error {
 	env, err := s.cfg.Signer.SignCompleted(res, rec.Receipt)
 	if err != nil {
 		log.Error("sign result", "error", err)
-		return
+		return fmt.Errorf("sign result: %w", err)
 	}
 	s.m.envelopesSigned.WithLabelValues("result").Inc()
 	if _, err := s.cfg.Journal.Finish(rec.ID, res.Status, env, time.Now()); err != nil {
 		log.Error("journal result", "error", err)
-		return
+		return fmt.Errorf("journal result: %w", err)
 	}
 	var collected int64
 	for _, a := range res.Artifacts {
@@ -368,6 +389,7 @@ func (s *Server) finish(log *slog.Logger, rec journal.Record, res sandbox.Result
 	s.m.jobs.WithLabelValues(string(res.Status)).Inc()
 	log.Info("job ended", "status", res.Status, "exit_code", res.ExitCode, "cause", res.Cause)
 	s.notifyChanged()
+	return nil
 }
 
 // finishUnrun ends a job that no container ran (or whose container is not

@@ -157,6 +157,9 @@ func collectMain() int {
 			return 1
 		}
 	}
+	if cfg.FileSize > 0 && c.scratchHitFileSize(cfg.Scratch, cfg.FileSize) {
+		c.limits["file_size_bytes"] = true
+	}
 	if c.overCount > 0 {
 		c.o.json(FrameRejected, Rejected{Path: "", Reason: fmt.Sprintf("%d regular files not collected: file_count limit reached", c.overCount)})
 	}
@@ -315,4 +318,61 @@ func readDirNames(fd int) ([]string, error) {
 	f := os.NewFile(uintptr(dup), "dir")
 	defer f.Close()
 	return f.Readdirnames(-1)
+}
+
+// maxScan bounds the entries the file-size scan visits.
+const maxScan = 200_000
+
+// scratchHitFileSize reports whether any regular file in the scratch
+// directories reached the file-size limit. It never follows links.
+func (c *collector) scratchHitFileSize(dirs []string, limit int64) bool {
+	seen := 0
+	var walk func(dirfd int, depth int) bool
+	walk = func(dirfd int, depth int) bool {
+		if depth > maxDepth {
+			return false
+		}
+		names, err := readDirNames(dirfd)
+		if err != nil {
+			return false
+		}
+		for _, name := range names {
+			if seen++; seen > maxScan {
+				return false
+			}
+			var st unix.Stat_t
+			if unix.Fstatat(dirfd, name, &st, unix.AT_SYMLINK_NOFOLLOW) != nil {
+				continue
+			}
+			switch st.Mode & unix.S_IFMT {
+			case unix.S_IFREG:
+				if st.Size >= limit {
+					return true
+				}
+			case unix.S_IFDIR:
+				fd, err := openChild(dirfd, name, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o700)
+				if err != nil {
+					continue
+				}
+				hit := walk(fd, depth+1)
+				unix.Close(fd)
+				if hit {
+					return true
+				}
+			}
+		}
+		return false
+	}
+	for _, d := range dirs {
+		fd, err := unix.Open(d, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		if err != nil {
+			continue
+		}
+		hit := walk(fd, 0)
+		unix.Close(fd)
+		if hit {
+			return true
+		}
+	}
+	return false
 }

@@ -45,7 +45,11 @@ type Config struct {
 	LogBytes    int64    `json:"log_bytes"`
 	OutputBytes int64    `json:"output_bytes"`
 	FileCount   int64    `json:"file_count"`
-	MaxInput    int64    `json:"max_input_bytes"`
+	// FileSize is RLIMIT_FSIZE: a scratch file that reached it means a
+	// write was cut short (SIGXFSZ), even if the process that got the
+	// signal was not the command itself.
+	FileSize int64 `json:"file_size_bytes"`
+	MaxInput int64 `json:"max_input_bytes"`
 }
 
 // FileHeader announces one artifact.
