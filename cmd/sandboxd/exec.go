@@ -141,6 +141,11 @@ func newBroker(eng broker.Engine) (*broker.Broker, *store.Store, error) {
 	cfg := broker.Default()
 	cfg.ShimPath = shim
 	cfg.Version = version
+	if name := os.Getenv("SANDBOXD_BROKER_NAME"); name != "" {
+		// Separate brokers on one engine (tests, several users) keep
+		// separate cache volumes.
+		cfg.Name, cfg.VolumePrefix = name, name
+	}
 	b, err := broker.New(eng, blobs, cfg)
 	return b, blobs, err
 }

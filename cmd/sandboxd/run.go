@@ -32,6 +32,7 @@ const (
 type runOptions struct {
 	bundle, workspace, key, out string
 	json                        bool
+	maxBytes, maxFiles          int64
 }
 
 // cmdRun evaluates one candidate against one bundle, end to end, with no
@@ -45,6 +46,8 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&o.key, "key", "", "broker signing key `FILE` (password in SANDBOXD_KEY_PASSWORD); default: an ephemeral key, recorded as such")
 	fs.StringVar(&o.out, "out", "", "write the evidence directory to `DIR` (must not exist or be empty)")
 	fs.BoolVar(&o.json, "json", false, "print the assessment as JSON instead of a table")
+	fs.Int64Var(&o.maxBytes, "workspace-max-bytes", bundle.DefaultLimits().MaxBytes, "ceiling on the workspace's file bytes")
+	fs.Int64Var(&o.maxFiles, "workspace-max-files", bundle.DefaultLimits().MaxFiles, "ceiling on the workspace's files and directories")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: sandboxd run --bundle DIR|LAYOUT --workspace DIR|TAR [--key FILE] [--out DIR] [--json]")
 		fs.PrintDefaults()
@@ -107,9 +110,26 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if progress != nil {
 		fmt.Fprintln(progress, "sandboxd: ingesting workspace", o.workspace)
 	}
-	ws, err := bundle.Ingest(ctx, blobs, o.workspace, bundle.Options{})
+	lim := bundle.DefaultLimits()
+	lim.MaxBytes, lim.MaxFiles = o.maxBytes, o.maxFiles
+	if err := lim.Validate(); err != nil {
+		return bad("%v", err)
+	}
+	ws, err := bundle.Ingest(ctx, blobs, o.workspace, bundle.Options{Limits: lim})
 	if err != nil {
 		return bad("workspace %s: %v", o.workspace, err)
+	}
+	// No job runs on an engine where the isolation properties do not hold
+	// (cached per engine, profile, image and probe).
+	if progress != nil {
+		fmt.Fprintln(progress, "sandboxd: checking isolation on this engine (selfcheck)")
+	}
+	if _, err := runSelfcheck(ctx, eng, b, blobs, bun.Manifest.Image, false); err != nil {
+		if errors.Is(err, sandbox.ErrImageRefused) {
+			return bad("bundle %s: evaluator image %s: %v", o.bundle, bun.Manifest.Image, err)
+		}
+		fmt.Fprintln(stderr, "sandboxd run: selfcheck:", err)
+		return exitInfraError
 	}
 	sstore, err := supervisor.NewDirStore(filepath.Join(state, "assessments"))
 	if err != nil {

@@ -1,0 +1,142 @@
+package main
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/moby/moby/client"
+	"github.com/rogpeppe/go-internal/testscript"
+
+	"github.com/sandboxd/sandboxd/internal/broker"
+	"github.com/sandboxd/sandboxd/internal/image"
+)
+
+// scriptEnv is what TestMain prepared for the scripts.
+var scriptEnv []string
+
+func TestMain(m *testing.M) {
+	cmds := map[string]func() int{
+		"sandboxd": func() int { return run(context.Background(), os.Args[1:], os.Stdout, os.Stderr) },
+	}
+	if filepath.Base(os.Args[0]) == "sandboxd" {
+		// A script runs the command: no setup in this child.
+		os.Exit(testscript.RunMain(m, cmds))
+	}
+	cleanup, err := setupScripts()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "cmd/sandboxd tests:", err)
+		os.Exit(1)
+	}
+	code := testscript.RunMain(m, cmds)
+	if err := cleanup(); err != nil {
+		fmt.Fprintln(os.Stderr, "cmd/sandboxd tests:", err)
+		code = 1
+	}
+	os.Exit(code)
+}
+
+// setupScripts builds the helper, the probe and the images, renders the
+// example bundle with this machine's Go image, and returns the cleanup
+// that removes this run's cache volumes.
+func setupScripts() (func() error, error) {
+	ctx := context.Background()
+	nop := func() error { return nil }
+	eng, err := broker.NewEngine()
+	if err == nil {
+		pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		_, err = eng.Ping(pctx, client.PingOptions{})
+		cancel()
+	}
+	if err != nil {
+		if os.Getenv("CI") == "true" {
+			return nil, fmt.Errorf("no container engine answers, and CI=true: %w", err)
+		}
+		fmt.Fprintln(os.Stderr, "cmd/sandboxd tests: no engine; scripts that need one are skipped")
+		scriptEnv = append(scriptEnv, "SANDBOXD_TEST_NO_ENGINE=1")
+		return nop, nil
+	}
+	repo, _ := filepath.Abs("../..")
+	tmp, err := os.MkdirTemp("", "sandboxd-script-")
+	if err != nil {
+		return nil, err
+	}
+	for _, b := range []struct{ pkg, out string }{{"./cmd/sandboxd-shim", "sandboxd-shim"}, {"./cmd/sandboxd-probe", "sandboxd-probe"}} {
+		cmd := exec.Command("go", "build", "-o", filepath.Join(tmp, b.out), b.pkg)
+		cmd.Dir = repo
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return nil, fmt.Errorf("build %s: %w\n%s", b.pkg, err, out)
+		}
+	}
+	ids := map[string]string{}
+	for _, name := range []string{"minimal", "go"} {
+		b, err := image.Build(ctx, eng, filepath.Join(repo, "images", name), tmp, nil)
+		if err != nil {
+			return nil, fmt.Errorf("build image %s: %w", name, err)
+		}
+		ids[name] = b.ID
+	}
+	bundle := filepath.Join(tmp, "example-bundle")
+	if err := os.CopyFS(bundle, os.DirFS(filepath.Join(repo, "examples", "go", "bundle"))); err != nil {
+		return nil, err
+	}
+	tmpl, err := os.ReadFile(filepath.Join(repo, "examples", "go", "bundle.json.in"))
+	if err != nil {
+		return nil, err
+	}
+	if err := os.WriteFile(filepath.Join(bundle, "bundle.json"), []byte(strings.ReplaceAll(string(tmpl), "@GO_IMAGE@", ids["go"])), 0o644); err != nil {
+		return nil, err
+	}
+	var r [4]byte
+	rand.Read(r[:])
+	name := "sandboxd-script-" + hex.EncodeToString(r[:])
+	scriptEnv = append(scriptEnv,
+		"SANDBOXD_SHIM="+filepath.Join(tmp, "sandboxd-shim"),
+		"SANDBOXD_PROBE="+filepath.Join(tmp, "sandboxd-probe"),
+		"SANDBOXD_STATE="+filepath.Join(tmp, "state"),
+		"SANDBOXD_BROKER_NAME="+name,
+		"GO_IMAGE="+ids["go"],
+		"MINIMAL_IMAGE="+ids["minimal"],
+		"EXAMPLE_BUNDLE="+bundle,
+		"EXAMPLES="+filepath.Join(repo, "examples", "go"),
+		"REPO="+repo,
+	)
+	return func() error {
+		defer os.RemoveAll(tmp)
+		f := make(client.Filters).Add("label", broker.LabelBroker+"="+name, broker.LabelJob)
+		cs, err := eng.ContainerList(ctx, client.ContainerListOptions{All: true, Filters: f})
+		if err != nil {
+			return err
+		}
+		if len(cs.Items) > 0 {
+			return fmt.Errorf("%d job containers left behind", len(cs.Items))
+		}
+		return broker.RemoveCache(ctx, eng, name)
+	}, nil
+}
+
+func TestScripts(t *testing.T) {
+	testscript.Run(t, testscript.Params{
+		Dir: "testdata/script",
+		Setup: func(e *testscript.Env) error {
+			e.Vars = append(e.Vars, scriptEnv...)
+			// HOME and the cache directory stay inside the script's work dir.
+			e.Setenv("HOME", e.WorkDir)
+			return nil
+		},
+		Condition: func(cond string) (bool, error) {
+			if cond == "engine" {
+				return os.Getenv("SANDBOXD_TEST_NO_ENGINE") == "" && len(scriptEnv) > 1, nil
+			}
+			return false, fmt.Errorf("unknown condition %q", cond)
+		},
+	})
+}
