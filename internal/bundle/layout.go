@@ -86,7 +86,7 @@ func Pack(ctx context.Context, dir, layout string, lim Limits) (*Bundle, error) 
 		return nil, err
 	}
 
-	blobs, err := store.Open(filepath.Join(layout, ocispec.ImageBlobsDir))
+	blobs, err := store.OpenWithTemp(filepath.Join(layout, ocispec.ImageBlobsDir), filepath.Join(layout, ".tmp"))
 	if err != nil {
 		return nil, err
 	}
@@ -266,7 +266,7 @@ func Open(ref string, lim Limits) (*Bundle, error) {
 	if desc == nil {
 		return nil, fmt.Errorf("bundle %q: no such bundle in index.json: %w", ref, ErrNotBundle)
 	}
-	blobs, err := store.Open(filepath.Join(layout, ocispec.ImageBlobsDir))
+	blobs, err := store.OpenWithTemp(filepath.Join(layout, ocispec.ImageBlobsDir), filepath.Join(layout, ".tmp"))
 	if err != nil {
 		return nil, err
 	}

@@ -26,17 +26,27 @@ var digestRE = regexp.MustCompile(`^sha256:([0-9a-f]{64})$`)
 // Store is a directory of blobs: DIR/sha256/<hex>.
 type Store struct {
 	dir string
+	tmp string
 }
 
 // Open returns the store rooted at dir, creating it (mode 0700) if needed.
+// Blobs are written in DIR/tmp first.
 func Open(dir string) (*Store, error) {
+	return OpenWithTemp(dir, filepath.Join(dir, "tmp"))
+}
+
+// OpenWithTemp is Open with the directory where blobs are written before
+// they are renamed into place; it must be on the same file system. An OCI
+// image layout keeps it outside blobs/, where every directory names a
+// hash algorithm.
+func OpenWithTemp(dir, tmp string) (*Store, error) {
 	if err := os.MkdirAll(filepath.Join(dir, "sha256"), 0o700); err != nil {
 		return nil, fmt.Errorf("blob store %s: %w", dir, err)
 	}
-	if err := os.MkdirAll(filepath.Join(dir, "tmp"), 0o700); err != nil {
+	if err := os.MkdirAll(tmp, 0o700); err != nil {
 		return nil, fmt.Errorf("blob store %s: %w", dir, err)
 	}
-	return &Store{dir: dir}, nil
+	return &Store{dir: dir, tmp: tmp}, nil
 }
 
 // Dir returns the store's root directory.
@@ -135,7 +145,7 @@ type hashWriter interface {
 
 // NewWriter starts a blob. Call Commit to keep it or Abort to drop it.
 func (s *Store) NewWriter(maxBytes int64) (*Writer, error) {
-	f, err := os.CreateTemp(filepath.Join(s.dir, "tmp"), "blob-*")
+	f, err := os.CreateTemp(s.tmp, "blob-*")
 	if err != nil {
 		return nil, fmt.Errorf("blob store: %w", err)
 	}
