@@ -1,0 +1,182 @@
+package broker
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/sandboxd/sandboxd/internal/shim"
+	"github.com/sandboxd/sandboxd/internal/store"
+	"github.com/sandboxd/sandboxd/sandbox"
+)
+
+// stream builds a helper stream frame by frame.
+type stream struct{ bytes.Buffer }
+
+func (s *stream) frame(typ byte, p []byte) *stream {
+	if err := shim.WriteFrame(&s.Buffer, typ, p); err != nil {
+		panic(err)
+	}
+	return s
+}
+
+func (s *stream) json(typ byte, v any) *stream {
+	b, _ := json.Marshal(v)
+	return s.frame(typ, b)
+}
+
+func (s *stream) hello() *stream { return s.frame(shim.FrameHello, []byte(shim.Hello)) }
+
+func (s *stream) file(path, content string) *stream {
+	s.json(shim.FrameFileBegin, shim.FileHeader{Path: path, Size: int64(len(content))})
+	if content != "" {
+		s.frame(shim.FrameFileData, []byte(content))
+	}
+	return s.frame(shim.FrameFileEnd, nil)
+}
+
+func (s *stream) end(files, bytes int64) *stream {
+	s.json(shim.FrameCollected, shim.CollectSummary{Files: files, Bytes: bytes, LimitsHit: []string{}})
+	return s.json(shim.FrameStatus, shim.Status{LimitsHit: []string{}})
+}
+
+func testRun(t *testing.T) *run {
+	t.Helper()
+	blobs, err := store.Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := sandbox.DefaultLimits()
+	l.FileCount, l.OutputBytes, l.LogBytes = 2, 10, 4
+	j := &sandbox.Job{ID: "j", Outputs: []string{"/work/out"}, Limits: l}
+	return &run{b: &Broker{blobs: blobs}, job: j}
+}
+
+func TestCollectorAcceptsAWholeStream(t *testing.T) {
+	r := testRun(t)
+	c := newCollector(r)
+	s := new(stream).hello().frame(shim.FrameStdout, []byte("hello world")).
+		file("/work/out/a", "abc").file("/work/out/d/b", "").
+		json(shim.FrameRejected, shim.Rejected{Path: "/work/out/link", Reason: "symbolic link"}).end(2, 3)
+	if err := c.consume(s); err != nil {
+		t.Fatal(err)
+	}
+	if why := c.incomplete(); why != "" {
+		t.Fatalf("incomplete: %s", why)
+	}
+	var res sandbox.Result
+	c.finish(&res)
+	if len(res.Artifacts) != 2 || res.Artifacts[0].Digest != sandbox.DigestBytes([]byte("abc")) || res.Artifacts[1].Size != 0 {
+		t.Fatalf("artifacts %+v", res.Artifacts)
+	}
+	if res.Stdout.Bytes != 4 || res.Stdout.Total != 11 || !res.Stdout.Truncated {
+		t.Fatalf("stdout %+v, want 4 of 11 bytes kept", res.Stdout)
+	}
+	if len(res.Rejected) != 1 || res.Rejected[0].Path != "/work/out/link" {
+		t.Fatalf("rejected %+v", res.Rejected)
+	}
+}
+
+func TestCollectorRefusesProtocolViolations(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		s    *stream
+		want string
+	}{
+		{"no hello", new(stream).file("/work/out/a", "x"), "hello"},
+		{"wrong hello", new(stream).frame(shim.FrameHello, []byte("other/9")), "hello"},
+		{"outside outputs", new(stream).hello().file("/etc/shadow", "x"), "outside the job's outputs"},
+		{"output dir itself", new(stream).hello().file("/work/out", "x"), "outside the job's outputs"},
+		{"sibling prefix", new(stream).hello().file("/work/outside/a", "x"), "outside the job's outputs"},
+		{"dot dot", new(stream).hello().file("/work/out/../../etc/passwd", "x"), "not clean"},
+		{"relative", new(stream).hello().file("work/out/a", "x"), "not clean"},
+		{"newline", new(stream).hello().file("/work/out/a\nb", "x"), "not clean"},
+		{"duplicate", new(stream).hello().file("/work/out/a", "x").file("/work/out/a", "y"), "sent twice"},
+		{"over file count", new(stream).hello().file("/work/out/a", "").file("/work/out/b", "").file("/work/out/c", ""), "file_count"},
+		{"over output bytes", new(stream).hello().file("/work/out/a", "0123456789x"), "output_bytes"},
+		{"more data than header", new(stream).hello().json(shim.FrameFileBegin, shim.FileHeader{Path: "/work/out/a", Size: 1}).frame(shim.FrameFileData, []byte("xy")), "artifact /work/out/a"},
+		{"less data than header", new(stream).hello().json(shim.FrameFileBegin, shim.FileHeader{Path: "/work/out/a", Size: 5}).frame(shim.FrameFileData, []byte("xy")).frame(shim.FrameFileEnd, nil), "header said 5"},
+		{"data outside a file", new(stream).hello().frame(shim.FrameFileData, []byte("x")), "outside a file"},
+		{"stdout inside a file", new(stream).hello().json(shim.FrameFileBegin, shim.FileHeader{Path: "/work/out/a", Size: 1}).frame(shim.FrameStdout, []byte("x")), "inside file"},
+		{"frame after status", new(stream).hello().end(0, 0).frame(shim.FrameStdout, []byte("x")), "after the last frame"},
+		{"unknown frame", new(stream).hello().frame('Z', nil), "unknown frame"},
+		{"ends inside a file", new(stream).hello().json(shim.FrameFileBegin, shim.FileHeader{Path: "/work/out/a", Size: 1}), "inside /work/out/a"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := newCollector(testRun(t))
+			err := c.consume(tc.s)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("got %v, want an error containing %q", err, tc.want)
+			}
+		})
+	}
+}
+
+func TestCollectorIncompleteStreams(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		s    *stream
+		want string
+	}{
+		{"no status", new(stream).hello().json(shim.FrameCollected, shim.CollectSummary{}), "status frame is missing"},
+		{"no summary", new(stream).hello().json(shim.FrameStatus, shim.Status{}), "summary is missing"},
+		{"summary disagrees", new(stream).hello().file("/work/out/a", "x").end(2, 1), "received 1 files"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := newCollector(testRun(t))
+			if err := c.consume(tc.s); err != nil {
+				t.Fatal(err)
+			}
+			if got := c.incomplete(); !strings.Contains(got, tc.want) {
+				t.Fatalf("incomplete() = %q, want %q", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestDecide(t *testing.T) {
+	status := func(mod func(*shim.Status)) *stream {
+		st := shim.Status{LimitsHit: []string{}, ScratchUsed: map[string]int64{}}
+		mod(&st)
+		s := new(stream).hello()
+		s.json(shim.FrameCollected, shim.CollectSummary{LimitsHit: []string{}})
+		return s.json(shim.FrameStatus, st)
+	}
+	cancelled, cancel := context.WithCancel(context.Background())
+	cancel()
+	for _, tc := range []struct {
+		name       string
+		ctx        context.Context
+		s          *stream
+		oom, hard  bool
+		stdinErr   error
+		wantStatus sandbox.Status
+		wantLimit  string
+	}{
+		{"exit 0", context.Background(), status(func(s *shim.Status) {}), false, false, nil, sandbox.StatusSucceeded, ""},
+		{"exit 3", context.Background(), status(func(s *shim.Status) { s.ExitCode = 3 }), false, false, nil, sandbox.StatusFailed, ""},
+		{"oom wins over exit 0", context.Background(), status(func(s *shim.Status) {}), true, false, nil, sandbox.StatusOOMKilled, ""},
+		{"hard deadline wins over oom", context.Background(), status(func(s *shim.Status) {}), true, true, nil, sandbox.StatusTimedOut, ""},
+		{"helper deadline", context.Background(), status(func(s *shim.Status) { s.TimedOut = true; s.ExitCode = 137 }), false, false, nil, sandbox.StatusTimedOut, ""},
+		{"disk full", context.Background(), status(func(s *shim.Status) { s.LimitsHit = []string{"disk_bytes"}; s.ExitCode = 1 }), false, false, nil, sandbox.StatusLimitExceeded, "disk_bytes"},
+		{"file size", context.Background(), status(func(s *shim.Status) { s.LimitsHit = []string{"file_size_bytes"} }), false, false, nil, sandbox.StatusLimitExceeded, "file_size_bytes"},
+		{"log truncation is not a status", context.Background(), status(func(s *shim.Status) { s.StdoutTotal = 100 }), false, false, nil, sandbox.StatusSucceeded, ""},
+		{"leftover processes", context.Background(), status(func(s *shim.Status) { s.Leftover = true; s.Error = "survived" }), false, false, nil, sandbox.StatusError, ""},
+		{"staging failed", context.Background(), status(func(s *shim.Status) {}), false, false, errors.New("blob changed"), sandbox.StatusError, ""},
+		{"no status", context.Background(), new(stream).hello(), false, false, nil, sandbox.StatusError, ""},
+		{"cancelled", cancelled, status(func(s *shim.Status) {}), false, false, nil, sandbox.StatusCancelled, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := testRun(t)
+			c := newCollector(r)
+			streamErr := c.consume(tc.s)
+			r.decide(tc.ctx, c, tc.oom, tc.hard, tc.stdinErr, streamErr, "")
+			if r.res.Status != tc.wantStatus || r.res.Limit != tc.wantLimit {
+				t.Fatalf("got %s/%q (%s), want %s/%q", r.res.Status, r.res.Limit, r.res.Cause, tc.wantStatus, tc.wantLimit)
+			}
+		})
+	}
+}
