@@ -124,7 +124,7 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if progress != nil {
 		fmt.Fprintln(progress, "sandboxd: checking isolation on this engine (selfcheck)")
 	}
-	if _, err := runSelfcheck(ctx, eng, b, blobs, bun.Manifest.Image, false); err != nil {
+	if _, err := runSelfcheck(ctx, eng, b, blobs, state, bun.Manifest.Image, false); err != nil {
 		if errors.Is(err, sandbox.ErrImageRefused) {
 			return bad("bundle %s: evaluator image %s: %v", o.bundle, bun.Manifest.Image, err)
 		}

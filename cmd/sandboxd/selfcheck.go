@@ -44,7 +44,12 @@ func cmdSelfcheck(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		fmt.Fprintln(stderr, "sandboxd selfcheck:", err)
 		return exitInfraError
 	}
-	r, err := runSelfcheck(ctx, eng, b, blobs, img.ID, *force)
+	state, err := stateDir()
+	if err != nil {
+		fmt.Fprintln(stderr, "sandboxd selfcheck:", err)
+		return exitInfraError
+	}
+	r, err := runSelfcheck(ctx, eng, b, blobs, state, img.ID, *force)
 	if r != nil {
 		printSelfcheck(stdout, r, *asJSON)
 	}
@@ -62,12 +67,8 @@ func cmdSelfcheck(ctx context.Context, args []string, stdout, stderr io.Writer) 
 // runSelfcheck is what `serve` and `run` call before their first job: the
 // cached pass for this engine, profile, image, probe and helper, or a fresh
 // check. A non-nil error means no job may run.
-func runSelfcheck(ctx context.Context, eng selfcheck.Engine, b *broker.Broker, blobs *store.Store, imageID string, force bool) (*selfcheck.Report, error) {
+func runSelfcheck(ctx context.Context, eng selfcheck.Engine, b *broker.Broker, blobs *store.Store, state, imageID string, force bool) (*selfcheck.Report, error) {
 	probe, err := probeBinary()
-	if err != nil {
-		return nil, err
-	}
-	state, err := stateDir()
 	if err != nil {
 		return nil, err
 	}

@@ -12,9 +12,11 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
+	"github.com/moby/moby/client"
 
 	"github.com/sandboxd/sandboxd/internal/broker"
 	"github.com/sandboxd/sandboxd/internal/journal"
@@ -22,6 +24,7 @@ import (
 	"github.com/sandboxd/sandboxd/internal/server"
 	"github.com/sandboxd/sandboxd/internal/store"
 	"github.com/sandboxd/sandboxd/internal/supervisor"
+	"github.com/sandboxd/sandboxd/sandbox"
 )
 
 // serveOptions are the flags of `sandboxd serve`.
@@ -153,7 +156,7 @@ func serve(ctx context.Context, o serveOptions, log *slog.Logger) error {
 	cfg.Concurrency, cfg.QueueSize = o.concurrency, o.queue
 	cfg.ReapGrace, cfg.DrainTimeout, cfg.MaxBlobBytes = o.reapGrace, o.drainTimeout, o.maxBlob
 	cfg.Logger = log
-	cfg.Preflight = b.Preflight
+	cfg.Preflight = selfcheckedPreflight(eng, b, blobs, o.state)
 	if f := os.Getenv(faultEnv); f != "" {
 		step, id, _ := strings.Cut(f, ":")
 		cfg.Fault = func(s, jobID string) {
@@ -231,3 +234,29 @@ func closeAll(lns []net.Listener) {
 	}
 }
 
+// selfcheckedPreflight is the broker's preflight plus the isolation
+// selfcheck: no job runs on an image before the probe has shown, in a
+// sandbox of that image on this engine, that every isolation property
+// holds (the pass is cached per engine, profile, image and probe).
+func selfcheckedPreflight(eng *client.Client, b *broker.Broker, blobs *store.Store, state string) func(context.Context, sandbox.Job) error {
+	var mu sync.Mutex
+	checked := map[string]bool{}
+	return func(ctx context.Context, job sandbox.Job) error {
+		if err := b.Preflight(ctx, job); err != nil {
+			return err
+		}
+		mu.Lock()
+		ok := checked[job.Image]
+		mu.Unlock()
+		if ok {
+			return nil
+		}
+		if _, err := runSelfcheck(ctx, eng, b, blobs, state, job.Image, false); err != nil {
+			return fmt.Errorf("isolation selfcheck on image %s did not pass; no job runs on it: %w", job.Image, err)
+		}
+		mu.Lock()
+		checked[job.Image] = true
+		mu.Unlock()
+		return nil
+	}
+}

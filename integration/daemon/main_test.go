@@ -165,7 +165,7 @@ func (d *daemon) start(extraEnv ...string) {
 	args := append([]string{"serve", "--socket", d.socket, "--state", d.state, "--key", keyPath,
 		"--name", d.name, "--reap-grace", "3s", "--drain-timeout", "20s"}, d.flags...)
 	d.cmd = exec.Command(binPath, args...)
-	d.cmd.Env = append(os.Environ(), "SANDBOXD_SHIM="+env.Shim, "SANDBOXD_KEY_PASSWORD=")
+	d.cmd.Env = append(os.Environ(), "SANDBOXD_SHIM="+env.Shim, "SANDBOXD_PROBE="+env.Probe, "SANDBOXD_KEY_PASSWORD=")
 	d.cmd.Env = append(d.cmd.Env, extraEnv...)
 	d.cmd.Stderr = d.logs
 	d.cmd.Stdout = d.logs

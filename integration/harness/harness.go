@@ -32,6 +32,7 @@ type Env struct {
 	Cfg        broker.Config
 	Minimal    string // image ID of images/minimal
 	Shim       string // path of the built helper binary
+	Probe      string // path of the built isolation probe
 	Repo       string // repository root
 	Tmp        string // removed at the end
 	BrokerName string
@@ -83,6 +84,10 @@ func setup(ctx context.Context) (*Env, error) {
 	}
 	e.Shim = filepath.Join(e.Tmp, "sandboxd-shim")
 	if err := GoBuild(e.Repo, "./cmd/sandboxd-shim", e.Shim); err != nil {
+		return nil, err
+	}
+	e.Probe = filepath.Join(e.Tmp, "sandboxd-probe")
+	if err := GoBuild(e.Repo, "./cmd/sandboxd-probe", e.Probe); err != nil {
 		return nil, err
 	}
 	img, err := image.Build(ctx, eng, filepath.Join(e.Repo, "images", "minimal"), e.Tmp, nil)

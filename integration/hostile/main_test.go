@@ -3,7 +3,6 @@ package hostile
 import (
 	"encoding/json"
 	"os"
-	"path/filepath"
 	"sync"
 	"testing"
 
@@ -24,17 +23,13 @@ var probeOnce struct {
 	err    error
 }
 
-// probeInput builds cmd/sandboxd-probe once and returns it as a read-only
-// input at /inputs/probe.
+// probeInput returns the probe the harness built as a read-only input at
+// /inputs/probe.
 func probeInput(t *testing.T) sandbox.Input {
 	t.Helper()
 	probeOnce.Do(func() {
-		out := filepath.Join(env.Tmp, "sandboxd-probe")
-		if probeOnce.err = harness.GoBuild(env.Repo, "./cmd/sandboxd-probe", out); probeOnce.err != nil {
-			return
-		}
 		var b []byte
-		if b, probeOnce.err = os.ReadFile(out); probeOnce.err != nil {
+		if b, probeOnce.err = os.ReadFile(env.Probe); probeOnce.err != nil {
 			return
 		}
 		probeOnce.digest = env.PutTree(t, map[string]string{"sandboxd-probe*": string(b)})
