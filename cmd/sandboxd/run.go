@@ -31,7 +31,7 @@ const (
 
 type runOptions struct {
 	bundle, workspace, key, out string
-	json                        bool
+	json, ephemeralKey          bool
 	maxBytes, maxFiles          int64
 }
 
@@ -43,13 +43,14 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	fs.StringVar(&o.bundle, "bundle", "", "bundle directory (with bundle.json) or OCI layout `REF`")
 	fs.StringVar(&o.workspace, "workspace", "", "candidate workspace `DIR` or tar file")
-	fs.StringVar(&o.key, "key", "", "broker signing key `FILE` (password in SANDBOXD_KEY_PASSWORD); default: an ephemeral key, recorded as such")
+	fs.StringVar(&o.key, "key", "", "broker signing key `FILE` (password in SANDBOXD_KEY_PASSWORD)")
+	fs.BoolVar(&o.ephemeralKey, "ephemeral-key", false, "sign with a key generated for this run (every envelope records it as ephemeral)")
 	fs.StringVar(&o.out, "out", "", "write the evidence directory to `DIR` (must not exist or be empty)")
 	fs.BoolVar(&o.json, "json", false, "print the assessment as JSON instead of a table")
 	fs.Int64Var(&o.maxBytes, "workspace-max-bytes", bundle.DefaultLimits().MaxBytes, "ceiling on the workspace's file bytes")
 	fs.Int64Var(&o.maxFiles, "workspace-max-files", bundle.DefaultLimits().MaxFiles, "ceiling on the workspace's files and directories")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: sandboxd run --bundle DIR|LAYOUT --workspace DIR|TAR [--key FILE] [--out DIR] [--json]")
+		fmt.Fprintln(stderr, "usage: sandboxd run --bundle DIR|LAYOUT --workspace DIR|TAR --key FILE|--ephemeral-key [--out DIR] [--json]")
 		fs.PrintDefaults()
 		fmt.Fprintln(stderr, "exit: 0 passed, 1 failed, 2 inconclusive, 3 bad input, 4 infrastructure error")
 	}
@@ -58,6 +59,11 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	if o.bundle == "" || o.workspace == "" || fs.NArg() != 0 {
 		fs.Usage()
+		return exitUsage
+	}
+	if (o.key == "") == !o.ephemeralKey {
+		// Evidence signed by a key nobody can pin must be asked for.
+		fmt.Fprintln(stderr, "sandboxd run: give exactly one of --key FILE and --ephemeral-key")
 		return exitUsage
 	}
 	bad := func(format string, a ...any) int {
