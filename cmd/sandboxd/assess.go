@@ -216,18 +216,25 @@ func (a *assessor) checkEvidence() {
 	}
 	named := map[string]bool{}
 	a.evals = map[string]*evaluation{}
+	listed := map[string]string{} // role → job id
 	for _, e := range a.idx.Jobs {
 		named[e.Receipt], named[e.Result] = true, true
-		vj := a.verifyJob(e)
-		if vj == nil {
-			continue
-		}
 		control, role, _ := strings.Cut(e.Role, "/")
 		if role == "" {
 			control, role = "", e.Role
 		}
-		if control != "" && control != string(supervisor.ControlKnownGood) && control != string(supervisor.ControlKnownBad) {
+		if (control != "" && control != string(supervisor.ControlKnownGood) && control != string(supervisor.ControlKnownBad)) ||
+			(role != "grader" && role != "candidate") {
 			a.problem("index.json: job %s has an unknown role %q", e.ID, e.Role)
+			continue
+		}
+		if id, dup := listed[e.Role]; dup {
+			a.problem("index.json: two %s jobs (%s and %s)", e.Role, id, e.ID)
+			continue
+		}
+		listed[e.Role] = e.ID
+		vj := a.verifyJob(e)
+		if vj == nil {
 			continue
 		}
 		ev := a.evals[control]
@@ -235,28 +242,26 @@ func (a *assessor) checkEvidence() {
 			ev = &evaluation{}
 			a.evals[control] = ev
 		}
-		slot := &ev.grader
-		switch role {
-		case "grader":
-		case "candidate":
-			slot = &ev.candidate
-		default:
-			a.problem("index.json: job %s has an unknown role %q", e.ID, e.Role)
-			continue
+		if role == "grader" {
+			ev.grader = vj
+		} else {
+			ev.candidate = vj
 		}
-		if *slot != nil {
-			a.problem("index.json: two %s jobs (%s and %s)", e.Role, (*slot).job.ID, e.ID)
-			continue
-		}
-		*slot = vj
+	}
+	if listed["grader"] == "" {
+		a.problem("index.json: no grader job of the candidate")
 	}
 	for control, ev := range a.evals {
 		name := "the candidate's evaluation"
+		graderRole := "grader"
 		if control != "" {
 			name = "control " + control
+			graderRole = control + "/grader"
 		}
 		if ev.grader == nil {
-			a.problem("index.json: %s has no grader job", name)
+			if listed[graderRole] == "" {
+				a.problem("index.json: %s has no grader job", name)
+			} // else: its failure to verify is reported
 			continue
 		}
 		if (ev.candidate != nil) != (m.Candidate != nil) {
@@ -264,10 +269,8 @@ func (a *assessor) checkEvidence() {
 		}
 		a.checkGrader(ev.grader)
 	}
-	if a.evals[""] == nil {
-		a.problem("index.json: no grader job of the candidate")
-	} else if ws := a.evals[""].workspace(); ws != a.idx.WorkspaceDigest {
-		a.problem("index.json: workspace_digest is %s, the signed jobs were given %s", a.idx.WorkspaceDigest, ws)
+	if ev := a.evals[""]; ev != nil && ev.grader != nil && ev.workspace() != a.idx.WorkspaceDigest {
+		a.problem("index.json: workspace_digest is %s, the signed jobs were given %s", a.idx.WorkspaceDigest, ev.workspace())
 	}
 
 	// Every envelope in the directory is one the index names, and verifies.
