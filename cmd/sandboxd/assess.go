@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"maps"
 	"os"
 	"path"
 	"slices"
@@ -251,7 +252,8 @@ func (a *assessor) checkEvidence() {
 	if listed["grader"] == "" {
 		a.problem("index.json: no grader job of the candidate")
 	}
-	for control, ev := range a.evals {
+	for _, control := range slices.Sorted(maps.Keys(a.evals)) {
+		ev := a.evals[control]
 		name := "the candidate's evaluation"
 		graderRole := "grader"
 		if control != "" {
@@ -289,26 +291,24 @@ func (a *assessor) checkEvidence() {
 	// Artifacts: every one the index lists re-hashes; the reports the
 	// supervisor reads are kept.
 	a.reports = map[string][]byte{}
-	for _, ev := range a.evals {
+	tried := map[string]bool{}
+	for _, control := range slices.Sorted(maps.Keys(a.evals)) {
+		ev := a.evals[control]
 		if ev.grader == nil {
 			continue
 		}
 		art, ok := ev.grader.result.Artifact(a.policy.ReportPath)
-		if !ok || a.reports[art.Digest] != nil {
+		if !ok || tried[art.Digest] {
 			continue
 		}
+		tried[art.Digest] = true
 		what := fmt.Sprintf("report artifact of job %s (%s)", ev.grader.job.ID, art.Path)
 		if b, ok := a.rehash(artifactFile(art.Digest), art.Digest, art.Size, what, true); ok {
 			a.reports[art.Digest] = b
 		}
 	}
-	digests := make([]string, 0, len(a.idx.Artifacts))
-	for d := range a.idx.Artifacts {
-		digests = append(digests, d)
-	}
-	sort.Strings(digests)
-	for _, d := range digests {
-		if _, done := a.reports[d]; done {
+	for _, d := range slices.Sorted(maps.Keys(a.idx.Artifacts)) {
+		if tried[d] {
 			continue
 		}
 		if f := a.idx.Artifacts[d]; f != artifactFile(d) {
@@ -467,9 +467,6 @@ func (a *assessor) recompute() []byte {
 	for _, kind := range a.policy.Controls {
 		ev := a.evals[string(kind)]
 		if ev == nil {
-			if files[string(kind)] != "" {
-				a.problem("index.json: control %s has an assessment but no jobs", kind)
-			}
 			continue // the candidate's assessment then says the control is missing
 		}
 		cp := a.policy
@@ -481,12 +478,12 @@ func (a *assessor) recompute() []byte {
 		a.compare(files[string(kind)], raw, "control "+string(kind))
 		controls = append(controls, supervisor.ControlFrom(kind, as, raw))
 	}
-	for kind := range a.evals {
+	for _, kind := range slices.Sorted(maps.Keys(a.evals)) {
 		if kind != "" && !slices.Contains(a.policy.Controls, supervisor.ControlKind(kind)) {
 			a.problem("index.json: jobs of control %s, which the bundle does not declare", kind)
 		}
 	}
-	for kind := range files {
+	for _, kind := range slices.Sorted(maps.Keys(files)) {
 		if a.evals[kind] == nil {
 			a.problem("index.json: control %s is listed without its jobs", kind)
 		}
@@ -506,6 +503,10 @@ func (a *assessor) recompute() []byte {
 
 // assess evaluates one evaluation with the supervisor.
 func (a *assessor) assess(control string, ev *evaluation, p supervisor.Policy, controls []supervisor.ControlOutcome) (supervisor.Assessment, []byte, bool) {
+	if ev == nil || ev.grader == nil {
+		a.problem("no verified grader job for %q", control) // checkEvidence has said why
+		return supervisor.Assessment{}, nil, false
+	}
 	e := supervisor.Evidence{
 		BundleDigest:       a.bundle.Digest,
 		ImageID:            a.bundle.Manifest.Image,
