@@ -156,7 +156,8 @@ func serve(ctx context.Context, o serveOptions, log *slog.Logger) error {
 	cfg.Concurrency, cfg.QueueSize = o.concurrency, o.queue
 	cfg.ReapGrace, cfg.DrainTimeout, cfg.MaxBlobBytes = o.reapGrace, o.drainTimeout, o.maxBlob
 	cfg.Logger = log
-	cfg.Preflight = selfcheckedPreflight(eng, b, blobs, o.state)
+	cfg.Preflight = b.Preflight
+	cfg.Broker = selfcheckedBroker{Broker: b, check: selfchecker(eng, b, blobs, o.state)}
 	if f := os.Getenv(faultEnv); f != "" {
 		step, id, _ := strings.Cut(f, ":")
 		cfg.Fault = func(s, jobID string) {
@@ -234,29 +235,40 @@ func closeAll(lns []net.Listener) {
 	}
 }
 
-// selfcheckedPreflight is the broker's preflight plus the isolation
-// selfcheck: no job runs on an image before the probe has shown, in a
+// selfcheckedBroker runs the isolation selfcheck before the first job on
+// each image: no job runs on an image before the probe has shown, in a
 // sandbox of that image on this engine, that every isolation property
-// holds (the pass is cached per engine, profile, image and probe).
-func selfcheckedPreflight(eng *client.Client, b *broker.Broker, blobs *store.Store, state string) func(context.Context, sandbox.Job) error {
+// holds. It runs when a job is dispatched, not in the submit request, so a
+// slow check never makes a submission time out; a job whose image fails
+// the check ends "error" without running.
+type selfcheckedBroker struct {
+	*broker.Broker
+	check func(ctx context.Context, image string) error
+}
+
+func (s selfcheckedBroker) RunWithHooks(ctx context.Context, job sandbox.Job, hooks broker.Hooks) (sandbox.Result, error) {
+	if err := s.check(ctx, job.Image); err != nil {
+		return sandbox.Result{}, err
+	}
+	return s.Broker.RunWithHooks(ctx, job, hooks)
+}
+
+// selfchecker returns a check that passes once per image for the life of
+// the process (the pass is also cached on disk per engine, profile, image
+// and probe).
+func selfchecker(eng *client.Client, b *broker.Broker, blobs *store.Store, state string) func(context.Context, string) error {
 	var mu sync.Mutex
 	checked := map[string]bool{}
-	return func(ctx context.Context, job sandbox.Job) error {
-		if err := b.Preflight(ctx, job); err != nil {
-			return err
-		}
+	return func(ctx context.Context, image string) error {
 		mu.Lock()
-		ok := checked[job.Image]
-		mu.Unlock()
-		if ok {
+		defer mu.Unlock()
+		if checked[image] {
 			return nil
 		}
-		if _, err := runSelfcheck(ctx, eng, b, blobs, state, job.Image, false); err != nil {
-			return fmt.Errorf("isolation selfcheck on image %s did not pass; no job runs on it: %w", job.Image, err)
+		if _, err := runSelfcheck(ctx, eng, b, blobs, state, image, false); err != nil {
+			return fmt.Errorf("isolation selfcheck on image %s did not pass; no job runs on it: %w", image, err)
 		}
-		mu.Lock()
-		checked[job.Image] = true
-		mu.Unlock()
+		checked[image] = true
 		return nil
 	}
 }

@@ -52,7 +52,7 @@ func Default() Config {
 		CandidateUID:  65534,
 		CandidateGID:  65534,
 		CollectGrace:  30 * time.Second,
-		EngineTimeout: 30 * time.Second,
+		EngineTimeout: 90 * time.Second, // a loaded engine has taken over 30 s to start a container
 		NProc:         8192,
 		LogMaxSize:    "16m",
 		VolumePrefix:  "sandboxd",
@@ -62,8 +62,8 @@ func Default() Config {
 // Validate checks the configuration.
 func (c Config) Validate() error {
 	switch {
-	case c.Name == "":
-		return errors.New("broker config: Name is empty")
+	case !volumePrefixRE.MatchString(c.Name):
+		return fmt.Errorf("broker config: Name %q is not [a-zA-Z0-9][a-zA-Z0-9_.-]{0,63}", c.Name)
 	case c.ShimPath == "":
 		return errors.New("broker config: ShimPath is empty")
 	case c.CandidateUID <= 0 || c.CandidateGID <= 0:

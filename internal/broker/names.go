@@ -23,9 +23,10 @@ const (
 )
 
 // ContainerName is the deterministic name of a job's container, so that a
-// retried create conflicts instead of running the job twice.
-func ContainerName(jobID, jobDigest string) string {
-	return "sandboxd-" + jobID + "-" + shortDigest(jobDigest)
+// retried create conflicts instead of running the job twice. The broker's
+// name is part of it: brokers sharing an engine never collide.
+func ContainerName(brokerName, jobID, jobDigest string) string {
+	return brokerName + "-" + jobID + "-" + shortDigest(jobDigest)
 }
 
 func shortDigest(d string) string {

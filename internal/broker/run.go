@@ -412,7 +412,7 @@ func (c *cappedBuffer) String() string {
 func (b *Broker) planFor(j *sandbox.Job, labels map[string]string) *plan {
 	p := &plan{
 		job:        j,
-		name:       ContainerName(j.ID, j.Digest),
+		name:       ContainerName(b.cfg.Name, j.ID, j.Digest),
 		labels:     labels,
 		shimVolume: b.shimVolumeName(b.shimDigest),
 		tmpfs:      tmpfsMounts(j.Limits, b.cfg.CandidateUID, b.cfg.CandidateGID),
