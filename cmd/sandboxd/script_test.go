@@ -35,12 +35,24 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, "cmd/sandboxd tests:", err)
 		os.Exit(1)
 	}
-	code := testscript.RunMain(m, cmds)
-	if err := cleanup(); err != nil {
+	// RunMain exits itself, so the cleanup runs inside the Run it calls.
+	os.Exit(testscript.RunMain(cleanupM{m, cleanup}, cmds))
+}
+
+// cleanupM runs the tests and then the cleanup, which fails the run if
+// anything was left behind.
+type cleanupM struct {
+	m       *testing.M
+	cleanup func() error
+}
+
+func (c cleanupM) Run() int {
+	code := c.m.Run()
+	if err := c.cleanup(); err != nil {
 		fmt.Fprintln(os.Stderr, "cmd/sandboxd tests:", err)
 		code = 1
 	}
-	os.Exit(code)
+	return code
 }
 
 // setupScripts builds the helper, the probe and the images, renders the
