@@ -13,12 +13,12 @@ import (
 	"io/fs"
 	"maps"
 	"os"
-	"path"
 	"slices"
 	"sort"
 	"strings"
 
 	"github.com/sandboxd/sandboxd/internal/bundle"
+	"github.com/sandboxd/sandboxd/internal/evaluate"
 	"github.com/sandboxd/sandboxd/internal/supervisor"
 	"github.com/sandboxd/sandboxd/sandbox"
 )
@@ -113,7 +113,7 @@ func cmdAssess(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	if err := bun.Verify(ctx); err != nil {
 		return bad("bundle %s does not verify: %v", o.bundle, err)
 	}
-	policy, err := bundlePolicy(bun.Manifest)
+	policy, err := evaluate.PolicyOf(bun.Manifest)
 	if err != nil {
 		return bad("bundle %s: %v", o.bundle, err)
 	}
@@ -145,30 +145,6 @@ func cmdAssess(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	fmt.Fprintf(stderr, "sandboxd assess: %s: %d envelopes verified; %s reproduced byte for byte (verdict %s)\n",
 		dir, a.envelopes, idx.Assessment, a.verdict)
 	return exitOK
-}
-
-// bundlePolicy is the supervisor policy a bundle declares, exactly as
-// internal/evaluate derives it for `sandboxd run` (a different policy would
-// make every assessment differ, which assess then reports).
-func bundlePolicy(m bundle.Manifest) (supervisor.Policy, error) {
-	p := supervisor.Policy{
-		Format:      supervisor.Format(m.Report.Format),
-		ReportPath:  m.Report.Path,
-		Required:    m.RequiredChecks,
-		AllReported: m.AllReported,
-	}
-	if m.Controls != nil {
-		if m.Controls.KnownGood != "" {
-			p.Controls = append(p.Controls, supervisor.ControlKnownGood)
-		}
-		if m.Controls.KnownBad != "" {
-			p.Controls = append(p.Controls, supervisor.ControlKnownBad)
-		}
-	}
-	if dir := path.Dir(m.Report.Path); dir == sandbox.WorkPath || dir == sandbox.TmpPath {
-		return p, fmt.Errorf("bundle.json: report.path %q must be inside a directory below %s or %s: %w", m.Report.Path, sandbox.WorkPath, sandbox.TmpPath, sandbox.ErrInvalid)
-	}
-	return p, p.Validate()
 }
 
 // assessor holds one evidence directory while it is checked.

@@ -84,7 +84,7 @@ func Run(ctx context.Context, d Deps, req Request) (*Outcome, error) {
 	}
 	m := req.Bundle.Manifest
 	out := &Outcome{RunID: req.RunID}
-	policy, err := policyOf(m)
+	policy, err := PolicyOf(m)
 	if err != nil {
 		return nil, err
 	}
@@ -130,7 +130,8 @@ func Run(ctx context.Context, d Deps, req Request) (*Outcome, error) {
 	return out, nil
 }
 
-func policyOf(m bundle.Manifest) (supervisor.Policy, error) {
+// PolicyOf is the supervisor policy a bundle declares.
+func PolicyOf(m bundle.Manifest) (supervisor.Policy, error) {
 	p := supervisor.Policy{
 		Format:      supervisor.Format(m.Report.Format),
 		ReportPath:  m.Report.Path,
