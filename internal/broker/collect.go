@@ -11,6 +11,7 @@ import (
 	"path"
 	"slices"
 	"strings"
+	"sync"
 	"unicode/utf8"
 
 	"github.com/sandboxd/sandboxd/internal/shim"
@@ -49,7 +50,19 @@ type collector struct {
 	summary     *shim.CollectSummary
 	status      *shim.Status
 	helperError string
+
+	// Artifacts are made durable (fsync, rename, fsync of the directory)
+	// by up to maxCommits goroutines while the stream goes on: one at a
+	// time, a tree of small files spent most of its collection waiting for
+	// the disk. consume returns only after every commit ended.
+	commits   sync.WaitGroup
+	commitSem chan struct{}
+	commitMu  sync.Mutex
+	commitErr error
 }
+
+// maxCommits bounds the artifact commits in flight per job.
+const maxCommits = 32
 
 func newCollector(r *run) *collector {
 	return &collector{
@@ -59,13 +72,27 @@ func newCollector(r *run) *collector {
 		seen:      map[string]bool{},
 		rejected:  []sandbox.Rejected{},
 		artifacts: []sandbox.Artifact{},
+		commitSem: make(chan struct{}, maxCommits),
 	}
 }
 
 // errProtocol marks a frame sequence the helper must never send.
 var errProtocol = errors.New("protocol violation")
 
+// consume reads the helper's stream to its end. Every artifact it lists is
+// durable in the blob store when it returns nil.
 func (c *collector) consume(r io.Reader) error {
+	err := c.consumeFrames(r)
+	c.commits.Wait()
+	if err == nil {
+		c.commitMu.Lock()
+		err = c.commitErr
+		c.commitMu.Unlock()
+	}
+	return err
+}
+
+func (c *collector) consumeFrames(r io.Reader) error {
 	fr := shim.NewFrameReader(r)
 	for {
 		typ, p, err := fr.Next()
@@ -185,13 +212,25 @@ func (c *collector) endFile() error {
 		w.Abort()
 		return fmt.Errorf("artifact %s: %d bytes sent, header said %d: %w", h.Path, w.Size(), h.Size, errProtocol)
 	}
-	d, n, err := w.Commit("")
-	if err != nil {
-		return fmt.Errorf("store artifact %s: %w", h.Path, err)
-	}
+	// The digest is the one computed while the bytes streamed in; Commit
+	// checks the file against it.
+	d, n := w.Digest(), w.Size()
 	c.files++
 	c.bytes += n
 	c.artifacts = append(c.artifacts, sandbox.Artifact{Path: h.Path, Digest: d, Size: n, MediaType: mediaType(h.Path)})
+	c.commitSem <- struct{}{}
+	c.commits.Add(1)
+	go func() {
+		defer c.commits.Done()
+		defer func() { <-c.commitSem }()
+		if _, _, err := w.Commit(d); err != nil {
+			c.commitMu.Lock()
+			if c.commitErr == nil {
+				c.commitErr = fmt.Errorf("store artifact %s: %w", h.Path, err)
+			}
+			c.commitMu.Unlock()
+		}
+	}()
 	return nil
 }
 
