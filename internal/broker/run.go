@@ -59,28 +59,9 @@ func (r *run) cleanup() {
 
 func (r *run) execute(ctx context.Context) error {
 	b, j := r.b, r.job
-	if _, err := b.ensureShim(ctx, j.Image); err != nil {
-		return fmt.Errorf("helper volume: %w", err)
-	}
-	var writable []sandbox.Input
-	for _, in := range j.Inputs {
-		if in.Writable {
-			writable = append(writable, in)
-			continue
-		}
-		vol, populated, err := b.ensureInput(ctx, j.Image, in.Digest)
-		if err != nil {
-			return fmt.Errorf("input %s: %w", in.Name, err)
-		}
-		r.log.Debug("read-only input ready", "input", in.Name, "volume", vol, "populated", populated)
-	}
-	var inputBytes int64
-	for _, in := range writable {
-		sum, err := b.checkInput(ctx, in.Digest, j.Limits.DiskBytes)
-		if err != nil {
-			return fmt.Errorf("input %s: %w", in.Name, err)
-		}
-		inputBytes += sum.Size
+	writable, inputBytes, err := r.prepareInputs(ctx)
+	if err != nil {
+		return err
 	}
 	// The hard deadline covers staging and collection too; the helper
 	// enforces the wall time on the command itself.
@@ -199,6 +180,71 @@ func (r *run) execute(ctx context.Context) error {
 	r.mu.Unlock()
 	r.decide(ctx, col, state.OOMKilled, hardKilled, werr, streamErr, helperErr.String())
 	return nil
+}
+
+// prepareInputs makes the helper volume and every read-only input's volume
+// ready and re-checks every writable input. These are independent (their
+// own volumes, their own blobs), so they run at once: on a cold broker each
+// volume check is a create, an archive read and a remove on the engine.
+// It returns the writable inputs and their total content bytes.
+func (r *run) prepareInputs(ctx context.Context) ([]sandbox.Input, int64, error) {
+	b, j := r.b, r.job
+	errs := make([]error, 1+len(j.Inputs))
+	sizes := make([]int64, len(j.Inputs))
+	var wg sync.WaitGroup
+	// Each goroutine turns a panic into its error, as RunWithHooks does
+	// for its own.
+	do := func(slot int, fn func() error) {
+		wg.Go(func() {
+			defer func() {
+				if p := recover(); p != nil {
+					errs[slot] = fmt.Errorf("broker panic: %v", p)
+				}
+			}()
+			errs[slot] = fn()
+		})
+	}
+	do(0, func() error {
+		if _, err := b.ensureShim(ctx, j.Image); err != nil {
+			return fmt.Errorf("helper volume: %w", err)
+		}
+		return nil
+	})
+	var writable []sandbox.Input
+	for i, in := range j.Inputs {
+		if in.Writable {
+			writable = append(writable, in)
+			do(1+i, func() error {
+				sum, err := b.checkInput(ctx, in.Digest, j.Limits.DiskBytes)
+				if err != nil {
+					return fmt.Errorf("input %s: %w", in.Name, err)
+				}
+				sizes[i] = sum.Size
+				return nil
+			})
+			continue
+		}
+		do(1+i, func() error {
+			vol, populated, err := b.ensureInput(ctx, j.Image, in.Digest)
+			if err != nil {
+				return fmt.Errorf("input %s: %w", in.Name, err)
+			}
+			r.log.Debug("read-only input ready", "input", in.Name, "volume", vol, "populated", populated)
+			return nil
+		})
+	}
+	wg.Wait()
+	// The first failure in job order, as when these ran one by one.
+	for _, err := range errs {
+		if err != nil {
+			return nil, 0, err
+		}
+	}
+	var total int64
+	for _, n := range sizes {
+		total += n
+	}
+	return writable, total, nil
 }
 
 // decide sets the result's status from what was observed, in order of
