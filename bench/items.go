@@ -51,6 +51,15 @@ func (b *bench) noop(ctx context.Context) error {
 		}
 	}
 	tim.reset()
+	if b.o.profile != "" {
+		// This process runs the broker library side and the daemon's
+		// client (verification); the others are subprocesses.
+		stop, err := startProfile(filepath.Join(b.o.profile, "item1-bench-process.cpu.pprof"))
+		if err != nil {
+			return err
+		}
+		defer stop()
+	}
 	samples := make([][]time.Duration, len(sides))
 	for r := range b.o.rounds {
 		// Rotate the order each round so no side always follows another.
@@ -140,6 +149,23 @@ func (b *bench) throughput(ctx context.Context) error {
 		return nil
 	}
 	var a, s []time.Duration
+	// CPU seconds the whole machine and the daemon spent, per side: on two
+	// cores, the engine's share says whether anything but the engine
+	// could matter.
+	var cpuA, cpuS, ownS int64
+	pid := d.cmd.Process.Pid
+	measure := func(total, own *int64, fn func(context.Context) error) func(context.Context) error {
+		return func(ctx context.Context) error {
+			t0, o0 := cpuTicks(), procTicks(pid)
+			err := fn(ctx)
+			*total += cpuTicks() - t0
+			if own != nil {
+				*own += procTicks(pid) - o0
+			}
+			return err
+		}
+	}
+	xargs, daemon = measure(&cpuA, nil, xargs), measure(&cpuS, &ownS, daemon)
 	for r := range b.o.batches {
 		first, second := &a, &s
 		f1, f2 := xargs, daemon
@@ -162,6 +188,9 @@ func (b *bench) throughput(ctx context.Context) error {
 	fmt.Printf("  %-34s %10s %10.2f\n", "xargs -P4 docker run", ms(ma), jobs/ma.Seconds())
 	fmt.Printf("  %-34s %10s %10.2f\n", "sandboxd daemon (concurrency 4)", ms(ms_), jobs/ms_.Seconds())
 	fmt.Printf("  throughput ratio sandboxd/docker: %.2f (target >= 1.25)\n", ma.Seconds()/ms_.Seconds())
+	perJob := func(t int64) float64 { return float64(t) / 100 / float64(jobs*b.o.batches) * 1000 } // USER_HZ = 100
+	fmt.Printf("  CPU per job (all processes): docker %.0f ms, sandboxd %.0f ms, of which the sandboxd daemon %.0f ms\n",
+		perJob(cpuA), perJob(cpuS), perJob(ownS))
 	b.results["item2_ms"] = map[string][]float64{"xargs": msList(a), "daemon": msList(s)}
 	return nil
 }
