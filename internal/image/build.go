@@ -26,12 +26,7 @@ import (
 type Engine interface {
 	ImageInspect(ctx context.Context, imageID string, opts ...client.ImageInspectOption) (client.ImageInspectResult, error)
 	ImageLoad(ctx context.Context, input io.Reader, opts ...client.ImageLoadOption) (client.ImageLoadResult, error)
-	ImageList(ctx context.Context, options client.ImageListOptions) (client.ImageListResult, error)
 }
-
-// LabelInputs carries the digest of an image's inputs (see inputsKey), so
-// that an unchanged spec is not built again.
-const LabelInputs = "sandboxd.image.inputs"
 
 type entry struct {
 	name     string // relative, no leading slash
@@ -61,9 +56,7 @@ func Build(ctx context.Context, eng Engine, dir, tmpDir string, progress io.Writ
 	if err != nil {
 		return nil, fmt.Errorf("image %s: %w", spec.Name, err)
 	}
-	if id, ok, err := findByInputs(ctx, eng, key); err != nil {
-		return nil, fmt.Errorf("image %s: %w", spec.Name, err)
-	} else if ok {
+	if id, ok := lookupBuilt(ctx, eng, key); ok {
 		return &Built{ID: id, Name: spec.Name}, nil
 	}
 	entries, err := collect(spec)
@@ -81,13 +74,14 @@ func Build(ctx context.Context, eng Engine, dir, tmpDir string, progress io.Writ
 		return nil, fmt.Errorf("image %s: write layer: %w", spec.Name, err)
 	}
 	diffID := "sha256:" + hex.EncodeToString(h.Sum(nil))
-	cfg, err := configJSON(spec, diffID, key)
+	cfg, err := configJSON(spec, diffID)
 	if err != nil {
 		return nil, err
 	}
 	id := digestOf(cfg)
 	b := &Built{ID: id, Name: spec.Name}
 	if _, err := eng.ImageInspect(ctx, id); err == nil {
+		rememberBuilt(key, id)
 		return b, nil
 	} else if !errdefs.IsNotFound(err) {
 		return nil, fmt.Errorf("image %s: inspect %s: %w", spec.Name, id, err)
@@ -114,6 +108,7 @@ func Build(ctx context.Context, eng Engine, dir, tmpDir string, progress io.Writ
 		return nil, fmt.Errorf("image %s: loaded but %s is not in the engine: %w", spec.Name, id, err)
 	}
 	b.Loaded = true
+	rememberBuilt(key, id)
 	return b, nil
 }
 
@@ -122,7 +117,7 @@ func digestOf(b []byte) string {
 	return "sha256:" + hex.EncodeToString(sum[:])
 }
 
-func configJSON(spec *Spec, diffID, key string) ([]byte, error) {
+func configJSON(spec *Spec, diffID string) ([]byte, error) {
 	env := spec.Env
 	if env == nil {
 		env = []string{}
@@ -133,7 +128,7 @@ func configJSON(spec *Spec, diffID, key string) ([]byte, error) {
 		"config": map[string]any{
 			"Env":        env,
 			"WorkingDir": "/",
-			"Labels":     map[string]string{"org.opencontainers.image.title": spec.Name, LabelInputs: key},
+			"Labels":     map[string]string{"org.opencontainers.image.title": spec.Name},
 		},
 		"rootfs":  map[string]any{"type": "layers", "diff_ids": []string{diffID}},
 		"history": []map[string]any{{"created_by": "sandboxd image build", "comment": spec.Name}},

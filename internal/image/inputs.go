@@ -11,8 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-
-	"github.com/moby/moby/client"
+	"strings"
 )
 
 // inputsKey digests everything an image is built from: the spec, the bytes
@@ -76,13 +75,45 @@ func hashTreeMeta(w io.Writer, root string) error {
 	})
 }
 
-func findByInputs(ctx context.Context, eng Engine, key string) (string, bool, error) {
-	res, err := eng.ImageList(ctx, client.ImageListOptions{Filters: make(client.Filters).Add("label", LabelInputs+"="+key)})
+// The skip cache maps an inputs key to the image ID it built, in a file
+// per key under the user cache directory. It is only a shortcut: the ID is
+// used only if the engine still has that image, and the image ID itself
+// always comes from the layer's bytes (never from the key, which depends on
+// file times), so the same inputs give the same ID on every machine.
+func builtPath(key string) (string, bool) {
+	dir, err := os.UserCacheDir()
 	if err != nil {
-		return "", false, fmt.Errorf("list images: %w", err)
+		return "", false
 	}
-	if len(res.Items) == 0 {
-		return "", false, nil
+	return filepath.Join(dir, "sandboxd", "images", strings.TrimPrefix(key, "sha256:")), true
+}
+
+func lookupBuilt(ctx context.Context, eng Engine, key string) (string, bool) {
+	p, ok := builtPath(key)
+	if !ok {
+		return "", false
 	}
-	return res.Items[0].ID, true, nil
+	b, err := os.ReadFile(p)
+	if err != nil {
+		return "", false
+	}
+	id := strings.TrimSpace(string(b))
+	if img, err := eng.ImageInspect(ctx, id); err != nil || img.ID != id {
+		return "", false
+	}
+	return id, true
+}
+
+func rememberBuilt(key, id string) {
+	p, ok := builtPath(key)
+	if !ok {
+		return
+	}
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		return
+	}
+	tmp := p + ".tmp"
+	if os.WriteFile(tmp, []byte(id+"\n"), 0o644) == nil {
+		os.Rename(tmp, p)
+	}
 }
