@@ -490,3 +490,48 @@ func TestTamperedInputIsNeverMounted(t *testing.T) {
 		t.Fatalf("a volume was created for the tampered blob: %v", vs.Items[0].Name)
 	}
 }
+
+// A new process of the same broker trusts a volume another one checked (the
+// record names the volume's creation and the checked tree), and checks
+// again a volume that was created anew.
+func TestCheckedVolumesAreRemembered(t *testing.T) {
+	t.Parallel()
+	cfg := env.Cfg
+	cfg.CacheDir = t.TempDir()
+	bundle := putTree(t, map[string]string{"tests/": "", "tests/r_test.go": "package r // " + t.Name()})
+	job := func() sandbox.Job {
+		return newJob(t, sh("cat /bundle/tests/r_test.go"), func(j *sandbox.Job) {
+			j.Inputs = []sandbox.Input{{Name: "bundle", Digest: bundle, Path: sandbox.BundlePath}}
+		})
+	}
+	newBroker := func() *broker.Broker {
+		b, err := broker.New(env.Eng, env.Blobs, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	first := newBroker()
+	if r := env.Run(t, first, job()); r.Status != sandbox.StatusSucceeded {
+		t.Fatalf("first: %s (%s)", r.Status, r.Cause)
+	}
+	second := newBroker()
+	if r := env.Run(t, second, job()); r.Status != sandbox.StatusSucceeded {
+		t.Fatalf("second: %s (%s)", r.Status, r.Cause)
+	}
+	if got := second.Stats().VolumesChecked.Load(); got != 0 {
+		t.Fatalf("a new broker process read back %d volumes, want 0 (both were checked before)", got)
+	}
+	// The bundle's volume removed and created anew: checked again.
+	vol := cfg.VolumePrefix + "-input-" + strings.TrimPrefix(bundle, "sha256:")
+	if _, err := env.Eng.VolumeRemove(context.Background(), vol, client.VolumeRemoveOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	third := newBroker()
+	if r := env.Run(t, third, job()); r.Status != sandbox.StatusSucceeded || stdout(t, r) != "package r // "+t.Name() {
+		t.Fatalf("third: %s (%s)", r.Status, r.Cause)
+	}
+	if got := third.Stats().VolumesChecked.Load(); got == 0 {
+		t.Fatal("a volume created anew was trusted without a check")
+	}
+}

@@ -141,6 +141,7 @@ func newBroker(eng broker.Engine) (*broker.Broker, *store.Store, error) {
 	cfg := broker.Default()
 	cfg.ShimPath = shim
 	cfg.Version = version
+	cfg.CacheDir = filepath.Join(dir, "checked-volumes")
 	if name := os.Getenv("SANDBOXD_BROKER_NAME"); name != "" {
 		// Separate brokers on one engine (tests, several users) keep
 		// separate cache volumes.

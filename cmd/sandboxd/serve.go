@@ -143,6 +143,7 @@ func serve(ctx context.Context, o serveOptions, log *slog.Logger) error {
 	}
 	bcfg.Version = version
 	bcfg.ShimPath = shim
+	bcfg.CacheDir = filepath.Join(o.state, "checked-volumes")
 	bcfg.AllowRunsc = o.allowRunsc
 	bcfg.Logger = log
 	b, err := broker.New(eng, blobs, bcfg)

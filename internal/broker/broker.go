@@ -70,6 +70,7 @@ func New(eng Engine, blobs *store.Store, cfg Config) (*Broker, error) {
 type Stats struct {
 	ContainersCreated atomic.Int64 // job containers
 	VolumesPopulated  atomic.Int64 // cache volumes filled (helper, read-only inputs)
+	VolumesChecked    atomic.Int64 // cache volumes read back and compared with their content
 	BytesStaged       atomic.Int64 // writable input bytes sent into sandboxes
 }
 

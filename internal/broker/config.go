@@ -31,6 +31,11 @@ type Config struct {
 	// the host, so it is a host-wide backstop; the per-job bound is the pids
 	// cgroup (Limits.Pids).
 	NProc int64
+	// CacheDir, if set, is where the broker records the cache volumes it
+	// has checked by content, so that a new process of the same broker
+	// does not read them back again; empty: each process checks each
+	// volume once.
+	CacheDir string
 	// VolumePrefix starts the names of the broker's cache volumes (the
 	// helper and read-only inputs, named by content digest).
 	VolumePrefix string

@@ -12,6 +12,7 @@ const (
 	LabelBroker    = "sandboxd.broker"     // broker name
 	LabelRole      = "sandboxd.role"       // job, populate, shim, input
 	LabelDigest    = "sandboxd.digest"     // content digest of a cached volume
+	LabelNonce     = "sandboxd.nonce"      // random, set when a cache volume is created
 )
 
 // Roles.

@@ -10,6 +10,9 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"os"
+	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 
@@ -113,6 +116,15 @@ func (c *volumeCache) ensure(ctx context.Context, name, image string, labels map
 	if ok {
 		return false, nil
 	}
+	record := c.recordOf(ctx, name, expected)
+	if record != "" && c.b.cfg.CacheDir != "" {
+		if b, err := os.ReadFile(filepath.Join(c.b.cfg.CacheDir, name)); err == nil && string(b) == record {
+			c.mu.Lock()
+			c.verified[name] = true
+			c.mu.Unlock()
+			return false, nil
+		}
+	}
 	populated := false
 	for attempt := 0; ; attempt++ {
 		got, err := c.withHelper(ctx, name, image, labels, func(id string) (map[string]fileSum, error) {
@@ -142,6 +154,7 @@ func (c *volumeCache) ensure(ctx context.Context, name, image string, labels map
 			c.mu.Lock()
 			c.verified[name] = true
 			c.mu.Unlock()
+			c.remember(ctx, name, expected)
 			return populated, nil
 		}
 		if attempt > 0 {
@@ -156,6 +169,7 @@ func (c *volumeCache) ensure(ctx context.Context, name, image string, labels map
 }
 
 func (c *volumeCache) read(ctx context.Context, id string) (map[string]fileSum, error) {
+	c.b.stats.VolumesChecked.Add(1)
 	res, err := c.b.eng.CopyFromContainer(ctx, id, client.CopyFromContainerOptions{SourcePath: "/v"})
 	if err != nil {
 		return nil, fmt.Errorf("read back volume: %w", err)
@@ -167,7 +181,14 @@ func (c *volumeCache) read(ctx context.Context, id string) (map[string]fileSum, 
 // withHelper creates (never starts) a container with the volume mounted
 // read-write at /v, runs fn, and removes the container.
 func (c *volumeCache) withHelper(ctx context.Context, vol, image string, labels map[string]string, fn func(id string) (map[string]fileSum, error)) (map[string]fileSum, error) {
-	if _, err := c.b.eng.VolumeCreate(ctx, client.VolumeCreateOptions{Name: vol, Labels: labels}); err != nil {
+	// Each volume gets a nonce when it is created (an existing volume keeps
+	// its own): a record of a check names it, so a volume created anew under
+	// the same name is never mistaken for the one that was checked.
+	var nonce [16]byte
+	rand.Read(nonce[:])
+	withNonce := maps.Clone(labels)
+	withNonce[LabelNonce] = hex.EncodeToString(nonce[:])
+	if _, err := c.b.eng.VolumeCreate(ctx, client.VolumeCreateOptions{Name: vol, Labels: withNonce}); err != nil {
 		return nil, fmt.Errorf("create volume %s: %w", vol, err)
 	}
 	var rnd [6]byte
@@ -197,3 +218,45 @@ func (c *volumeCache) withHelper(ctx context.Context, vol, image string, labels 
 
 // isNotFound reports an engine "not found" error.
 func isNotFound(err error) bool { return errdefs.IsNotFound(err) }
+
+// recordOf names one check of a volume: the volume's nonce (a volume
+// removed and created again under the same name is checked again) and the
+// digest of the tree it was checked against. "" if the volume cannot be
+// inspected or has no nonce.
+func (c *volumeCache) recordOf(ctx context.Context, name string, expected map[string]fileSum) string {
+	v, err := c.b.eng.VolumeInspect(ctx, name, client.VolumeInspectOptions{})
+	if err != nil || v.Volume.Labels[LabelNonce] == "" {
+		return ""
+	}
+	keys := slices.Sorted(maps.Keys(expected))
+	h := sha256.New()
+	for _, k := range keys {
+		f := expected[k]
+		fmt.Fprintf(h, "%q %v %o %d %s\n", k, f.dir, f.mode, f.size, f.digest)
+	}
+	return v.Volume.Labels[LabelNonce] + " " + hex.EncodeToString(h.Sum(nil)) + "\n"
+}
+
+// remember records a passed check in CacheDir, so that other processes of
+// this broker (each `sandboxd run`) need not read the volume back again.
+// The check guards against a population cut short; content changed in
+// place by someone who controls the engine is outside what it can detect
+// anyway.
+func (c *volumeCache) remember(ctx context.Context, name string, expected map[string]fileSum) {
+	dir := c.b.cfg.CacheDir
+	record := c.recordOf(ctx, name, expected)
+	if dir == "" || record == "" || os.MkdirAll(dir, 0o700) != nil {
+		return
+	}
+	tmp, err := os.CreateTemp(dir, ".record-*")
+	if err != nil {
+		return
+	}
+	_, err = tmp.WriteString(record)
+	if cerr := tmp.Close(); err == nil && cerr == nil {
+		err = os.Rename(tmp.Name(), filepath.Join(dir, name))
+	}
+	if err != nil {
+		os.Remove(tmp.Name())
+	}
+}
