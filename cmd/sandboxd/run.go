@@ -147,6 +147,11 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}, evaluate.Request{Bundle: bun, WorkspaceDigest: ws.Digest})
 	switch {
 	case err == nil:
+	case errors.Is(err, evaluate.ErrCandidateExport):
+		// The candidate's doing: no verdict can be reached, which is
+		// inconclusive, never the caller's bad input.
+		fmt.Fprintln(stderr, "sandboxd run: inconclusive:", err)
+		return exitInconclusive
 	case errors.Is(err, sandbox.ErrImageRefused):
 		return bad("bundle %s: evaluator image %s: %v", o.bundle, bun.Manifest.Image, err)
 	case errors.Is(err, sandbox.ErrInvalid):

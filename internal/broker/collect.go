@@ -47,6 +47,7 @@ type collector struct {
 	limits    []string
 
 	hello       bool
+	nonce       string // the stream's nonce, from the container's labels
 	summary     *shim.CollectSummary
 	status      *shim.Status
 	helperError string
@@ -67,6 +68,7 @@ const maxCommits = 32
 func newCollector(r *run) *collector {
 	return &collector{
 		r:         r,
+		nonce:     r.nonce,
 		stdout:    newLogSink(r.b.blobs, r.job.Limits.LogBytes),
 		stderr:    newLogSink(r.b.blobs, r.job.Limits.LogBytes),
 		seen:      map[string]bool{},
@@ -119,7 +121,7 @@ func (c *collector) consumeFrames(r io.Reader) error {
 
 func (c *collector) frame(typ byte, p []byte) error {
 	if !c.hello {
-		if typ != shim.FrameHello || string(p) != shim.Hello {
+		if typ != shim.FrameHello || c.nonce == "" || string(p) != shim.Hello+c.nonce {
 			return fmt.Errorf("stream does not start with the helper's hello: %w", errProtocol)
 		}
 		c.hello = true

@@ -19,7 +19,7 @@ func collectRun(tb testing.TB, files, size int) *run {
 	l := sandbox.DefaultLimits()
 	l.FileCount, l.OutputBytes = int64(files), int64(files*size)
 	j := &sandbox.Job{ID: "j", Outputs: []string{"/work/out"}, Limits: l}
-	return &run{b: &Broker{blobs: blobs}, job: j}
+	return &run{b: &Broker{blobs: blobs}, job: j, nonce: testNonce}
 }
 
 // treeStream is the helper's stream for files distinct files of size bytes.

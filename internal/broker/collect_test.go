@@ -28,7 +28,9 @@ func (s *stream) json(typ byte, v any) *stream {
 	return s.frame(typ, b)
 }
 
-func (s *stream) hello() *stream { return s.frame(shim.FrameHello, []byte(shim.Hello)) }
+func (s *stream) hello() *stream { return s.frame(shim.FrameHello, []byte(shim.Hello+testNonce)) }
+
+const testNonce = "0123456789abcdef"
 
 func (s *stream) file(path, content string) *stream {
 	s.json(shim.FrameFileBegin, shim.FileHeader{Path: path, Size: int64(len(content))})
@@ -52,7 +54,7 @@ func testRun(t *testing.T) *run {
 	l := sandbox.DefaultLimits()
 	l.FileCount, l.OutputBytes, l.LogBytes = 2, 10, 4
 	j := &sandbox.Job{ID: "j", Outputs: []string{"/work/out"}, Limits: l}
-	return &run{b: &Broker{blobs: blobs}, job: j}
+	return &run{b: &Broker{blobs: blobs}, job: j, nonce: testNonce}
 }
 
 func TestCollectorAcceptsAWholeStream(t *testing.T) {
@@ -88,6 +90,8 @@ func TestCollectorRefusesProtocolViolations(t *testing.T) {
 	}{
 		{"no hello", new(stream).file("/work/out/a", "x"), "hello"},
 		{"wrong hello", new(stream).frame(shim.FrameHello, []byte("other/9")), "hello"},
+		{"hello without the nonce", new(stream).frame(shim.FrameHello, []byte(shim.Hello)), "hello"},
+		{"hello with another nonce", new(stream).frame(shim.FrameHello, []byte(shim.Hello+"fedcba9876543210")), "hello"},
 		{"outside outputs", new(stream).hello().file("/etc/shadow", "x"), "outside the job's outputs"},
 		{"output dir itself", new(stream).hello().file("/work/out", "x"), "outside the job's outputs"},
 		{"sibling prefix", new(stream).hello().file("/work/outside/a", "x"), "outside the job's outputs"},

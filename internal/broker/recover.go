@@ -120,6 +120,7 @@ func (r *run) recover(ctx context.Context) error {
 		return err
 	}
 	r.res.Security = sec
+	r.nonce = c.Config.Labels[LabelStream]
 	if c.State.Status == container.StateCreated {
 		return errors.New("the broker stopped before the container started; the job did not run and is not run again")
 	}

@@ -2,6 +2,8 @@ package broker
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -34,6 +36,7 @@ type run struct {
 	hooks     Hooks
 
 	containerID string
+	nonce       string // the helper's stream nonce
 	res         sandbox.Result
 	failed      bool
 
@@ -67,12 +70,16 @@ func (r *run) execute(ctx context.Context) error {
 	// enforces the wall time on the command itself.
 	grace := b.cfg.CollectGrace + time.Duration((inputBytes+j.Limits.OutputBytes)/(50<<20))*time.Second
 	hardDeadline := time.Now().Add(j.Limits.WallTime() + grace)
+	var nonce [16]byte
+	rand.Read(nonce[:])
+	r.nonce = hex.EncodeToString(nonce[:])
 	spec := b.containerSpec(b.planFor(j, map[string]string{
 		LabelJob:       j.ID,
 		LabelJobDigest: j.Digest,
 		LabelDeadline:  strconv.FormatInt(hardDeadline.UnixMilli(), 10),
 		LabelBroker:    b.cfg.Name,
 		LabelRole:      roleJob,
+		LabelStream:    r.nonce,
 	}))
 	name := spec.Name
 
@@ -83,6 +90,9 @@ func (r *run) execute(ctx context.Context) error {
 		return fmt.Errorf("container %s already exists: %w", name, sandbox.ErrConflict)
 	}
 	if err != nil {
+		// The engine may have created it although the call failed (a
+		// timeout on our side): remove it by its name, which is ours.
+		b.removeContainer(name)
 		return fmt.Errorf("create container: %w", err)
 	}
 	r.containerID = created.ID
@@ -310,7 +320,7 @@ func (r *run) decide(ctx context.Context, col *collector, oomKilled, hardKilled 
 // Truncated logs are flagged but do not change the status: logs are never
 // evidence for a verdict.
 func decidingLimit(hit []string) string {
-	for _, l := range []string{"disk_bytes", "file_size_bytes", "output_bytes", "file_count"} {
+	for _, l := range []string{"disk_bytes", "output_bytes", "file_count", "file_size_bytes"} {
 		if slices.Contains(hit, l) {
 			return l
 		}

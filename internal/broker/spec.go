@@ -12,6 +12,7 @@ import (
 	"github.com/moby/moby/api/types/mount"
 	"github.com/moby/moby/client"
 
+	"github.com/sandboxd/sandboxd/internal/shim"
 	"github.com/sandboxd/sandboxd/profiles/seccomp"
 	"github.com/sandboxd/sandboxd/sandbox"
 )
@@ -63,7 +64,7 @@ func (b *Broker) containerSpec(p *plan) client.ContainerCreateOptions {
 		AttachStderr: true,
 		OpenStdin:    true,
 		StdinOnce:    true,
-		Env:          []string{},
+		Env:          []string{shim.NonceEnv + "=" + p.labels[LabelStream]},
 		Entrypoint:   []string{shimPath},
 		Cmd:          []string{},
 		Image:        j.Image,

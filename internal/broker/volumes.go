@@ -127,7 +127,9 @@ func (c *volumeCache) ensure(ctx context.Context, name, image string, labels map
 	}
 	populated := false
 	for attempt := 0; ; attempt++ {
+		var checked string // the record of the volume the helper mounted
 		got, err := c.withHelper(ctx, name, image, labels, func(id string) (map[string]fileSum, error) {
+			checked = c.recordOf(ctx, name, expected)
 			sums, err := c.read(ctx, id)
 			if err != nil {
 				return nil, err
@@ -154,7 +156,11 @@ func (c *volumeCache) ensure(ctx context.Context, name, image string, labels map
 			c.mu.Lock()
 			c.verified[name] = true
 			c.mu.Unlock()
-			c.remember(ctx, name, expected)
+			// Remember only the volume that was read back: if it was
+			// replaced meanwhile, its nonce differs and nothing is recorded.
+			if checked != "" && c.recordOf(ctx, name, expected) == checked {
+				c.remember(name, checked)
+			}
 			return populated, nil
 		}
 		if attempt > 0 {
@@ -242,9 +248,8 @@ func (c *volumeCache) recordOf(ctx context.Context, name string, expected map[st
 // The check guards against a population cut short; content changed in
 // place by someone who controls the engine is outside what it can detect
 // anyway.
-func (c *volumeCache) remember(ctx context.Context, name string, expected map[string]fileSum) {
+func (c *volumeCache) remember(name, record string) {
 	dir := c.b.cfg.CacheDir
-	record := c.recordOf(ctx, name, expected)
 	if dir == "" || record == "" || os.MkdirAll(dir, 0o700) != nil {
 		return
 	}

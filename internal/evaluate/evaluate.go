@@ -2,7 +2,6 @@ package evaluate
 
 import (
 	"archive/tar"
-	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -185,7 +184,7 @@ func (d Deps) evaluateOne(ctx context.Context, out *Outcome, req Request, contro
 		}
 		out.Jobs = append(out.Jobs, *rec)
 		candidate = rec
-		if export, err = exportOf(ctx, d.Blobs, rec.Result); err != nil {
+		if export, err = exportOf(ctx, d.Blobs, rec.Result, m.DefaultLimits); err != nil {
 			return supervisor.Assessment{}, nil, fmt.Errorf("candidate export: %w", err)
 		}
 	}
@@ -280,37 +279,49 @@ func (d Deps) runJob(ctx context.Context, role string, j sandbox.Job) (*JobRecor
 }
 
 // exportOf builds the canonical tar of a candidate job's export from its
-// collected artifacts (paths re-rooted below ExportPath).
-func exportOf(ctx context.Context, blobs *store.Store, res sandbox.Result) (string, error) {
-	var buf bytes.Buffer
-	tw := tar.NewWriter(&buf)
-	for _, a := range res.Artifacts {
-		rel, ok := strings.CutPrefix(a.Path, ExportPath+"/")
-		if !ok {
-			continue
+// collected artifacts (paths re-rooted below ExportPath), streaming: the
+// export is never held in memory. Its ceilings are the candidate job's own
+// output limits, so what the broker collected always fits.
+func exportOf(ctx context.Context, blobs *store.Store, res sandbox.Result, l sandbox.Limits) (string, error) {
+	pr, pw := io.Pipe()
+	go func() {
+		tw := tar.NewWriter(pw)
+		for _, a := range res.Artifacts {
+			rel, ok := strings.CutPrefix(a.Path, ExportPath+"/")
+			if !ok {
+				continue
+			}
+			f, err := blobs.Open(a.Digest)
+			if err != nil {
+				pw.CloseWithError(err)
+				return
+			}
+			err = tw.WriteHeader(&tar.Header{Name: rel, Typeflag: tar.TypeReg, Mode: 0o644, Size: a.Size, Format: tar.FormatPAX})
+			if err == nil {
+				_, err = io.Copy(tw, f)
+			}
+			f.Close()
+			if err != nil {
+				pw.CloseWithError(err)
+				return
+			}
 		}
-		f, err := blobs.Open(a.Digest)
-		if err != nil {
-			return "", err
-		}
-		err = tw.WriteHeader(&tar.Header{Name: rel, Typeflag: tar.TypeReg, Mode: 0o644, Size: a.Size, Format: tar.FormatPAX})
-		if err == nil {
-			_, err = io.Copy(tw, f)
-		}
-		f.Close()
-		if err != nil {
-			return "", err
-		}
-	}
-	if err := tw.Close(); err != nil {
-		return "", err
-	}
-	sum, err := bundle.IngestTar(ctx, blobs, &buf, bundle.Options{})
+		pw.CloseWithError(tw.Close())
+	}()
+	lim := bundle.DefaultLimits()
+	lim.MaxBytes = max(lim.MaxBytes, l.OutputBytes)
+	lim.MaxFiles = max(lim.MaxFiles, l.FileCount*int64(lim.MaxDepth+1)+1)
+	sum, err := bundle.IngestTar(ctx, blobs, pr, bundle.Options{Limits: lim})
+	pr.CloseWithError(errors.New("export ingested"))
 	if err != nil {
-		return "", err
+		return "", fmt.Errorf("%w: %w", ErrCandidateExport, err)
 	}
 	return sum.Digest, nil
 }
+
+// ErrCandidateExport marks a candidate export the reader rules refuse: the
+// candidate's doing, never bad input from the caller.
+var ErrCandidateExport = errors.New("candidate export refused")
 
 // extractControl re-roots a control directory of the bundle's layer as a
 // workspace of its own.

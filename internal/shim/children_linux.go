@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
+	"unicode/utf8"
 
 	"golang.org/x/sys/unix"
 )
@@ -242,8 +243,8 @@ func (c *collector) walk(dirfd int, dir string, depth int) error {
 	sort.Strings(names)
 	for _, name := range names {
 		p := dir + "/" + name
-		if len(p) > 4096 || strings.ContainsAny(name, "\n\x00") {
-			c.reject(p, "unacceptable name")
+		if len(p) > 4096 || !acceptableName(name) {
+			c.reject(sanitizeName(p), "unacceptable name (control character or invalid UTF-8)")
 			continue
 		}
 		var st unix.Stat_t
@@ -362,13 +363,14 @@ func readDirNames(fd int) ([]string, error) {
 const maxScan = 200_000
 
 // scratchHitFileSize reports whether any regular file in the scratch
-// directories reached the file-size limit. It never follows links.
+// directories reached the file-size limit. It never follows links. A scan
+// cut short by its bounds counts as a hit: it fails closed.
 func (c *collector) scratchHitFileSize(dirs []string, limit int64) bool {
 	seen := 0
 	var walk func(dirfd int, depth int) bool
 	walk = func(dirfd int, depth int) bool {
 		if depth > maxDepth {
-			return false
+			return true
 		}
 		names, err := readDirNames(dirfd)
 		if err != nil {
@@ -376,7 +378,7 @@ func (c *collector) scratchHitFileSize(dirs []string, limit int64) bool {
 		}
 		for _, name := range names {
 			if seen++; seen > maxScan {
-				return false
+				return true
 			}
 			var st unix.Stat_t
 			if unix.Fstatat(dirfd, name, &st, unix.AT_SYMLINK_NOFOLLOW) != nil {
@@ -413,4 +415,28 @@ func (c *collector) scratchHitFileSize(dirs []string, limit int64) bool {
 		}
 	}
 	return false
+}
+
+// acceptableName refuses names the reader rules refuse anywhere else:
+// control characters (C0, DEL, C1) and invalid UTF-8.
+func acceptableName(name string) bool {
+	if !utf8.ValidString(name) {
+		return false
+	}
+	for _, r := range name {
+		if r < 0x20 || (r >= 0x7f && r <= 0x9f) {
+			return false
+		}
+	}
+	return true
+}
+
+// sanitizeName makes a refused name printable for the rejected list.
+func sanitizeName(s string) string {
+	return strings.Map(func(r rune) rune {
+		if r < 0x20 || (r >= 0x7f && r <= 0x9f) || r == utf8.RuneError {
+			return '?'
+		}
+		return r
+	}, strings.ToValidUTF8(s, "?"))
 }

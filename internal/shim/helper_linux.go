@@ -55,7 +55,9 @@ func (o *out) json(typ byte, v any) error {
 
 func parentMain() int {
 	o := &out{w: os.Stdout}
-	if err := o.frame(FrameHello, []byte(Hello)); err != nil {
+	nonce := os.Getenv(NonceEnv)
+	os.Unsetenv(NonceEnv)
+	if err := o.frame(FrameHello, []byte(Hello+nonce)); err != nil {
 		return 1
 	}
 	st, err := runJob(o)
@@ -168,6 +170,7 @@ func runJob(o *out) (*Status, error) {
 	go relay(outR, FrameStdout, &st.StdoutTotal)
 	go relay(errR, FrameStderr, &st.StderrTotal)
 
+	var startMsg int64
 	startErr := cmd.Start()
 	outW.Close()
 	errW.Close()
@@ -177,7 +180,7 @@ func runJob(o *out) (*Status, error) {
 		// it as the command's failure, like a shell would (127).
 		st.ExitCode = 127
 		msg := fmt.Sprintf("sandboxd: cannot start %q: %v\n", cfg.Argv[0], startErr)
-		st.StderrTotal += int64(len(msg))
+		startMsg = int64(len(msg))
 		o.frame(FrameStderr, []byte(msg))
 	} else {
 		done := make(chan error, 1)
@@ -211,6 +214,7 @@ func runJob(o *out) (*Status, error) {
 		return st, nil
 	}
 	relays.Wait()
+	st.StderrTotal += startMsg // counted after the relays stopped writing the totals
 	outR.Close()
 	errR.Close()
 	if st.StdoutTotal > cfg.LogBytes || st.StderrTotal > cfg.LogBytes {

@@ -21,9 +21,17 @@ const (
 	FrameError     byte = 'X' // helper failure text; the last frame
 )
 
-// Hello is the payload of the first frame. A stream that does not start
-// with it (e.g. a log whose beginning was rotated away) is incomplete.
-const Hello = "sandboxd-shim/1"
+// Hello starts the payload of the first frame; the rest is the stream's
+// nonce. A stream that does not start with exactly that (e.g. a log whose
+// beginning was rotated away, or a forged stream a candidate wrote into
+// its output hoping a rotation lands on it) is not the helper's.
+const Hello = "sandboxd-shim/1 "
+
+// NonceEnv names the environment variable that gives the helper its
+// stream nonce. The container's environment is readable only by root
+// processes inside (the candidate gets an explicit environment), and the
+// helper passes it to no child.
+const NonceEnv = "SANDBOXD_STREAM_NONCE"
 
 // MaxFrame bounds one frame's payload.
 const MaxFrame = 1 << 20
