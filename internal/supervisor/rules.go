@@ -188,8 +188,16 @@ var evidenceRules = []evidenceRule{
 			return "", false
 		}
 		switch c.Status {
-		case sandbox.StatusError, sandbox.StatusUncertain, sandbox.StatusCancelled:
+		case sandbox.StatusError, sandbox.StatusUncertain, sandbox.StatusCancelled,
+			sandbox.StatusTimedOut, sandbox.StatusOOMKilled, sandbox.StatusLimitExceeded:
+			// Its export may be partial: the grader would judge something
+			// other than what the candidate produced.
 			return "candidate job " + string(c.Status), true
+		}
+		for _, l := range c.LimitsHit {
+			if l == "output_bytes" || l == "file_count" {
+				return "candidate export truncated at " + l, true
+			}
 		}
 		return "", false
 	}},

@@ -77,6 +77,20 @@ func TestRules(t *testing.T) {
 			ev.Candidate = &c
 			return ev
 		}(), Inconclusive},
+		{RuleCandidateUnproven, func() Evidence {
+			ev := good()
+			c := graderResult(nil, 0)
+			c.JobDigest, c.Status, c.ExitCode = testCandJob, sandbox.StatusTimedOut, 137
+			ev.Candidate = &c
+			return ev
+		}(), Inconclusive},
+		{RuleCandidateUnproven, func() Evidence {
+			ev := good()
+			c := graderResult(nil, 1)
+			c.JobDigest, c.Status, c.LimitsHit = testCandJob, sandbox.StatusFailed, []string{"file_count"}
+			ev.Candidate = &c
+			return ev
+		}(), Inconclusive},
 		{RuleReportMissing, withStatus(sandbox.StatusSucceeded, 0, func(r *sandbox.Result) { r.Artifacts = nil }), Inconclusive},
 		{RuleReportOverCap, func() Evidence { ev := good(); ev.Policy.MaxReportBytes = 100; return ev }(), Inconclusive},
 		{RuleReportUnavailable, func() Evidence { ev := good(); ev.Report = nil; return ev }(), Inconclusive},
