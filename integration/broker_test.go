@@ -534,4 +534,15 @@ func TestCheckedVolumesAreRemembered(t *testing.T) {
 	if got := third.Stats().VolumesChecked.Load(); got == 0 {
 		t.Fatal("a volume created anew was trusted without a check")
 	}
+	// The same process notices too: the volume it checked is gone.
+	if _, err := env.Eng.VolumeRemove(context.Background(), vol, client.VolumeRemoveOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	before := third.Stats().VolumesChecked.Load()
+	if r := env.Run(t, third, job()); r.Status != sandbox.StatusSucceeded || stdout(t, r) != "package r // "+t.Name() {
+		t.Fatalf("third again: %s (%s)", r.Status, r.Cause)
+	}
+	if third.Stats().VolumesChecked.Load() == before {
+		t.Fatal("a volume removed after its check was trusted by the process that checked it")
+	}
 }

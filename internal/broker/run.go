@@ -115,6 +115,13 @@ func (r *run) execute(ctx context.Context) error {
 		return err
 	}
 	r.res.Security = sec
+	// The cache volumes the container mounts must still be the ones that
+	// were checked (one removed meanwhile would have been created empty).
+	for _, m := range spec.HostConfig.Mounts {
+		if err := b.volumes.stillChecked(ctx, m.Source); err != nil {
+			return err
+		}
+	}
 
 	att, err := b.eng.ContainerAttach(ctx, created.ID, client.ContainerAttachOptions{Stream: true, Stdin: true, Stdout: true, Stderr: true})
 	if err != nil {

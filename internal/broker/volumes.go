@@ -82,11 +82,11 @@ type volumeCache struct {
 	b        *Broker
 	mu       sync.Mutex
 	locks    map[string]*sync.Mutex
-	verified map[string]bool
+	verified map[string]string // volume name → the record of the volume checked
 }
 
 func newVolumeCache(b *Broker) *volumeCache {
-	return &volumeCache{b: b, locks: map[string]*sync.Mutex{}, verified: map[string]bool{}}
+	return &volumeCache{b: b, locks: map[string]*sync.Mutex{}, verified: map[string]string{}}
 }
 
 func (c *volumeCache) lock(name string) func() {
@@ -110,17 +110,17 @@ var ErrCacheCheck = errors.New("volume content check failed")
 func (c *volumeCache) ensure(ctx context.Context, name, image string, labels map[string]string, expected map[string]fileSum, open func() (io.ReadCloser, error)) (bool, error) {
 	unlock := c.lock(name)
 	defer unlock()
-	c.mu.Lock()
-	ok := c.verified[name]
-	c.mu.Unlock()
-	if ok {
-		return false, nil
-	}
 	record := c.recordOf(ctx, name, expected)
+	c.mu.Lock()
+	known := c.verified[name]
+	c.mu.Unlock()
+	if known != "" && known == record {
+		return false, nil // checked before, and it is still the same volume
+	}
 	if record != "" && c.b.cfg.CacheDir != "" {
 		if b, err := os.ReadFile(filepath.Join(c.b.cfg.CacheDir, name)); err == nil && string(b) == record {
 			c.mu.Lock()
-			c.verified[name] = true
+			c.verified[name] = record
 			c.mu.Unlock()
 			return false, nil
 		}
@@ -153,14 +153,15 @@ func (c *volumeCache) ensure(ctx context.Context, name, image string, labels map
 			return populated, err
 		}
 		if maps.Equal(got, expected) {
-			c.mu.Lock()
-			c.verified[name] = true
-			c.mu.Unlock()
-			// Remember only the volume that was read back: if it was
-			// replaced meanwhile, its nonce differs and nothing is recorded.
-			if checked != "" && c.recordOf(ctx, name, expected) == checked {
-				c.remember(name, checked)
+			// Trust only the volume that was read back: if it was replaced
+			// meanwhile, its nonce differs and nothing is trusted.
+			if checked == "" || c.recordOf(ctx, name, expected) != checked {
+				return populated, fmt.Errorf("volume %s: %w: it changed while it was checked", name, ErrCacheCheck)
 			}
+			c.mu.Lock()
+			c.verified[name] = checked
+			c.mu.Unlock()
+			c.remember(name, checked)
 			return populated, nil
 		}
 		if attempt > 0 {
@@ -264,4 +265,22 @@ func (c *volumeCache) remember(name, record string) {
 	if err != nil {
 		os.Remove(tmp.Name())
 	}
+}
+
+// stillChecked reports an error unless the volume is the one that was
+// checked: the engine creates an empty volume for a named mount whose
+// volume was removed, and that one carries no nonce of ours.
+func (c *volumeCache) stillChecked(ctx context.Context, name string) error {
+	c.mu.Lock()
+	rec := c.verified[name]
+	c.mu.Unlock()
+	nonce, _, _ := strings.Cut(rec, " ")
+	v, err := c.b.eng.VolumeInspect(ctx, name, client.VolumeInspectOptions{})
+	if err != nil {
+		return fmt.Errorf("volume %s: %w", name, err)
+	}
+	if nonce == "" || v.Volume.Labels[LabelNonce] != nonce {
+		return fmt.Errorf("volume %s: %w: it is not the volume that was checked", name, ErrCacheCheck)
+	}
+	return nil
 }
