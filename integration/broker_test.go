@@ -546,3 +546,24 @@ func TestCheckedVolumesAreRemembered(t *testing.T) {
 		t.Fatal("a volume removed after its check was trusted by the process that checked it")
 	}
 }
+
+// An output path whose middle component the candidate turned into a link
+// is never followed: nothing outside the job's scratch space is collected.
+func TestOutputPathThroughALinkIsRefused(t *testing.T) {
+	t.Parallel()
+	j := newJob(t, sh(`mkdir -p /tmp/elsewhere/out && echo outside > /tmp/elsewhere/out/f && rm -rf /work/res /work/root && ln -s /tmp/elsewhere /work/res && ln -s / /work/root && ls /work/res/out /work/root/etc >/dev/null`), func(j *sandbox.Job) {
+		j.Outputs = []string{"/work/res/out", "/work/root/etc"}
+	})
+	res := runJob(t, j)
+	if len(res.Artifacts) != 0 {
+		t.Fatalf("collected through a link: %+v", res.Artifacts)
+	}
+	if len(res.Rejected) != 2 {
+		t.Fatalf("rejected %+v, want both output directories", res.Rejected)
+	}
+	for _, r := range res.Rejected {
+		if !strings.Contains(r.Reason, "output directory") {
+			t.Errorf("rejected %s for %q", r.Path, r.Reason)
+		}
+	}
+}

@@ -181,7 +181,12 @@ func collectFrames(w io.Writer) int {
 		buf:       make([]byte, 256<<10),
 	}
 	for _, dir := range cfg.Outputs {
-		fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+		// No component of the output path may be a link: the candidate
+		// owns every directory below the scratch mount points.
+		fd, err := unix.Openat2(unix.AT_FDCWD, dir, &unix.OpenHow{
+			Flags:   unix.O_RDONLY | unix.O_DIRECTORY | unix.O_CLOEXEC,
+			Resolve: unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS,
+		})
 		if err != nil {
 			if errors.Is(err, unix.ENOENT) {
 				continue // an output directory the command never made holds nothing
