@@ -299,7 +299,9 @@ func killCandidates(cfg *Config) bool {
 		k := exec.Command(self(), "collect", "--kill-only")
 		k.Env = []string{"SANDBOXD_SHIM_KILL=1"}
 		k.SysProcAttr = candidateCred(cfg)
-		k.Stderr = os.Stderr
+		// No descriptor of the container goes to a child of the candidate
+		// uid while candidate processes may still live.
+		k.Stderr = nil
 		k.Run()
 		if !anyAlive(cfg.UID) {
 			return true
