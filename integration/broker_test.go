@@ -567,3 +567,48 @@ func TestOutputPathThroughALinkIsRefused(t *testing.T) {
 		}
 	}
 }
+
+// What a command runs through the helper's exec service runs as the code
+// uid: it cannot write the command's files, reach its descriptors through
+// /proc or signal it, and its exit code comes back.
+func TestExecServiceSeparatesTheCodeUID(t *testing.T) {
+	t.Parallel()
+	res := runJob(t, newJob(t, sh(`
+		mkdir -p /work/out && echo grader > /work/out/report
+		echo "grader-pid=$$"
+		/.sandboxd/shim exec /bin/sh -c '
+			echo "code=$(id -u)"
+			echo forged > /work/out/report 2>/dev/null && echo wrote-report
+			for fd in /proc/[0-9]*/fd/1; do echo forged 2>/dev/null >> $fd && echo "wrote-$fd"; done
+			kill -9 $PPID 2>/dev/null && echo killed-parent
+			exit 7'
+		echo "exec=$?"
+		echo "report=$(cat /work/out/report)"`), nil))
+	out := stdout(t, res)
+	for _, want := range []string{"code=65533\n", "exec=7\n", "report=grader\n"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("stdout lacks %q:\n%s", want, out)
+		}
+	}
+	for _, bad := range []string{"wrote-report", "killed-parent"} {
+		if strings.Contains(out, bad) {
+			t.Errorf("the code uid could %s:\n%s", bad, out)
+		}
+	}
+	// It may write only its own descriptors, never the command's.
+	var graderPID string
+	for _, line := range strings.Split(out, "\n") {
+		if v, ok := strings.CutPrefix(line, "grader-pid="); ok {
+			graderPID = v
+		}
+	}
+	if graderPID == "" || strings.Contains(out, "wrote-/proc/"+graderPID+"/fd/1") {
+		t.Errorf("the code uid wrote the command's stdout (grader pid %q):\n%s", graderPID, out)
+	}
+	if res.Security.CodeUID != 65533 {
+		t.Errorf("result records code uid %d, want 65533", res.Security.CodeUID)
+	}
+	if a, ok := res.Artifact("/work/out/report"); !ok || a.Digest != sandbox.DigestBytes([]byte("grader\n")) {
+		t.Errorf("report artifact %+v, want the command's own", a)
+	}
+}

@@ -102,8 +102,11 @@ type Rejected struct {
 // Security is the sandbox's security configuration as inspected on the
 // created container before it started.
 type Security struct {
-	User           string   `json:"user"`
-	CandidateUID   int      `json:"candidate_uid"`
+	User         string `json:"user"`
+	CandidateUID int    `json:"candidate_uid"`
+	// CodeUID is the uid of programs run through the helper's exec
+	// service (0: no service).
+	CodeUID        int      `json:"code_uid,omitempty"`
 	Privileged     bool     `json:"privileged"`
 	CapAdd         []string `json:"cap_add"`
 	CapDrop        []string `json:"cap_drop"`

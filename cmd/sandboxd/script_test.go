@@ -96,15 +96,23 @@ func setupScripts() (func() error, error) {
 		}
 		ids[name] = b.ID
 	}
-	bundle := filepath.Join(tmp, "example-bundle")
-	if err := os.CopyFS(bundle, os.DirFS(filepath.Join(repo, "examples", "go", "bundle"))); err != nil {
+	// The example bundles name their image by ID: render them with the
+	// Go image just built.
+	render := func(example, out string) error {
+		if err := os.CopyFS(out, os.DirFS(filepath.Join(repo, "examples", example, "bundle"))); err != nil {
+			return err
+		}
+		tmpl, err := os.ReadFile(filepath.Join(repo, "examples", example, "bundle.json.in"))
+		if err != nil {
+			return err
+		}
+		return os.WriteFile(filepath.Join(out, "bundle.json"), []byte(strings.ReplaceAll(string(tmpl), "@GO_IMAGE@", ids["go"])), 0o644)
+	}
+	bundle, cliBundle := filepath.Join(tmp, "example-bundle"), filepath.Join(tmp, "example-cli-bundle")
+	if err := render("go", bundle); err != nil {
 		return nil, err
 	}
-	tmpl, err := os.ReadFile(filepath.Join(repo, "examples", "go", "bundle.json.in"))
-	if err != nil {
-		return nil, err
-	}
-	if err := os.WriteFile(filepath.Join(bundle, "bundle.json"), []byte(strings.ReplaceAll(string(tmpl), "@GO_IMAGE@", ids["go"])), 0o644); err != nil {
+	if err := render("go-cli", cliBundle); err != nil {
 		return nil, err
 	}
 	var r [4]byte
@@ -119,6 +127,8 @@ func setupScripts() (func() error, error) {
 		"MINIMAL_IMAGE="+ids["minimal"],
 		"EXAMPLE_BUNDLE="+bundle,
 		"EXAMPLES="+filepath.Join(repo, "examples", "go"),
+		"EXAMPLE_CLI_BUNDLE="+cliBundle,
+		"EXAMPLES_CLI="+filepath.Join(repo, "examples", "go-cli"),
 		"REPO="+repo,
 	)
 	return func() error {

@@ -20,6 +20,10 @@ type Config struct {
 	// CandidateUID and CandidateGID are the ids candidate code runs as. They
 	// must not be 0.
 	CandidateUID, CandidateGID int
+	// CodeUID and CodeGID are the second identity of the helper's exec
+	// service: what a grader runs through `/.sandboxd/shim exec` cannot
+	// reach the grader's files, descriptors or processes. 0 disables it.
+	CodeUID, CodeGID int
 	// AllowRunsc permits jobs that ask for the runsc runtime.
 	AllowRunsc bool
 	// CollectGrace is how long past the job's wall time the broker waits
@@ -56,6 +60,8 @@ func Default() Config {
 		Version:       "0.1.0-dev",
 		CandidateUID:  65534,
 		CandidateGID:  65534,
+		CodeUID:       65533,
+		CodeGID:       65533,
 		CollectGrace:  30 * time.Second,
 		EngineTimeout: 90 * time.Second, // a loaded engine has taken over 30 s to start a container
 		NProc:         8192,
@@ -73,6 +79,8 @@ func (c Config) Validate() error {
 		return errors.New("broker config: ShimPath is empty")
 	case c.CandidateUID <= 0 || c.CandidateGID <= 0:
 		return fmt.Errorf("broker config: candidate uid/gid %d/%d must not be root", c.CandidateUID, c.CandidateGID)
+	case c.CodeUID < 0 || c.CodeGID < 0 || (c.CodeUID > 0 && (c.CodeUID == c.CandidateUID || c.CodeGID == 0)):
+		return fmt.Errorf("broker config: code uid/gid %d/%d must be another non-root identity", c.CodeUID, c.CodeGID)
 	case c.CollectGrace < time.Second:
 		return fmt.Errorf("broker config: CollectGrace %v is under 1s", c.CollectGrace)
 	case c.EngineTimeout < time.Second:

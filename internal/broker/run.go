@@ -390,6 +390,8 @@ func (r *run) helperConfig(writable []sandbox.Input) shim.Config {
 		WorkDir:     j.WorkDir,
 		UID:         r.b.cfg.CandidateUID,
 		GID:         r.b.cfg.CandidateGID,
+		CodeUID:     r.b.cfg.CodeUID,
+		CodeGID:     r.b.cfg.CodeGID,
 		Inputs:      inputs,
 		MakeDirs:    mk,
 		Outputs:     j.Outputs,

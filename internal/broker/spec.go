@@ -204,6 +204,7 @@ func (b *Broker) checkInspected(want client.ContainerCreateOptions, got containe
 	sec := sandbox.Security{
 		User:           cfg.User,
 		CandidateUID:   b.cfg.CandidateUID,
+		CodeUID:        b.cfg.CodeUID,
 		Privileged:     hc.Privileged,
 		CapAdd:         sortedCaps(hc.CapAdd),
 		CapDrop:        slices.Clone(hc.CapDrop),

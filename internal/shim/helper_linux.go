@@ -28,6 +28,8 @@ func Main(args []string) int {
 			return stageMain()
 		case "collect":
 			return collectMain()
+		case "exec":
+			return execMain(args[2:])
 		}
 	}
 	return parentMain()
@@ -88,6 +90,9 @@ func readConfig(r io.Reader) (*Config, error) {
 	}
 	if len(c.Argv) == 0 || c.UID <= 0 || c.GID <= 0 {
 		return nil, errors.New("config: empty argv or root candidate")
+	}
+	if c.CodeUID < 0 || c.CodeGID < 0 || (c.CodeUID > 0 && (c.CodeUID == c.UID || c.CodeGID == 0)) {
+		return nil, errors.New("config: the code uid must be another non-root uid")
 	}
 	return &c, nil
 }
@@ -170,6 +175,12 @@ func runJob(o *out) (*Status, error) {
 	go relay(outR, FrameStdout, &st.StdoutTotal)
 	go relay(errR, FrameStderr, &st.StderrTotal)
 
+	var svc *execService
+	if cfg.CodeUID > 0 {
+		if svc, err = startExecService(cfg); err != nil {
+			return nil, err
+		}
+	}
 	var startMsg int64
 	startErr := cmd.Start()
 	outW.Close()
@@ -208,12 +219,18 @@ func runJob(o *out) (*Status, error) {
 
 	// Kill what the command left behind, then drain its pipes: with every
 	// candidate process dead, the relays reach EOF.
+	if svc != nil {
+		svc.stop()
+	}
 	if !killCandidates(cfg) {
 		st.Leftover = true
 		st.Error = "candidate processes survived SIGKILL; outputs not collected"
 		return st, nil
 	}
 	relays.Wait()
+	if svc != nil {
+		svc.wait() // every program it ran is dead
+	}
 	st.StderrTotal += startMsg // counted after the relays stopped writing the totals
 	outR.Close()
 	errR.Close()
@@ -295,15 +312,25 @@ func exitStatus(ps *os.ProcessState, err error) (int, string) {
 // and waits until none is alive. It reports false if some survived.
 func killCandidates(cfg *Config) bool {
 	deadline := time.Now().Add(5 * time.Second)
+	ids := [][2]int{{cfg.UID, cfg.GID}}
+	if cfg.CodeUID > 0 {
+		ids = append(ids, [2]int{cfg.CodeUID, cfg.CodeGID})
+	}
 	for {
-		k := exec.Command(self(), "collect", "--kill-only")
-		k.Env = []string{"SANDBOXD_SHIM_KILL=1"}
-		k.SysProcAttr = candidateCred(cfg)
-		// No descriptor of the container goes to a child of the candidate
-		// uid while candidate processes may still live.
-		k.Stderr = nil
-		k.Run()
-		if !anyAlive(cfg.UID) {
+		alive := false
+		for _, id := range ids {
+			k := exec.Command(self(), "collect", "--kill-only")
+			k.Env = []string{"SANDBOXD_SHIM_KILL=1"}
+			k.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(id[0]), Gid: uint32(id[1]), Groups: []uint32{}}}
+			// No descriptor of the container goes to a child of a
+			// candidate uid while candidate processes may still live.
+			k.Stderr = nil
+			k.Run()
+		}
+		for _, id := range ids {
+			alive = alive || anyAlive(id[0])
+		}
+		if !alive {
 			return true
 		}
 		if time.Now().After(deadline) {

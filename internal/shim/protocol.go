@@ -43,6 +43,11 @@ type Config struct {
 	WorkDir string   `json:"workdir"`
 	UID     int      `json:"uid"`
 	GID     int      `json:"gid"`
+	// CodeUID and CodeGID, when set, are the second identity of the exec
+	// service (see execService): programs run through it cannot reach
+	// anything of UID's.
+	CodeUID int `json:"code_uid,omitempty"`
+	CodeGID int `json:"code_gid,omitempty"`
 	// Inputs are the writable inputs, in the order their tars follow on stdin.
 	Inputs []string `json:"inputs"`
 	// MakeDirs are created (as the candidate) before the command runs.

@@ -1,0 +1,43 @@
+#!/bin/sh
+# An out-of-process grader: it builds the candidate's program (building runs
+# no candidate code), then runs it through the helper's exec service, as the
+# code uid, for each hidden case, and writes the TAP report itself. The
+# candidate's program can neither write the report (the grader's uid owns
+# it), nor reach the grader's descriptors or processes (another uid), nor
+# take part in the report's framing: only its answers reach the grader.
+set -u
+export HOME=/tmp GOCACHE=/tmp/gocache GOPATH=/tmp/gopath GOFLAGS=-mod=mod \
+       GOTOOLCHAIN=local GOPROXY=off CGO_ENABLED=0
+report=$SANDBOXD_REPORT
+mkdir -p /work/src /work/bin "$(dirname "$report")"
+cp -r /usr/local/share/gocache "$GOCACHE"
+cp -r "$SANDBOXD_CANDIDATE"/. /work/src/
+if ! (cd /work/src && go build -o /work/bin/calc .) >/work/build.log 2>&1; then
+  printf 'TAP version 13\n1..4\nBail out! the candidate does not build\n' > "$report"
+  exit 1
+fi
+
+n=0
+failed=0
+check() { # name, expected output, arguments...
+  name=$1 want=$2
+  shift 2
+  n=$((n + 1))
+  got=$(timeout 10 /.sandboxd/shim exec /work/bin/calc "$@" </dev/null 2>/dev/null | head -c 100)
+  if [ "$got" = "$want" ]; then
+    echo "ok $n - $name"
+  else
+    echo "not ok $n - $name"
+    failed=1
+  fi
+}
+{
+  echo "TAP version 13"
+  echo "1..4"
+  check "add small" 3 add 1 2
+  check "add negative" 0 add -4 4
+  check "fib 10" 55 fib 10
+  check "fib 90" 2880067194370816120 fib 90
+} > "$report.tmp"
+mv "$report.tmp" "$report"
+exit $failed

@@ -1,0 +1,32 @@
+// Command calc is the candidate: `calc add A B` and `calc fib N`.
+package main
+
+import (
+	"fmt"
+	"os"
+	"strconv"
+)
+
+func fib(n int) int {
+	a, b := 0, 1
+	for range n {
+		a, b = b, a+b
+	}
+	return a
+}
+
+func main() {
+	if len(os.Args) < 3 {
+		os.Exit(2)
+	}
+	x, _ := strconv.Atoi(os.Args[2])
+	switch os.Args[1] {
+	case "add":
+		y, _ := strconv.Atoi(os.Args[3])
+		fmt.Println(x + y)
+	case "fib":
+		fmt.Println(fib(x))
+	default:
+		os.Exit(2)
+	}
+}

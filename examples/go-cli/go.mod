@@ -1,0 +1,3 @@
+module sandboxd-examples-cli
+
+go 1.22

@@ -1,0 +1,195 @@
+package shim
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// ExecSocket is the abstract unix socket of the exec service. Abstract
+// sockets belong to the network namespace, so each sandbox has its own.
+const ExecSocket = "@sandboxd-exec"
+
+// ExecRequest asks the helper to run a program as the code uid with the
+// caller's standard descriptors (sent alongside as SCM_RIGHTS).
+type ExecRequest struct {
+	Argv []string `json:"argv"`
+	Env  []string `json:"env"`
+	Dir  string   `json:"dir"`
+}
+
+// ExecReply is the program's exit.
+type ExecReply struct {
+	ExitCode int    `json:"exit_code"`
+	Error    string `json:"error,omitempty"`
+}
+
+// maxExecInFlight bounds the programs the service runs at once.
+const maxExecInFlight = 64
+
+// execService runs programs for the command as a second, separate uid:
+// the code uid. A grader that runs the candidate's program through it (for
+// example `go test -exec "/.sandboxd/shim exec"`, or `shim exec PROG` in a
+// script) keeps that program away from its own files, its /proc entries
+// and its report: the program cannot write what the grader's uid owns,
+// open the grader's descriptors or signal it. Anyone in the sandbox may
+// use the service; it only ever starts code-uid processes.
+type execService struct {
+	cfg  *Config
+	ln   *net.UnixListener
+	wg   sync.WaitGroup
+	sem  chan struct{}
+	done chan struct{}
+}
+
+func startExecService(cfg *Config) (*execService, error) {
+	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: ExecSocket, Net: "unix"})
+	if err != nil {
+		return nil, fmt.Errorf("exec service: %w", err)
+	}
+	s := &execService{cfg: cfg, ln: ln, sem: make(chan struct{}, maxExecInFlight), done: make(chan struct{})}
+	s.wg.Add(1)
+	go s.accept()
+	return s, nil
+}
+
+func (s *execService) accept() {
+	defer s.wg.Done()
+	for {
+		c, err := s.ln.AcceptUnix()
+		if err != nil {
+			return
+		}
+		select {
+		case s.sem <- struct{}{}:
+		default:
+			c.Close() // too many at once
+			continue
+		}
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			defer func() { <-s.sem }()
+			s.serve(c)
+		}()
+	}
+}
+
+// stop refuses new requests; running programs are ended by the kill of
+// the code uid, after which serve returns.
+func (s *execService) stop() { s.ln.Close() }
+
+// wait waits for every request to end (after the code uid was killed).
+func (s *execService) wait() { s.wg.Wait() }
+
+func (s *execService) serve(c *net.UnixConn) {
+	defer c.Close()
+	reply := func(r ExecReply) {
+		b, _ := json.Marshal(r)
+		c.Write(b)
+	}
+	buf := make([]byte, 256<<10)
+	oob := make([]byte, unix.CmsgSpace(3*4))
+	n, oobn, _, _, err := c.ReadMsgUnix(buf, oob)
+	if err != nil {
+		return
+	}
+	files, err := receiveFDs(oob[:oobn])
+	for _, f := range files {
+		defer f.Close()
+	}
+	if err != nil {
+		reply(ExecReply{ExitCode: 126, Error: err.Error()})
+		return
+	}
+	var req ExecRequest
+	if err := json.Unmarshal(buf[:n], &req); err != nil || len(req.Argv) == 0 || req.Argv[0] == "" {
+		reply(ExecReply{ExitCode: 126, Error: "malformed exec request"})
+		return
+	}
+	path := req.Argv[0]
+	if !strings.Contains(path, "/") {
+		path = lookPath(path, req.Env)
+	}
+	cmd := &exec.Cmd{
+		Path: path, Args: req.Argv, Env: req.Env, Dir: req.Dir,
+		Stdin: files[0], Stdout: files[1], Stderr: files[2],
+		SysProcAttr: &syscall.SysProcAttr{
+			Credential: &syscall.Credential{Uid: uint32(s.cfg.CodeUID), Gid: uint32(s.cfg.CodeGID), Groups: []uint32{}},
+			Setsid:     true,
+			Pdeathsig:  syscall.SIGKILL,
+		},
+	}
+	if err := cmd.Start(); err != nil {
+		reply(ExecReply{ExitCode: 127, Error: err.Error()})
+		return
+	}
+	for _, f := range files {
+		f.Close() // the program holds them now
+	}
+	werr := cmd.Wait()
+	code, _ := exitStatus(cmd.ProcessState, werr)
+	reply(ExecReply{ExitCode: code})
+}
+
+func receiveFDs(oob []byte) ([]*os.File, error) {
+	msgs, err := unix.ParseSocketControlMessage(oob)
+	if err != nil {
+		return nil, fmt.Errorf("exec request: %w", err)
+	}
+	var fds []int
+	for _, m := range msgs {
+		r, err := unix.ParseUnixRights(&m)
+		if err != nil {
+			continue
+		}
+		fds = append(fds, r...)
+	}
+	files := make([]*os.File, 0, len(fds))
+	for i, fd := range fds {
+		files = append(files, os.NewFile(uintptr(fd), fmt.Sprintf("fd%d", i)))
+	}
+	if len(files) != 3 {
+		return files, errors.New("exec request: want exactly stdin, stdout and stderr")
+	}
+	return files, nil
+}
+
+// execMain is `shim exec PROG [ARG...]`: run PROG as the code uid through
+// the helper's exec service, with this process's environment, working
+// directory and standard descriptors, and exit as it exited.
+func execMain(args []string) int {
+	if len(args) == 0 {
+		fmt.Fprintln(os.Stderr, "usage: /.sandboxd/shim exec PROG [ARG...]")
+		return 2
+	}
+	c, err := net.DialUnix("unix", nil, &net.UnixAddr{Name: ExecSocket, Net: "unix"})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "sandboxd exec:", err)
+		return 126
+	}
+	defer c.Close()
+	dir, _ := os.Getwd()
+	req, _ := json.Marshal(ExecRequest{Argv: args, Env: os.Environ(), Dir: dir})
+	if _, _, err := c.WriteMsgUnix(req, unix.UnixRights(0, 1, 2), nil); err != nil {
+		fmt.Fprintln(os.Stderr, "sandboxd exec:", err)
+		return 126
+	}
+	var rep ExecReply
+	if err := json.NewDecoder(c).Decode(&rep); err != nil {
+		fmt.Fprintln(os.Stderr, "sandboxd exec: no reply:", err)
+		return 126
+	}
+	if rep.Error != "" {
+		fmt.Fprintln(os.Stderr, "sandboxd exec:", rep.Error)
+	}
+	return rep.ExitCode
+}
