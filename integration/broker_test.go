@@ -612,3 +612,17 @@ func TestExecServiceSeparatesTheCodeUID(t *testing.T) {
 		t.Errorf("report artifact %+v, want the command's own", a)
 	}
 }
+
+// Processes the exec service started are killed with the command's: a
+// code-uid process left behind neither outlives the job nor keeps it open.
+func TestExecServiceLeavesNothingBehind(t *testing.T) {
+	t.Parallel()
+	start := time.Now()
+	res := runJob(t, newJob(t, sh(`/.sandboxd/shim exec /bin/sh -c 'sleep 1000 & echo started'; echo done`), nil))
+	if res.Status != sandbox.StatusSucceeded || !strings.Contains(stdout(t, res), "started\ndone\n") {
+		t.Fatalf("status %s (%s), stdout %q", res.Status, res.Cause, stdout(t, res))
+	}
+	if took := time.Since(start); took > 60*time.Second {
+		t.Fatalf("the job waited %v for a code-uid process", took)
+	}
+}
