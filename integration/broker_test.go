@@ -626,3 +626,20 @@ func TestExecServiceLeavesNothingBehind(t *testing.T) {
 		t.Fatalf("the job waited %v for a code-uid process", took)
 	}
 }
+
+// A read-only input is readable by the command's uid and not by the code
+// uid: a program graded out of process never sees the hidden tests.
+func TestCodeUIDCannotReadTheBundle(t *testing.T) {
+	t.Parallel()
+	bundle := putTree(t, map[string]string{"answers": "42 " + t.Name()})
+	res := runJob(t, newJob(t, sh(`
+		cat /bundle/answers >/dev/null && echo grader-reads
+		/.sandboxd/shim exec /bin/cat /bundle/answers >/dev/null 2>&1 && echo code-reads
+		/.sandboxd/shim exec /bin/ls /bundle >/dev/null 2>&1 && echo code-lists
+		echo end`), func(j *sandbox.Job) {
+		j.Inputs = []sandbox.Input{{Name: "bundle", Digest: bundle, Path: sandbox.BundlePath}}
+	}))
+	if got := stdout(t, res); got != "grader-reads\nend\n" {
+		t.Fatalf("stdout %q, want only the grader to read the bundle", got)
+	}
+}

@@ -258,7 +258,10 @@ func (b *Broker) ensureShim(ctx context.Context, image string) (string, error) {
 	tw.Write(b.shimBytes)
 	tw.Close()
 	sum := sha256.Sum256(b.shimBytes)
-	want := map[string]fileSum{"shim": {mode: 0o755, size: int64(len(b.shimBytes)), digest: hex.EncodeToString(sum[:])}}
+	want := map[string]fileSum{
+		"shim":  {mode: 0o755, size: int64(len(b.shimBytes)), digest: hex.EncodeToString(sum[:])},
+		rootKey: volumeRoot(0o755, 0),
+	}
 	labels := map[string]string{LabelRole: roleShim, LabelDigest: b.shimDigest, LabelBroker: b.cfg.Name}
 	_, err := b.volumes.ensure(ctx, name, image, labels, want, func() (io.ReadCloser, error) {
 		return io.NopCloser(bytes.NewReader(buf.Bytes())), nil
@@ -295,6 +298,7 @@ func (b *Broker) ensureInput(ctx context.Context, image, digest string) (string,
 	if err != nil {
 		return "", false, fmt.Errorf("input %s: not a valid tar: %w", digest, err)
 	}
+	want[rootKey] = volumeRoot(0o750, b.cfg.CandidateGID)
 	name := b.inputVolumeName(digest)
 	labels := map[string]string{LabelRole: roleInput, LabelDigest: digest, LabelBroker: b.cfg.Name}
 	populated, err := b.volumes.ensure(ctx, name, image, labels, want, func() (io.ReadCloser, error) {

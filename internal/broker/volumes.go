@@ -2,6 +2,7 @@ package broker
 
 import (
 	"archive/tar"
+	"bytes"
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
@@ -15,6 +16,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/containerd/errdefs"
 	"github.com/moby/moby/api/types/container"
@@ -28,7 +30,18 @@ type fileSum struct {
 	mode   int64
 	size   int64
 	digest string
+	gid    int // compared for the volume's root only
 }
+
+// rootKey holds the volume's root directory in a tree listing.
+const rootKey = "."
+
+// volumeRoot is the root entry a cache volume must have: mode and group.
+// Read-only inputs (the bundle, a candidate's export) are 0750 and owned
+// by the candidate's group, so the uid a grader runs as can read them and
+// the code uid of the exec service cannot: a program graded out of
+// process never sees the hidden tests or the expected answers.
+func volumeRoot(mode int64, gid int) fileSum { return fileSum{dir: true, mode: mode, gid: gid} }
 
 // treeSums lists the entries of a tar by path, hashing file contents. strip
 // removes a leading path component (the archive API prefixes the source
@@ -47,6 +60,9 @@ func treeSums(r io.Reader, strip string) (map[string]fileSum, error) {
 		name := strings.TrimSuffix(strings.TrimPrefix(h.Name, "./"), "/")
 		if strip != "" {
 			if name == strip {
+				if h.Typeflag == tar.TypeDir {
+					out[rootKey] = fileSum{dir: true, mode: h.Mode & 0o7777, gid: h.Gid}
+				}
 				continue
 			}
 			rest, ok := strings.CutPrefix(name, strip+"/")
@@ -126,6 +142,7 @@ func (c *volumeCache) ensure(ctx context.Context, name, image string, labels map
 		}
 	}
 	populated := false
+	waits := 0
 	for attempt := 0; ; attempt++ {
 		var checked string // the record of the volume the helper mounted
 		got, err := c.withHelper(ctx, name, image, labels, func(id string) (map[string]fileSum, error) {
@@ -134,7 +151,7 @@ func (c *volumeCache) ensure(ctx context.Context, name, image string, labels map
 			if err != nil {
 				return nil, err
 			}
-			if len(sums) == 0 {
+			if _, root := sums[rootKey]; len(sums) == 0 || (root && len(sums) == 1) {
 				// Fresh volume: populate it, then read it back.
 				rc, err := open()
 				if err != nil {
@@ -143,6 +160,16 @@ func (c *volumeCache) ensure(ctx context.Context, name, image string, labels map
 				defer rc.Close()
 				if _, err := c.b.eng.CopyToContainer(ctx, id, client.CopyToContainerOptions{DestinationPath: "/v", Content: rc}); err != nil {
 					return nil, fmt.Errorf("populate volume %s: %w", name, err)
+				}
+				// Then the root's mode and group, as listed in expected.
+				if root, ok := expected[rootKey]; ok {
+					var buf bytes.Buffer
+					tw := tar.NewWriter(&buf)
+					tw.WriteHeader(&tar.Header{Name: "v/", Typeflag: tar.TypeDir, Mode: root.mode, Gid: root.gid})
+					tw.Close()
+					if _, err := c.b.eng.CopyToContainer(ctx, id, client.CopyToContainerOptions{DestinationPath: "/", Content: &buf, CopyUIDGID: true}); err != nil {
+						return nil, fmt.Errorf("set the root of volume %s: %w", name, err)
+					}
 				}
 				populated = true
 				return c.read(ctx, id)
@@ -164,6 +191,16 @@ func (c *volumeCache) ensure(ctx context.Context, name, image string, labels map
 			c.remember(name, checked)
 			return populated, nil
 		}
+		if !populated && waits < maxSettleWaits {
+			// Another process of this broker may be populating it right
+			// now: look again before judging it.
+			waits++
+			if err := sleepCtx(ctx, settleWait); err != nil {
+				return populated, err
+			}
+			attempt--
+			continue
+		}
 		if attempt > 0 {
 			return populated, fmt.Errorf("volume %s: %w after rebuilding it", name, ErrCacheCheck)
 		}
@@ -172,6 +209,24 @@ func (c *volumeCache) ensure(ctx context.Context, name, image string, labels map
 		if _, err := c.b.eng.VolumeRemove(ctx, name, client.VolumeRemoveOptions{Force: true}); err != nil {
 			return populated, fmt.Errorf("volume %s failed its check and cannot be removed: %w", name, err)
 		}
+	}
+}
+
+// A volume that fails its check is looked at again, maxSettleWaits times
+// settleWait apart, before it is rebuilt: another process may be filling it.
+const (
+	maxSettleWaits = 20
+	settleWait     = 250 * time.Millisecond
+)
+
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-t.C:
+		return nil
 	}
 }
 
