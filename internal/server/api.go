@@ -14,6 +14,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/sandboxd/sandboxd/internal/bundle"
+	"github.com/sandboxd/sandboxd/internal/evaluate"
 	"github.com/sandboxd/sandboxd/internal/journal"
 	"github.com/sandboxd/sandboxd/internal/store"
 	"github.com/sandboxd/sandboxd/internal/supervisor"
@@ -410,13 +412,19 @@ func (s *Server) identity(w http.ResponseWriter, r *http.Request) {
 }
 
 // AssessRequest asks the supervisor to judge a grader job this daemon ran.
+// The policy is never the caller's: it is read from the bundle the grader
+// job ran, whose OCI manifest and bundle.json the caller supplies and the
+// daemon checks against the job's bundle digest.
 type AssessRequest struct {
-	Policy          supervisor.Policy `json:"policy"`
-	BundleDigest    string            `json:"bundle_digest"`
-	ImageID         string            `json:"image_id"`
-	GraderJobID     string            `json:"grader_job_id"`
-	CandidateJobID  string            `json:"candidate_job_id"`
-	WorkspaceDigest string            `json:"workspace_digest,omitempty"`
+	// BundleManifest is the bundle's OCI manifest, byte for byte; its
+	// digest must be the grader job's bundle digest.
+	BundleManifest []byte `json:"bundle_manifest"`
+	// BundleConfig is the bundle's bundle.json, byte for byte; its digest
+	// must be the manifest's config digest.
+	BundleConfig    []byte `json:"bundle_config"`
+	GraderJobID     string `json:"grader_job_id"`
+	CandidateJobID  string `json:"candidate_job_id"`
+	WorkspaceDigest string `json:"workspace_digest,omitempty"`
 }
 
 // assess judges a finished grader job from the journal's signed result
@@ -444,21 +452,41 @@ func (s *Server) assess(w http.ResponseWriter, r *http.Request) {
 		writeError(w, statusOf(err), fmt.Errorf("grader job: %w", err))
 		return
 	}
+	grec, err := s.cfg.Journal.Get(req.GraderJobID)
+	if err != nil {
+		writeError(w, statusOf(err), fmt.Errorf("grader job: %w", err))
+		return
+	}
+	gjob, err := sandbox.DecodeJob(grec.Job)
+	if err != nil {
+		writeError(w, http.StatusInternalServerError, fmt.Errorf("grader job: %w", err))
+		return
+	}
+	policy, err := bundlePolicy(gjob, req.BundleManifest, req.BundleConfig)
+	if err != nil {
+		writeError(w, statusOf(err), err)
+		return
+	}
 	cand, err := s.cfg.Journal.Get(req.CandidateJobID)
 	if err != nil {
 		writeError(w, statusOf(err), fmt.Errorf("candidate job: %w", err))
 		return
 	}
 	ev := supervisor.Evidence{
-		BundleDigest: req.BundleDigest, ImageID: req.ImageID, CandidateJobDigest: cand.Digest,
-		WorkspaceDigest: req.WorkspaceDigest, Policy: req.Policy, Grader: grader,
+		BundleDigest: gjob.Bundle, ImageID: gjob.Image, CandidateJobDigest: cand.Digest,
+		WorkspaceDigest: req.WorkspaceDigest, Policy: policy, Grader: grader,
 	}
-	if cand.State.Terminal() {
-		if cres, err := s.verifiedResult(cand.ID); err == nil {
-			ev.Candidate = &cres
+	if cand.ID != grec.ID {
+		// A separate candidate job must have ended and verify: its
+		// failure is evidence, never silently left out.
+		cres, err := s.verifiedResult(cand.ID)
+		if err != nil {
+			writeError(w, http.StatusConflict, fmt.Errorf("candidate job %s has no verified result yet: %w", cand.ID, err))
+			return
 		}
+		ev.Candidate = &cres
 	}
-	if a, ok := grader.Artifact(req.Policy.ReportPath); ok {
+	if a, ok := grader.Artifact(policy.ReportPath); ok {
 		if f, err := s.cfg.Blobs.Open(a.Digest); err == nil {
 			defer f.Close()
 			ev.Report = f
@@ -538,4 +566,38 @@ func (s *Server) logRequests(next http.Handler) http.Handler {
 		}
 		s.log.Log(r.Context(), level, "request", attrs...)
 	})
+}
+
+// bundlePolicy returns the policy of the bundle the grader job ran: the
+// manifest must hash to the job's bundle digest, name bundle.json as its
+// config by digest, and bundle.json must name the job's image.
+func bundlePolicy(job sandbox.Job, manifest, config []byte) (supervisor.Policy, error) {
+	bad := func(format string, a ...any) (supervisor.Policy, error) {
+		return supervisor.Policy{}, fmt.Errorf("assess request: %w: "+format, append([]any{sandbox.ErrInvalid}, a...)...)
+	}
+	if job.Bundle == "" {
+		return bad("grader job %s names no bundle", job.ID)
+	}
+	if d := sandbox.DigestBytes(manifest); d != job.Bundle {
+		return bad("bundle_manifest hashes to %s, the grader job ran bundle %s", d, job.Bundle)
+	}
+	var m struct {
+		Config struct {
+			Digest string `json:"digest"`
+		} `json:"config"`
+	}
+	if err := json.Unmarshal(manifest, &m); err != nil {
+		return bad("bundle_manifest: %v", err)
+	}
+	if d := sandbox.DigestBytes(config); d != m.Config.Digest {
+		return bad("bundle_config hashes to %s, the manifest names %s", d, m.Config.Digest)
+	}
+	bm, err := bundle.DecodeManifest(config)
+	if err != nil {
+		return bad("bundle_config: %v", err)
+	}
+	if bm.Image != job.Image {
+		return bad("the bundle names image %s, the grader job ran %s", bm.Image, job.Image)
+	}
+	return evaluate.PolicyOf(bm)
 }
