@@ -139,6 +139,11 @@ func cmdVerify(_ context.Context, args []string, stdout, stderr io.Writer) int {
 			if errors.Is(v.err, sandbox.ErrPredicateType) {
 				if tr, err := verifyTestResult(keys, v.bytes); err == nil {
 					v.err, v.testResult = nil, tr
+					if job != nil {
+						// It names a workspace, not a job: it cannot be
+						// shown to be bound to --job, so it does not pass.
+						v.err = fmt.Errorf("job_binding: a test-result statement is about workspace %s, not bound to job %s; verify it without --job", tr.Subject[0].Name, job.ID)
+					}
 				}
 			}
 			continue
