@@ -58,7 +58,19 @@ func (b *Broker) RemoveJobContainer(id string) { b.removeContainer(id) }
 // back from the container's log. If the container is gone, never started,
 // or its stream is not whole, the job ends uncertain — it is never run
 // again. The container is removed in every case.
-func (b *Broker) Recover(ctx context.Context, job sandbox.Job, containerID string) (res sandbox.Result, err error) {
+func (b *Broker) Recover(ctx context.Context, job sandbox.Job, containerID string) (sandbox.Result, error) {
+	return b.RecoverWithHooks(ctx, job, containerID, Hooks{})
+}
+
+// errTransient marks an engine failure during recovery: the job is not
+// judged, its container is kept, and the next attempt recovers it.
+var errTransient = errors.New("engine unavailable")
+
+// RecoverWithHooks is Recover with Hooks.OnFinished called while the
+// container still exists: if it fails, the container is kept so that the
+// next start can recover the job again. An engine failure (not a missing
+// container) is returned as an error and also keeps the container.
+func (b *Broker) RecoverWithHooks(ctx context.Context, job sandbox.Job, containerID string, hooks Hooks) (res sandbox.Result, err error) {
 	if err := job.VerifyDigest(); err != nil {
 		return sandbox.Result{}, err
 	}
@@ -72,12 +84,13 @@ func (b *Broker) Recover(ctx context.Context, job sandbox.Job, containerID strin
 		LimitsHit: []string{}, Artifacts: []sandbox.Artifact{}, Rejected: []sandbox.Rejected{},
 	}
 	r.res.Runtime.Runtime = job.Runtime
+	keep := false
 	defer func() {
 		if p := recover(); p != nil {
 			r.fail(sandbox.StatusUncertain, fmt.Sprintf("broker panic during recovery: %v", p))
 			res, err = r.res, nil
 		}
-		if r.containerID != "" {
+		if r.containerID != "" && !keep {
 			b.removeContainer(r.containerID)
 		}
 		if r.res.EndedAt.IsZero() {
@@ -88,10 +101,23 @@ func (b *Broker) Recover(ctx context.Context, job sandbox.Job, containerID strin
 		}
 	}()
 	if err := r.recover(ctx); err != nil {
-		if ctx.Err() != nil {
-			return sandbox.Result{}, fmt.Errorf("recover job %s: %w", job.ID, ctx.Err())
+		if ctx.Err() != nil || errors.Is(err, errTransient) {
+			keep = true
+			return sandbox.Result{}, fmt.Errorf("recover job %s: %w", job.ID, err)
 		}
 		r.fail(sandbox.StatusUncertain, err.Error())
+	}
+	if r.res.EndedAt.IsZero() {
+		r.res.EndedAt = time.Now().UTC()
+	}
+	if r.res.StartedAt.IsZero() {
+		r.res.StartedAt = r.res.EndedAt
+	}
+	if hooks.OnFinished != nil {
+		if err := hooks.OnFinished(ctx, r.res); err != nil {
+			keep = true
+			return r.res, fmt.Errorf("record result: %w", err)
+		}
 	}
 	return r.res, nil
 }
@@ -106,7 +132,7 @@ func (r *run) recover(ctx context.Context) error {
 		return errors.New("the job's container is gone; what happened cannot be proven")
 	}
 	if err != nil {
-		return fmt.Errorf("inspect: %w", err)
+		return fmt.Errorf("inspect: %w: %w", errTransient, err)
 	}
 	c := insp.Container
 	if c.Config == nil || c.State == nil || c.Config.Labels[LabelJob] != j.ID || c.Config.Labels[LabelJobDigest] != j.Digest {
@@ -145,13 +171,13 @@ func (r *run) recover(ctx context.Context) error {
 		select {
 		case <-wait.Result:
 		case err := <-wait.Error:
-			return fmt.Errorf("wait: %w", err)
+			return fmt.Errorf("wait: %w: %w", errTransient, err)
 		}
 		cctx, cancel := context.WithTimeout(ctx, b.cfg.EngineTimeout)
 		insp, err = b.eng.ContainerInspect(cctx, r.containerID, client.ContainerInspectOptions{})
 		cancel()
 		if err != nil {
-			return fmt.Errorf("inspect: %w", err)
+			return fmt.Errorf("inspect: %w: %w", errTransient, err)
 		}
 		c = insp.Container
 	}
@@ -160,7 +186,7 @@ func (r *run) recover(ctx context.Context) error {
 	}
 	logs, err := b.eng.ContainerLogs(ctx, r.containerID, client.ContainerLogsOptions{ShowStdout: true, ShowStderr: true})
 	if err != nil {
-		return fmt.Errorf("read the helper's stream back: %w", err)
+		return fmt.Errorf("read the helper's stream back: %w: %w", errTransient, err)
 	}
 	defer logs.Close()
 	pr, pw := io.Pipe()

@@ -101,13 +101,15 @@ func (s *Server) startRecovery(rec journal.Record, job sandbox.Job, containerID 
 		}()
 		start := time.Now()
 		log.Info("recovering job")
-		res, err := s.cfg.Broker.Recover(context.Background(), job, containerID)
-		if err != nil {
+		// The result is made durable while the container still exists;
+		// if that fails, the container stays for the next start.
+		hooks := broker.Hooks{OnFinished: func(ctx context.Context, res sandbox.Result) error {
+			s.observeDuration(time.Since(start))
+			return s.finish(log, rec, res)
+		}}
+		if _, err := s.cfg.Broker.RecoverWithHooks(context.Background(), job, containerID, hooks); err != nil {
 			log.Error("recover job; left for the next start", "error", err)
-			return
 		}
-		s.observeDuration(time.Since(start))
-		s.finish(log, rec, res)
 	}()
 }
 

@@ -21,7 +21,7 @@ import (
 type Broker interface {
 	Facts(ctx context.Context) (sandbox.RuntimeFacts, error)
 	RunWithHooks(ctx context.Context, job sandbox.Job, hooks broker.Hooks) (sandbox.Result, error)
-	Recover(ctx context.Context, job sandbox.Job, containerID string) (sandbox.Result, error)
+	RecoverWithHooks(ctx context.Context, job sandbox.Job, containerID string, hooks broker.Hooks) (sandbox.Result, error)
 	ListJobContainers(ctx context.Context) ([]broker.JobContainer, error)
 	RemoveJobContainer(id string)
 }

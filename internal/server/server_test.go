@@ -72,11 +72,17 @@ func (f *fakeBroker) RunWithHooks(ctx context.Context, job sandbox.Job, h broker
 	return res, nil
 }
 
-func (f *fakeBroker) Recover(_ context.Context, job sandbox.Job, containerID string) (sandbox.Result, error) {
+func (f *fakeBroker) RecoverWithHooks(ctx context.Context, job sandbox.Job, containerID string, hooks broker.Hooks) (sandbox.Result, error) {
 	f.mu.Lock()
 	f.recovered[job.ID] = containerID
 	f.mu.Unlock()
-	return f.result(job), nil
+	res := f.result(job)
+	if hooks.OnFinished != nil {
+		if err := hooks.OnFinished(ctx, res); err != nil {
+			return res, err
+		}
+	}
+	return res, nil
 }
 
 func (f *fakeBroker) ListJobContainers(context.Context) ([]broker.JobContainer, error) {
