@@ -232,7 +232,9 @@ func (j *Journal) update(id string, to State, apply func(*Record)) (Record, erro
 		if err := json.Unmarshal(v, &rec); err != nil {
 			return fmt.Errorf("journal: job %s: %w", id, err)
 		}
-		if rec.State.Terminal() || order[to] < order[rec.State] || (order[to] == order[rec.State] && to != rec.State) {
+		// Only forward: a job is dispatched once and bound to one container
+		// once, so a second dispatch or create can never run it again.
+		if rec.State.Terminal() || order[to] <= order[rec.State] {
 			return fmt.Errorf("job %s: %s to %s: %w", id, rec.State, to, ErrTransition)
 		}
 		rec.State = to

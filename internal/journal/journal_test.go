@@ -97,6 +97,8 @@ func TestTransitions(t *testing.T) {
 		ok    bool
 	}{
 		{"full life", []string{"dispatched", "created", "started", "finished"}, Finished, true},
+		{"dispatched twice", []string{"dispatched", "dispatched"}, Dispatched, false},
+		{"created twice", []string{"dispatched", "created", "created"}, Created, false},
 		{"uncertain after accept", []string{"uncertain"}, Uncertain, true},
 		{"uncertain after create", []string{"dispatched", "created", "uncertain"}, Uncertain, true},
 		{"nothing after finished", []string{"dispatched", "finished", "started"}, Finished, false},
