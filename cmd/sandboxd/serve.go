@@ -197,7 +197,9 @@ func serve(ctx context.Context, o serveOptions, log *slog.Logger) error {
 		closeAll(lns)
 		return err
 	}
-	hs := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	// Long polls are bounded by the server's own wait limit; idle and slow
+	// connections are not kept forever.
+	hs := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 5 * time.Minute, IdleTimeout: 2 * time.Minute}
 	errc := make(chan error, len(lns))
 	for _, ln := range lns {
 		go func() { errc <- hs.Serve(ln) }()

@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"net"
 	"os"
+	"syscall"
 )
 
 // ListenUnix listens on a unix socket at path with mode 0660, replacing a
@@ -27,7 +28,12 @@ func ListenUnix(path string) (net.Listener, error) {
 	} else if !errors.Is(err, fs.ErrNotExist) {
 		return nil, fmt.Errorf("listen %s: %w", path, err)
 	}
+	// Created with no access for others from the start (the umask is the
+	// process's; this runs once, at start, before any other goroutine
+	// creates files), then set to exactly 0660.
+	old := syscall.Umask(0o117)
 	ln, err := net.Listen("unix", path)
+	syscall.Umask(old)
 	if err != nil {
 		return nil, fmt.Errorf("listen %s: %w", path, err)
 	}
