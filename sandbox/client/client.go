@@ -240,6 +240,7 @@ func (c *Client) Wait(ctx context.Context, job sandbox.Job) (sandbox.SignedResul
 	backoff := 100 * time.Millisecond
 	for {
 		var st JobStatus
+		asked := time.Now()
 		err := c.do(ctx, http.MethodGet, path, nil, &st)
 		var ae *APIError
 		switch {
@@ -250,6 +251,11 @@ func (c *Client) Wait(ctx context.Context, job sandbox.Job) (sandbox.SignedResul
 				return sandbox.SignedResult{}, fmt.Errorf("job %s: the daemon holds digest %s, not %s: %w", job.ID, st.Digest, job.Digest, sandbox.ErrConflict)
 			}
 			backoff = 100 * time.Millisecond
+			// A long poll that answered early without an end (a daemon
+			// shutting down answers at once) is not asked again at once.
+			if time.Since(asked) < time.Second && !sleep(ctx, time.Second) {
+				return sandbox.SignedResult{}, fmt.Errorf("wait for job %s: %w: %w", job.ID, sandbox.ErrUncertain, ctx.Err())
+			}
 			continue
 		case errors.As(err, &ae) && ae.StatusCode < 500:
 			return sandbox.SignedResult{}, fmt.Errorf("wait for job %s: %w", job.ID, err)
