@@ -246,6 +246,15 @@ func (a *assessor) checkEvidence() {
 			a.problem("index.json: %s: the bundle declares a candidate command: %t; a candidate job is present: %t", name, m.Candidate != nil, ev.candidate != nil)
 		}
 		a.checkGrader(ev.grader)
+		if ev.candidate != nil && m.Candidate != nil && !slices.Equal(ev.candidate.job.Argv, m.Candidate.Argv) {
+			a.problem("%s: job %s ran %q, the bundle's candidate command is %q", ev.candidate.entry.Job, ev.candidate.job.ID, ev.candidate.job.Argv, m.Candidate.Argv)
+		}
+		if ev.candidate == nil {
+			// Without a candidate job the grader grades the workspace itself.
+			if in, ok := input(ev.grader.job, "candidate-export"); !ok || in.Writable {
+				a.problem("%s: job %s was not given the candidate read-only", ev.grader.entry.Job, ev.grader.job.ID)
+			}
+		}
 	}
 	if ev := a.evals[""]; ev != nil && ev.grader != nil && ev.workspace() != a.idx.WorkspaceDigest {
 		a.problem("index.json: workspace_digest is %s, the signed jobs were given %s", a.idx.WorkspaceDigest, ev.workspace())
