@@ -19,6 +19,7 @@ import (
 
 	"github.com/sandboxd/sandboxd/internal/bundle"
 	"github.com/sandboxd/sandboxd/internal/evaluate"
+	"github.com/sandboxd/sandboxd/internal/store"
 	"github.com/sandboxd/sandboxd/internal/supervisor"
 	"github.com/sandboxd/sandboxd/sandbox"
 )
@@ -248,6 +249,9 @@ func (a *assessor) checkEvidence() {
 		a.checkGrader(ev.grader)
 		if ev.candidate != nil && m.Candidate != nil && !slices.Equal(ev.candidate.job.Argv, m.Candidate.Argv) {
 			a.problem("%s: job %s ran %q, the bundle's candidate command is %q", ev.candidate.entry.Job, ev.candidate.job.ID, ev.candidate.job.Argv, m.Candidate.Argv)
+		}
+		if ev.candidate != nil {
+			a.checkExport(ev.candidate, ev.grader)
 		}
 		if ev.candidate == nil {
 			// Without a candidate job the grader grades the workspace itself.
@@ -683,5 +687,45 @@ func (a *assessor) checkStatement(as supervisor.Assessment) {
 		for _, d := range diffs {
 			a.problem("%s: %s", a.idx.Statement, d)
 		}
+	}
+}
+
+// checkExport checks that the grader was given exactly the candidate job's
+// export, recomputed from the candidate's collected artifacts (re-hashed
+// from the evidence directory) into a scratch store.
+func (a *assessor) checkExport(c, g *verifiedJob) {
+	in, ok := input(g.job, "candidate-export")
+	if !ok || in.Writable {
+		a.problem("%s: job %s was not given the candidate's export read-only", g.entry.Job, g.job.ID)
+		return
+	}
+	dir, err := os.MkdirTemp("", "sandboxd-assess-")
+	if err != nil {
+		a.problem("scratch store: %v", err)
+		return
+	}
+	defer os.RemoveAll(dir)
+	st, err := store.Open(dir)
+	if err != nil {
+		a.problem("scratch store: %v", err)
+		return
+	}
+	for _, art := range c.result.Artifacts {
+		b, ok := a.rehash(artifactFile(art.Digest), art.Digest, art.Size, "artifact of job "+c.job.ID, true)
+		if !ok {
+			return
+		}
+		if _, err := st.PutBytes(b); err != nil {
+			a.problem("scratch store: %v", err)
+			return
+		}
+	}
+	got, err := evaluate.ExportOf(context.Background(), st, c.result, c.job.Limits)
+	if err != nil {
+		a.problem("job %s: its export cannot be rebuilt: %v", c.job.ID, err)
+		return
+	}
+	if got != in.Digest {
+		a.problem("%s: job %s was given export %s, job %s exported %s", g.entry.Job, g.job.ID, in.Digest, c.job.ID, got)
 	}
 }

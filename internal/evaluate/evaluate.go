@@ -184,7 +184,7 @@ func (d Deps) evaluateOne(ctx context.Context, out *Outcome, req Request, contro
 		}
 		out.Jobs = append(out.Jobs, *rec)
 		candidate = rec
-		if export, err = exportOf(ctx, d.Blobs, rec.Result, m.DefaultLimits); err != nil {
+		if export, err = ExportOf(ctx, d.Blobs, rec.Result, m.DefaultLimits); err != nil {
 			return supervisor.Assessment{}, nil, fmt.Errorf("candidate export: %w", err)
 		}
 	}
@@ -278,11 +278,11 @@ func (d Deps) runJob(ctx context.Context, role string, j sandbox.Job) (*JobRecor
 	return &JobRecord{Role: role, Job: j, Result: verified, Receipt: rcpt, ResultEnvelope: renv}, nil
 }
 
-// exportOf builds the canonical tar of a candidate job's export from its
+// ExportOf builds the canonical tar of a candidate job's export from its
 // collected artifacts (paths re-rooted below ExportPath), streaming: the
 // export is never held in memory. Its ceilings are the candidate job's own
 // output limits, so what the broker collected always fits.
-func exportOf(ctx context.Context, blobs *store.Store, res sandbox.Result, l sandbox.Limits) (string, error) {
+func ExportOf(ctx context.Context, blobs *store.Store, res sandbox.Result, l sandbox.Limits) (string, error) {
 	pr, pw := io.Pipe()
 	go func() {
 		tw := tar.NewWriter(pw)
