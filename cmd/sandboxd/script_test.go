@@ -4,17 +4,18 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/moby/moby/client"
 	"github.com/rogpeppe/go-internal/testscript"
 
+	"github.com/sandboxd/sandboxd/integration/harness"
 	"github.com/sandboxd/sandboxd/internal/broker"
 	"github.com/sandboxd/sandboxd/internal/image"
 )
@@ -61,19 +62,13 @@ func (c cleanupM) Run() int {
 func setupScripts() (func() error, error) {
 	ctx := context.Background()
 	nop := func() error { return nil }
-	eng, err := broker.NewEngine()
-	if err == nil {
-		pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-		_, err = eng.Ping(pctx, client.PingOptions{})
-		cancel()
-	}
-	if err != nil {
-		if os.Getenv("CI") == "true" {
-			return nil, fmt.Errorf("no container engine answers, and CI=true: %w", err)
-		}
-		fmt.Fprintln(os.Stderr, "cmd/sandboxd tests: no engine; scripts that need one are skipped")
+	eng, err := harness.Connect(ctx)
+	if errors.Is(err, harness.ErrNoEngine) {
 		scriptEnv = append(scriptEnv, "SANDBOXD_TEST_NO_ENGINE=1")
 		return nop, nil
+	}
+	if err != nil {
+		return nil, err
 	}
 	repo, _ := filepath.Abs("../..")
 	tmp, err := os.MkdirTemp("", "sandboxd-script-")

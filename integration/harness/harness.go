@@ -6,6 +6,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -43,7 +44,7 @@ type Env struct {
 func Main(m *testing.M, env **Env) int {
 	ctx := context.Background()
 	e, err := setup(ctx)
-	if err == errNoEngine {
+	if errors.Is(err, ErrNoEngine) {
 		return 0
 	}
 	if err != nil {
@@ -60,9 +61,13 @@ func Main(m *testing.M, env **Env) int {
 	return code
 }
 
-var errNoEngine = fmt.Errorf("no engine")
+// ErrNoEngine means no engine answers and CI is not set: engine tests are
+// skipped. Under CI=true a missing engine is an error instead.
+var ErrNoEngine = fmt.Errorf("no engine")
 
-func setup(ctx context.Context) (*Env, error) {
+// Connect returns a client of the engine that answers, ErrNoEngine when
+// none does outside CI, or an error under CI=true.
+func Connect(ctx context.Context) (*client.Client, error) {
 	eng, err := broker.NewEngine()
 	if err == nil {
 		pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
@@ -73,8 +78,16 @@ func setup(ctx context.Context) (*Env, error) {
 		if os.Getenv("CI") == "true" {
 			return nil, fmt.Errorf("no container engine answers, and CI=true: failing: %w", err)
 		}
-		fmt.Fprintln(os.Stderr, "harness: no container engine; skipping (set CI=true to make this a failure):", err)
-		return nil, errNoEngine
+		fmt.Fprintln(os.Stderr, "no container engine; engine tests are skipped (set CI=true to make this a failure):", err)
+		return nil, ErrNoEngine
+	}
+	return eng, nil
+}
+
+func setup(ctx context.Context) (*Env, error) {
+	eng, err := Connect(ctx)
+	if err != nil {
+		return nil, err
 	}
 	e := &Env{Eng: eng}
 	_, file, _, _ := runtime.Caller(0)
