@@ -34,7 +34,7 @@ type serveOptions struct {
 	state, key                   string
 	ephemeralKey                 bool
 	name, volumePrefix           string
-	concurrency, queue           int
+	concurrency, queue, pool     int
 	reapGrace, drainTimeout      time.Duration
 	maxBlob                      int64
 	allowRunsc                   bool
@@ -66,6 +66,7 @@ func cmdServe(ctx context.Context, args []string, _, stderr io.Writer) int {
 	fs.StringVar(&o.volumePrefix, "volume-prefix", "", "prefix of cache volume names (default: --name)")
 	fs.IntVar(&o.concurrency, "concurrency", def.Concurrency, "jobs running at once")
 	fs.IntVar(&o.queue, "queue", def.QueueSize, "accepted jobs that may wait for a slot before submissions get 429")
+	fs.IntVar(&o.pool, "pool", 2, "sandboxes started ahead of jobs and kept ready, per container shape a job without read-only inputs used in the last 10 minutes; each serves one job (0: start every sandbox when its job arrives)")
 	fs.DurationVar(&o.reapGrace, "reap-grace", def.ReapGrace, "age before an unknown labelled container is removed")
 	fs.DurationVar(&o.drainTimeout, "drain-timeout", def.DrainTimeout, "how long SIGTERM waits for running jobs")
 	fs.Int64Var(&o.maxBlob, "max-blob-bytes", def.MaxBlobBytes, "largest upload")
@@ -145,11 +146,13 @@ func serve(ctx context.Context, o serveOptions, log *slog.Logger) error {
 	bcfg.ShimPath = shim
 	bcfg.CacheDir = filepath.Join(o.state, "checked-volumes")
 	bcfg.AllowRunsc = o.allowRunsc
+	bcfg.PoolSize = o.pool
 	bcfg.Logger = log
 	b, err := broker.New(eng, blobs, bcfg)
 	if err != nil {
 		return err
 	}
+	defer b.ClosePool()
 	cfg := server.Default()
 	cfg.Name, cfg.Version = o.name, version
 	cfg.Broker, cfg.Blobs, cfg.Journal, cfg.Signer = b, blobs, jr, signer

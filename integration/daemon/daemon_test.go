@@ -18,6 +18,7 @@ import (
 	"github.com/prometheus/common/model"
 
 	"github.com/sandboxd/sandboxd/integration/harness"
+	"github.com/sandboxd/sandboxd/internal/broker"
 	"github.com/sandboxd/sandboxd/sandbox"
 )
 
@@ -391,6 +392,8 @@ func TestHundredJobsAtConcurrencyFour(t *testing.T) {
 			t.Errorf("%s{%s=%q}: got %v, want %v", c.name, c.label, c.val, got, c.want)
 		}
 	}
+	usedPool := value("sandboxd_pool_used_total", "", "")
+	t.Logf("%v of %d jobs ran in pooled sandboxes", usedPool, n+1)
 	d.stop()
 	byID, _ := creations()
 	for id := range byID {
@@ -398,12 +401,70 @@ func TestHundredJobsAtConcurrencyFour(t *testing.T) {
 			delete(byID, id) // the daemon's isolation selfcheck before the first job
 		}
 	}
-	if len(byID) != n+1 {
-		t.Errorf("got containers for %d jobs, want %d", len(byID), n+1)
+	// A job runs in a container created for it or in one of the pool,
+	// never in both and never twice.
+	if pooled := int(usedPool); len(byID)+pooled != n+1 {
+		t.Errorf("got containers created for %d jobs and %d jobs in pooled sandboxes, want %d in all", len(byID), pooled, n+1)
 	}
 	for id, c := range byID {
 		if c != 1 {
 			t.Errorf("job %s: %d containers, want 1", id, c)
 		}
 	}
+}
+
+// A job that took a pooled sandbox is recovered from it after a SIGKILL as
+// one whose container was created for it: the journal names the sandbox,
+// the restarted daemon waits for it under the job's deadline and reads its
+// stream back. The sandbox left ready is reaped, and no job runs in it.
+func TestPooledSandboxesAfterSIGKILL(t *testing.T) {
+	d := newDaemon(t, "--pool", "2")
+	d.start()
+	ctx := ctxFor(t, 3*time.Minute)
+	warm := env.NewJob(t, []string{"true"}, nil)
+	if _, err := d.client.Submit(ctx, warm); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := d.client.Wait(ctx, warm); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(time.Minute); d.metric("sandboxd_pool_ready") != 2 || d.metric("sandboxd_pool_starting") != 0; time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the pool did not fill")
+		}
+	}
+	job := env.NewJob(t, harness.Sh("sleep 3; echo done"), nil)
+	if _, err := d.client.Submit(ctx, job); err != nil {
+		t.Fatal(err)
+	}
+	for {
+		st, err := d.client.Status(ctx, job.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if st.State == "started" {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if used := d.metric("sandboxd_pool_used_total"); used != 1 {
+		t.Fatalf("pool used %v times, want 1", used)
+	}
+	time.Sleep(time.Second)
+	d.kill()
+
+	d.start()
+	sr, err := d.client.Wait(ctx, job)
+	if err != nil || sr.Result.Status != sandbox.StatusSucceeded || sr.Result.Stdout.Total != int64(len("done\n")) {
+		t.Fatalf("recovered: %v %s (%s) stdout %d bytes", err, sr.Result.Status, sr.Result.Cause, sr.Result.Stdout.Total)
+	}
+	pooled := func() []string {
+		return env.Leftovers(ctx, broker.LabelBroker+"="+d.name, broker.LabelRole+"=pool")
+	}
+	for deadline := time.Now().Add(time.Minute); len(pooled()) > 0; time.Sleep(100 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("stale pooled sandboxes not reaped: %v", pooled())
+		}
+	}
+	d.stop()
 }

@@ -4,6 +4,9 @@
 package daemon
 
 import (
+	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/common/model"
+
 	"bufio"
 	"bytes"
 	"context"
@@ -128,6 +131,14 @@ func newDaemon(t *testing.T, flags ...string) *daemon {
 		d.client.Close()
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
+		// A daemon killed with sandboxes ready leaves them (its next start
+		// reaps them; TestPooledSandboxesAfterSIGKILL); a stopped one
+		// leaves none (stop checks).
+		for _, l := range env.Leftovers(ctx, broker.LabelBroker+"="+d.name, broker.LabelRole+"=pool") {
+			if f := strings.Fields(l); len(f) > 1 && f[0] == "container" {
+				env.Eng.ContainerRemove(ctx, f[1], client.ContainerRemoveOptions{Force: true})
+			}
+		}
 		if left := env.Leftovers(ctx, broker.LabelBroker+"="+d.name, broker.LabelJob); len(left) > 0 {
 			t.Errorf("daemon %s left job containers: %v", d.name, left)
 			for _, l := range left {
@@ -230,6 +241,9 @@ func (d *daemon) stop() {
 			d.t.Errorf("daemon exited %d after SIGTERM", code)
 		}
 		d.cmd = nil
+		if left := env.Leftovers(context.Background(), broker.LabelBroker+"="+d.name, broker.LabelRole+"=pool"); len(left) > 0 {
+			d.t.Errorf("a stopped daemon left pooled sandboxes: %v", left)
+		}
 	case <-time.After(40 * time.Second):
 		d.t.Fatal("daemon did not stop after SIGTERM")
 	}
@@ -307,4 +321,28 @@ func (d *daemon) watchCreations() (stop func() (byID, byDigest map[string]int)) 
 		}
 		return byID, byDigest
 	}
+}
+
+// metric reads one unlabelled series of the daemon's metrics.
+func (d *daemon) metric(name string) float64 {
+	d.t.Helper()
+	resp, err := d.http().Get("http://sandboxd/metrics")
+	if err != nil {
+		d.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := parser.TextToMetricFamilies(resp.Body)
+	if err != nil {
+		d.t.Fatalf("metrics do not parse: %v", err)
+	}
+	fam := fams[name]
+	if fam == nil || len(fam.Metric) != 1 {
+		d.t.Fatalf("no single series %s", name)
+	}
+	m := fam.Metric[0]
+	if m.Counter != nil {
+		return m.Counter.GetValue()
+	}
+	return m.Gauge.GetValue()
 }

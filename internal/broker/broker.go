@@ -33,6 +33,7 @@ type Broker struct {
 	blobs   *store.Store
 	log     *slog.Logger
 	volumes *volumeCache
+	pool    *pool // nil unless Config.PoolSize > 0
 
 	shimDigest string
 	shimBytes  []byte
@@ -63,6 +64,9 @@ func New(eng Engine, blobs *store.Store, cfg Config) (*Broker, error) {
 	}
 	b := &Broker{eng: eng, cfg: cfg, blobs: blobs, log: log, shimBytes: shim, shimDigest: sandbox.DigestBytes(shim)}
 	b.volumes = newVolumeCache(b)
+	if cfg.PoolSize > 0 {
+		b.pool = newPool(b, cfg.PoolSize, cfg.PoolIdle)
+	}
 	return b, nil
 }
 
@@ -72,6 +76,12 @@ type Stats struct {
 	VolumesPopulated  atomic.Int64 // cache volumes filled (helper, read-only inputs)
 	VolumesChecked    atomic.Int64 // cache volumes read back and compared with their content
 	BytesStaged       atomic.Int64 // writable input bytes sent into sandboxes
+
+	PoolStarted   atomic.Int64 // sandboxes started ahead of their jobs
+	PoolUsed      atomic.Int64 // jobs that ran in a pooled sandbox
+	PoolDiscarded atomic.Int64 // pooled sandboxes a job found unusable and removed
+	PoolReady     atomic.Int64 // pooled sandboxes ready now
+	PoolStarting  atomic.Int64 // pooled sandboxes being started now
 }
 
 // Stats returns the broker's counters.
@@ -181,6 +191,11 @@ func (b *Broker) RunWithHooks(ctx context.Context, job sandbox.Job, hooks Hooks)
 		}
 		if !keep {
 			r.cleanup()
+		}
+		// A sandbox of this shape could be made: keep some ready for the
+		// next job like it.
+		if b.pool != nil && r.poolKey != "" && r.containerID != "" {
+			b.pool.want(job, r.poolKey)
 		}
 	}()
 	if err := r.execute(ctx); err != nil {

@@ -49,6 +49,13 @@ type Config struct {
 	// fit is recovered and a longer one ends uncertain. The "local" driver
 	// is used because json-file is not binary-safe.
 	LogMaxSize string
+	// PoolSize is how many started sandboxes the broker keeps ready for
+	// each container shape (image, runtime, resource limits) a job without
+	// read-only inputs has used; 0 disables the pool. See pool.go.
+	PoolSize int
+	// PoolIdle is how long a shape's sandboxes stay ready after the last
+	// job of that shape.
+	PoolIdle time.Duration
 	// Logger receives structured logs; nil discards them.
 	Logger *slog.Logger
 }
@@ -67,6 +74,7 @@ func Default() Config {
 		NProc:         8192,
 		LogMaxSize:    "16m",
 		VolumePrefix:  "sandboxd",
+		PoolIdle:      10 * time.Minute,
 	}
 }
 
@@ -89,6 +97,10 @@ func (c Config) Validate() error {
 		return fmt.Errorf("broker config: NProc %d is under 64", c.NProc)
 	case !volumePrefixRE.MatchString(c.VolumePrefix):
 		return fmt.Errorf("broker config: VolumePrefix %q is not [a-zA-Z0-9][a-zA-Z0-9_.-]{0,63}", c.VolumePrefix)
+	case c.PoolSize < 0 || c.PoolSize > 64:
+		return fmt.Errorf("broker config: PoolSize %d is not within 0..64", c.PoolSize)
+	case c.PoolSize > 0 && c.PoolIdle < time.Second:
+		return fmt.Errorf("broker config: PoolIdle %v is under 1s", c.PoolIdle)
 	case c.LogMaxSize == "":
 		return errors.New("broker config: LogMaxSize is empty")
 	}

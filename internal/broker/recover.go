@@ -59,7 +59,17 @@ func (b *Broker) RemoveJobContainer(id string) { b.removeContainer(id) }
 // or its stream is not whole, the job ends uncertain — it is never run
 // again. The container is removed in every case.
 func (b *Broker) Recover(ctx context.Context, job sandbox.Job, containerID string) (sandbox.Result, error) {
-	return b.RecoverWithHooks(ctx, job, containerID, Hooks{})
+	return b.RecoverWithHooks(ctx, job, Binding{ContainerID: containerID}, Hooks{})
+}
+
+// Binding is what the caller made durable of a job's container through
+// Hooks: its id (OnCreated) and when the job started in it (OnStarted).
+type Binding struct {
+	ContainerID string
+	// StartedAt is the job's start as journaled, or zero if it was not.
+	// A pooled container's hard deadline counts from it: the engine knows
+	// only when the sandbox started, not when the job took it.
+	StartedAt time.Time
 }
 
 // errTransient marks an engine failure during recovery: the job is not
@@ -70,7 +80,8 @@ var errTransient = errors.New("engine unavailable")
 // container still exists: if it fails, the container is kept so that the
 // next start can recover the job again. An engine failure (not a missing
 // container) is returned as an error and also keeps the container.
-func (b *Broker) RecoverWithHooks(ctx context.Context, job sandbox.Job, containerID string, hooks Hooks) (res sandbox.Result, err error) {
+func (b *Broker) RecoverWithHooks(ctx context.Context, job sandbox.Job, bind Binding, hooks Hooks) (res sandbox.Result, err error) {
+	containerID := bind.ContainerID
 	if err := job.VerifyDigest(); err != nil {
 		return sandbox.Result{}, err
 	}
@@ -100,7 +111,7 @@ func (b *Broker) RecoverWithHooks(ctx context.Context, job sandbox.Job, containe
 			r.res.StartedAt = r.res.EndedAt
 		}
 	}()
-	if err := r.recover(ctx); err != nil {
+	if err := r.recover(ctx, bind); err != nil {
 		if ctx.Err() != nil || errors.Is(err, errTransient) {
 			keep = true
 			return sandbox.Result{}, fmt.Errorf("recover job %s: %w", job.ID, err)
@@ -122,7 +133,7 @@ func (b *Broker) RecoverWithHooks(ctx context.Context, job sandbox.Job, containe
 	return r.res, nil
 }
 
-func (r *run) recover(ctx context.Context) error {
+func (r *run) recover(ctx context.Context, bind Binding) error {
 	b, j := r.b, r.job
 	cctx, cancel := context.WithTimeout(ctx, b.cfg.EngineTimeout)
 	insp, err := b.eng.ContainerInspect(cctx, r.containerID, client.ContainerInspectOptions{})
@@ -135,13 +146,23 @@ func (r *run) recover(ctx context.Context) error {
 		return fmt.Errorf("inspect: %w: %w", errTransient, err)
 	}
 	c := insp.Container
-	if c.Config == nil || c.State == nil || c.Config.Labels[LabelJob] != j.ID || c.Config.Labels[LabelJobDigest] != j.Digest {
+	if c.Config == nil || c.State == nil {
+		r.containerID = "" // not ours to remove
+		return fmt.Errorf("container %s has no config or state", insp.Container.ID)
+	}
+	spec := b.containerSpec(b.planFor(j, c.Config.Labels))
+	labels := c.Config.Labels
+	// A pooled container carries no job's labels: the caller's journal
+	// binds it to the job, and it must be this broker's and of the job's
+	// exact shape.
+	pooled := labels[LabelRole] == rolePool && labels[LabelBroker] == b.cfg.Name && poolable(j) && labels[LabelPoolKey] == poolKey(spec)
+	if !pooled && (labels[LabelJob] != j.ID || labels[LabelJobDigest] != j.Digest) {
 		r.containerID = "" // not ours to remove
 		return fmt.Errorf("container %s does not carry this job's labels", insp.Container.ID)
 	}
 	// The settings were checked before start; check them again so that the
 	// result reports what the container really had.
-	sec, err := b.checkInspected(b.containerSpec(b.planFor(j, c.Config.Labels)), c)
+	sec, err := b.checkInspected(spec, c)
 	if err != nil {
 		return err
 	}
@@ -153,10 +174,16 @@ func (r *run) recover(ctx context.Context) error {
 	if t, err := time.Parse(time.RFC3339Nano, c.State.StartedAt); err == nil {
 		r.res.StartedAt = t.UTC()
 	}
+	if pooled && !bind.StartedAt.IsZero() {
+		r.res.StartedAt = bind.StartedAt.UTC()
+	}
 	if c.State.Running {
 		deadline := time.Now()
-		if ms, err := strconv.ParseInt(c.Config.Labels[LabelDeadline], 10, 64); err == nil {
+		if ms, err := strconv.ParseInt(labels[LabelDeadline], 10, 64); err == nil && !pooled {
 			deadline = time.UnixMilli(ms)
+		}
+		if pooled {
+			deadline = poolDeadline(j, bind.StartedAt, b.grace(j, b.writableBytes(j)))
 		}
 		killer := time.AfterFunc(time.Until(deadline), func() {
 			r.mu.Lock()
@@ -211,4 +238,17 @@ func (r *run) recover(ctx context.Context) error {
 	r.mu.Unlock()
 	r.decide(ctx, col, c.State.OOMKilled, hardKilled, nil, nil, helperErr.String())
 	return nil
+}
+
+// writableBytes is the size of a job's writable inputs as stored.
+func (b *Broker) writableBytes(j *sandbox.Job) int64 {
+	var n int64
+	for _, in := range j.Inputs {
+		if in.Writable {
+			if sz, err := b.blobs.Size(in.Digest); err == nil {
+				n += sz
+			}
+		}
+	}
+	return n
 }

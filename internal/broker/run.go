@@ -37,6 +37,7 @@ type run struct {
 
 	containerID string
 	nonce       string // the helper's stream nonce
+	poolKey     string // the job's pool key, if it is poolable
 	res         sandbox.Result
 	failed      bool
 
@@ -68,78 +69,12 @@ func (r *run) execute(ctx context.Context) error {
 	}
 	// The hard deadline covers staging and collection too; the helper
 	// enforces the wall time on the command itself.
-	grace := b.cfg.CollectGrace + time.Duration((inputBytes+j.Limits.OutputBytes)/(50<<20))*time.Second
-	hardDeadline := time.Now().Add(j.Limits.WallTime() + grace)
-	var nonce [16]byte
-	rand.Read(nonce[:])
-	r.nonce = hex.EncodeToString(nonce[:])
-	spec := b.containerSpec(b.planFor(j, map[string]string{
-		LabelJob:       j.ID,
-		LabelJobDigest: j.Digest,
-		LabelDeadline:  strconv.FormatInt(hardDeadline.UnixMilli(), 10),
-		LabelBroker:    b.cfg.Name,
-		LabelRole:      roleJob,
-		LabelStream:    r.nonce,
-	}))
-	name := spec.Name
-
-	cctx, cancel := context.WithTimeout(ctx, b.cfg.EngineTimeout)
-	created, err := b.eng.ContainerCreate(cctx, spec)
-	cancel()
-	if errdefs.IsConflict(err) {
-		return fmt.Errorf("container %s already exists: %w", name, sandbox.ErrConflict)
-	}
-	if err != nil {
-		// The engine may have created it although the call failed (a
-		// timeout on our side): remove it by its name, which is ours.
-		b.removeContainer(name)
-		return fmt.Errorf("create container: %w", err)
-	}
-	r.containerID = created.ID
-	b.stats.ContainersCreated.Add(1)
-	r.log = r.log.With("container_id", created.ID)
-	if r.hooks.OnCreated != nil {
-		if err := r.hooks.OnCreated(ctx, created.ID); err != nil {
-			return fmt.Errorf("record created container: %w", err)
-		}
-	}
-
-	cctx, cancel = context.WithTimeout(ctx, b.cfg.EngineTimeout)
-	insp, err := b.eng.ContainerInspect(cctx, created.ID, client.ContainerInspectOptions{})
-	cancel()
-	if err != nil {
-		return fmt.Errorf("inspect created container: %w", err)
-	}
-	sec, err := b.checkInspected(spec, insp.Container)
+	hardDeadline := time.Now().Add(j.Limits.WallTime() + b.grace(j, inputBytes))
+	att, err := r.sandbox(ctx, hardDeadline)
 	if err != nil {
 		return err
 	}
-	r.res.Security = sec
-	// The cache volumes the container mounts must still be the ones that
-	// were checked (one removed meanwhile would have been created empty).
-	for _, m := range spec.HostConfig.Mounts {
-		if err := b.volumes.stillChecked(ctx, m.Source); err != nil {
-			return err
-		}
-	}
-
-	att, err := b.eng.ContainerAttach(ctx, created.ID, client.ContainerAttachOptions{Stream: true, Stdin: true, Stdout: true, Stderr: true})
-	if err != nil {
-		return fmt.Errorf("attach: %w", err)
-	}
 	defer att.Close()
-
-	cctx, cancel = context.WithTimeout(ctx, b.cfg.EngineTimeout)
-	_, err = b.eng.ContainerStart(cctx, created.ID, client.ContainerStartOptions{})
-	cancel()
-	if err != nil {
-		return fmt.Errorf("start: %w", err)
-	}
-	r.res.StartedAt = time.Now().UTC()
-	if r.hooks.OnStarted != nil {
-		r.hooks.OnStarted(created.ID, r.res.StartedAt)
-	}
-
 	// The deadline is enforced from outside: kill the container.
 	killer := time.AfterFunc(time.Until(hardDeadline), func() {
 		r.mu.Lock()
@@ -173,7 +108,7 @@ func (r *run) execute(ctx context.Context) error {
 
 	// Wait for the container to stop; no timeout here: the deadline above
 	// kills it, and cancellation kills it too.
-	wait := b.eng.ContainerWait(context.WithoutCancel(ctx), created.ID, client.ContainerWaitOptions{Condition: container.WaitConditionNotRunning})
+	wait := b.eng.ContainerWait(context.WithoutCancel(ctx), r.containerID, client.ContainerWaitOptions{Condition: container.WaitConditionNotRunning})
 	select {
 	case <-wait.Result:
 	case err := <-wait.Error:
@@ -182,8 +117,8 @@ func (r *run) execute(ctx context.Context) error {
 	r.res.EndedAt = time.Now().UTC()
 	werr := <-stdinErr
 
-	cctx, cancel = context.WithTimeout(context.WithoutCancel(ctx), b.cfg.EngineTimeout)
-	final, err := b.eng.ContainerInspect(cctx, created.ID, client.ContainerInspectOptions{})
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), b.cfg.EngineTimeout)
+	final, err := b.eng.ContainerInspect(cctx, r.containerID, client.ContainerInspectOptions{})
 	cancel()
 	if err != nil {
 		return fmt.Errorf("inspect exited container: %w", err)
@@ -197,6 +132,142 @@ func (r *run) execute(ctx context.Context) error {
 	r.mu.Unlock()
 	r.decide(ctx, col, state.OOMKilled, hardKilled, werr, streamErr, helperErr.String())
 	return nil
+}
+
+// grace is how long past its wall time a job's container may live: the
+// time to stage its inputs and collect its outputs, at 50 MiB/s.
+func (b *Broker) grace(j *sandbox.Job, inputBytes int64) time.Duration {
+	return b.cfg.CollectGrace + time.Duration((inputBytes+j.Limits.OutputBytes)/(50<<20))*time.Second
+}
+
+// sandbox gives the job a started container whose helper waits for its
+// config frame: one from the pool if a ready one has the job's exact
+// settings, else a new one. It returns the attached stream.
+func (r *run) sandbox(ctx context.Context, hardDeadline time.Time) (client.HijackedResponse, error) {
+	b, j := r.b, r.job
+	var nonce [16]byte
+	rand.Read(nonce[:])
+	spec := b.containerSpec(b.planFor(j, map[string]string{
+		LabelJob:       j.ID,
+		LabelJobDigest: j.Digest,
+		LabelDeadline:  strconv.FormatInt(hardDeadline.UnixMilli(), 10),
+		LabelBroker:    b.cfg.Name,
+		LabelRole:      roleJob,
+		LabelStream:    hex.EncodeToString(nonce[:]),
+	}))
+	if b.pool != nil && poolable(j) {
+		key := poolKey(spec)
+		r.poolKey = key
+		for c := b.pool.take(key); c != nil; c = b.pool.take(key) {
+			att, err := r.bindPooled(ctx, c, spec)
+			if err == nil {
+				return att, nil
+			}
+			if r.containerID == c.id {
+				return client.HijackedResponse{}, err // the job's now: removed with it
+			}
+			b.pool.discard(c)
+			b.stats.PoolDiscarded.Add(1)
+			if !errors.Is(err, errPoolStale) && !errors.As(err, new(*SettingError)) {
+				return client.HijackedResponse{}, err
+			}
+			// Not the job's container yet: a cold one, checked in turn,
+			// takes its place.
+			r.log.Error("pooled sandbox discarded", "container_id", c.id, "error", err)
+		}
+	}
+	return r.startCold(ctx, spec)
+}
+
+// bindPooled checks a pooled sandbox against the job's spec and makes it
+// the job's. On an error that is not the sandbox's, it is the job's
+// container and is removed with the job.
+func (r *run) bindPooled(ctx context.Context, c *pooled, spec client.ContainerCreateOptions) (client.HijackedResponse, error) {
+	b := r.b
+	sec, err := b.checkPooled(ctx, c, spec)
+	if err != nil {
+		return client.HijackedResponse{}, err
+	}
+	r.containerID = c.id
+	r.nonce = c.nonce
+	r.res.Security = sec
+	r.log = r.log.With("container_id", c.id, "pooled", true)
+	b.stats.PoolUsed.Add(1)
+	if r.hooks.OnCreated != nil {
+		if err := r.hooks.OnCreated(ctx, c.id); err != nil {
+			c.att.Close()
+			return client.HijackedResponse{}, fmt.Errorf("record pooled container: %w", err)
+		}
+	}
+	r.res.StartedAt = time.Now().UTC()
+	if r.hooks.OnStarted != nil {
+		r.hooks.OnStarted(c.id, r.res.StartedAt)
+	}
+	return c.att, nil
+}
+
+// startCold creates, checks, attaches and starts a container for the job.
+func (r *run) startCold(ctx context.Context, spec client.ContainerCreateOptions) (client.HijackedResponse, error) {
+	b := r.b
+	var none client.HijackedResponse
+	r.nonce = spec.Config.Labels[LabelStream]
+	cctx, cancel := context.WithTimeout(ctx, b.cfg.EngineTimeout)
+	created, err := b.eng.ContainerCreate(cctx, spec)
+	cancel()
+	if errdefs.IsConflict(err) {
+		return none, fmt.Errorf("container %s already exists: %w", spec.Name, sandbox.ErrConflict)
+	}
+	if err != nil {
+		// The engine may have created it although the call failed (a
+		// timeout on our side): remove it by its name, which is ours.
+		b.removeContainer(spec.Name)
+		return none, fmt.Errorf("create container: %w", err)
+	}
+	r.containerID = created.ID
+	b.stats.ContainersCreated.Add(1)
+	r.log = r.log.With("container_id", created.ID)
+	if r.hooks.OnCreated != nil {
+		if err := r.hooks.OnCreated(ctx, created.ID); err != nil {
+			return none, fmt.Errorf("record created container: %w", err)
+		}
+	}
+
+	cctx, cancel = context.WithTimeout(ctx, b.cfg.EngineTimeout)
+	insp, err := b.eng.ContainerInspect(cctx, created.ID, client.ContainerInspectOptions{})
+	cancel()
+	if err != nil {
+		return none, fmt.Errorf("inspect created container: %w", err)
+	}
+	sec, err := b.checkInspected(spec, insp.Container)
+	if err != nil {
+		return none, err
+	}
+	r.res.Security = sec
+	// The cache volumes the container mounts must still be the ones that
+	// were checked (one removed meanwhile would have been created empty).
+	for _, m := range spec.HostConfig.Mounts {
+		if err := b.volumes.stillChecked(ctx, m.Source); err != nil {
+			return none, err
+		}
+	}
+
+	att, err := b.eng.ContainerAttach(ctx, created.ID, client.ContainerAttachOptions{Stream: true, Stdin: true, Stdout: true, Stderr: true})
+	if err != nil {
+		return none, fmt.Errorf("attach: %w", err)
+	}
+
+	cctx, cancel = context.WithTimeout(ctx, b.cfg.EngineTimeout)
+	_, err = b.eng.ContainerStart(cctx, created.ID, client.ContainerStartOptions{})
+	cancel()
+	if err != nil {
+		att.Close()
+		return none, fmt.Errorf("start: %w", err)
+	}
+	r.res.StartedAt = time.Now().UTC()
+	if r.hooks.OnStarted != nil {
+		r.hooks.OnStarted(created.ID, r.res.StartedAt)
+	}
+	return att.HijackedResponse, nil
 }
 
 // prepareInputs makes the helper volume and every read-only input's volume

@@ -62,3 +62,18 @@ func newMetrics() *metrics {
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }
+
+// registerPool adds the broker's pool of started sandboxes.
+func (m *metrics) registerPool(counts func() (ready, starting, used int)) {
+	m.reg.MustRegister(
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "sandboxd_pool_ready", Help: "Sandboxes started ahead of their jobs and ready."},
+			func() float64 { r, _, _ := counts(); return float64(r) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "sandboxd_pool_starting", Help: "Sandboxes of the pool being started."},
+			func() float64 { _, st, _ := counts(); return float64(st) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "sandboxd_pool_used_total", Help: "Jobs that ran in a sandbox of the pool."},
+			func() float64 { _, _, u := counts(); return float64(u) }),
+	)
+}

@@ -28,11 +28,18 @@ func (s *Server) recover(ctx context.Context) error {
 		return fmt.Errorf("recover: %w", err)
 	}
 	var open []journal.Record
+	bound := map[string]bool{}
 	for _, r := range recs {
 		if !r.State.Terminal() {
 			open = append(open, r)
+			if r.ContainerID != "" {
+				bound[r.ContainerID] = true
+			}
 		}
 	}
+	s.mu.Lock()
+	s.bound = bound
+	s.mu.Unlock()
 	if len(open) == 0 {
 		return nil
 	}
@@ -107,7 +114,7 @@ func (s *Server) startRecovery(rec journal.Record, job sandbox.Job, containerID 
 			s.observeDuration(time.Since(start))
 			return s.finish(log, rec, res)
 		}}
-		if _, err := s.cfg.Broker.RecoverWithHooks(context.Background(), job, containerID, hooks); err != nil {
+		if _, err := s.cfg.Broker.RecoverWithHooks(context.Background(), job, broker.Binding{ContainerID: containerID, StartedAt: rec.StartedAt}, hooks); err != nil {
 			log.Error("recover job; left for the next start", "error", err)
 		}
 	}()
@@ -152,6 +159,24 @@ func (s *Server) reap(ctx context.Context) error {
 		}
 		s.m.reconcile.WithLabelValues("reaped").Inc()
 		s.log.Warn("reaping unknown job container", "container_id", c.ID, "job_id", c.JobID, "state", c.State)
+		s.cfg.Broker.RemoveJobContainer(c.ID)
+	}
+	// Sandboxes an earlier process started ahead of jobs: those its
+	// journal bound to a job are recovered (and removed) with the job; no
+	// job ever runs in the others.
+	stale, err := s.cfg.Broker.ListStalePoolContainers(ctx)
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	bound := s.bound
+	s.mu.Unlock()
+	for _, c := range stale {
+		if time.Since(c.Created) < s.cfg.ReapGrace || bound[c.ID] {
+			continue
+		}
+		s.m.reconcile.WithLabelValues("reaped").Inc()
+		s.log.Info("reaping a stale pooled sandbox", "container_id", c.ID, "state", c.State)
 		s.cfg.Broker.RemoveJobContainer(c.ID)
 	}
 	return nil

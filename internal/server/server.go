@@ -21,8 +21,9 @@ import (
 type Broker interface {
 	Facts(ctx context.Context) (sandbox.RuntimeFacts, error)
 	RunWithHooks(ctx context.Context, job sandbox.Job, hooks broker.Hooks) (sandbox.Result, error)
-	RecoverWithHooks(ctx context.Context, job sandbox.Job, containerID string, hooks broker.Hooks) (sandbox.Result, error)
+	RecoverWithHooks(ctx context.Context, job sandbox.Job, bind broker.Binding, hooks broker.Hooks) (sandbox.Result, error)
 	ListJobContainers(ctx context.Context) ([]broker.JobContainer, error)
+	ListStalePoolContainers(ctx context.Context) ([]broker.JobContainer, error)
 	RemoveJobContainer(id string)
 }
 
@@ -43,6 +44,9 @@ type Server struct {
 	reserved int      // slots held by submissions being journaled
 	wake     chan struct{}
 	running  map[string]context.CancelFunc
+	// bound are the containers open journal records named at start: a
+	// pooled one among them carries no job label, and the reaper keeps it.
+	bound    map[string]bool
 	changed  chan struct{} // closed and replaced whenever a job ends
 	draining bool
 
@@ -80,6 +84,9 @@ func New(cfg Config) (*Server, error) {
 	}
 	s.avgJob.Store(int64(time.Second))
 	s.mux = s.routes()
+	if p, ok := cfg.Broker.(interface{ PoolCounts() (int, int, int) }); ok {
+		s.m.registerPool(p.PoolCounts)
+	}
 	return s, nil
 }
 

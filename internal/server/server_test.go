@@ -35,11 +35,13 @@ type fakeBroker struct {
 	recovered map[string]string
 	gates     map[string]chan struct{}
 	existing  []broker.JobContainer
+	stale     []broker.JobContainer // pooled containers of an earlier process
 	removed   []string
+	bindings  map[string]broker.Binding
 }
 
 func newFake() *fakeBroker {
-	return &fakeBroker{runs: map[string]int{}, recovered: map[string]string{}, gates: map[string]chan struct{}{}}
+	return &fakeBroker{runs: map[string]int{}, recovered: map[string]string{}, gates: map[string]chan struct{}{}, bindings: map[string]broker.Binding{}}
 }
 
 func (f *fakeBroker) Facts(context.Context) (sandbox.RuntimeFacts, error) {
@@ -72,9 +74,10 @@ func (f *fakeBroker) RunWithHooks(ctx context.Context, job sandbox.Job, h broker
 	return res, nil
 }
 
-func (f *fakeBroker) RecoverWithHooks(ctx context.Context, job sandbox.Job, containerID string, hooks broker.Hooks) (sandbox.Result, error) {
+func (f *fakeBroker) RecoverWithHooks(ctx context.Context, job sandbox.Job, bind broker.Binding, hooks broker.Hooks) (sandbox.Result, error) {
 	f.mu.Lock()
-	f.recovered[job.ID] = containerID
+	f.recovered[job.ID] = bind.ContainerID
+	f.bindings[job.ID] = bind
 	f.mu.Unlock()
 	res := f.result(job)
 	if hooks.OnFinished != nil {
@@ -89,6 +92,12 @@ func (f *fakeBroker) ListJobContainers(context.Context) ([]broker.JobContainer, 
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return slices.Clone(f.existing), nil
+}
+
+func (f *fakeBroker) ListStalePoolContainers(context.Context) ([]broker.JobContainer, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.stale), nil
 }
 
 func (f *fakeBroker) RemoveJobContainer(id string) {
@@ -439,6 +448,47 @@ func TestReapRemovesOnlyUnknownContainers(t *testing.T) {
 	defer f.fb.mu.Unlock()
 	if !slices.Equal(f.fb.removed, []string{"c-unknown"}) {
 		t.Errorf("got removed %v, want [c-unknown]", f.fb.removed)
+	}
+}
+
+// A pooled sandbox of an earlier process carries no job label: the one an
+// open journal record names is recovered with its journaled start and kept
+// from the reaper; the others are reaped.
+func TestStalePooledSandboxes(t *testing.T) {
+	signer, _ := receipt.NewEphemeralSigner()
+	started := time.Now().Add(-time.Minute).UTC().Truncate(time.Millisecond)
+	var bound sandbox.Job
+	seed := func(jr *journal.Journal) {
+		bound = newJob(t, "pooled", "true")
+		canon, _ := bound.CanonicalJSON()
+		env, _ := signer.SignAccepted(bound, sandbox.RuntimeFacts{}, started)
+		if _, _, err := jr.Accept(bound, canon, env, started); err != nil {
+			t.Fatal(err)
+		}
+		jr.Dispatched(bound.ID)
+		jr.Created(bound.ID, "c-pool-bound")
+		jr.Started(bound.ID, started)
+	}
+	fb := newFake()
+	old := time.Now().Add(-time.Hour)
+	fb.stale = []broker.JobContainer{{ID: "c-pool-bound", Created: old}, {ID: "c-pool-idle", Created: old}, {ID: "c-pool-young", Created: time.Now()}}
+	f := newFixture(t, func(c *Config) { c.Broker, c.Signer, c.ReapGrace = fb, signer, time.Minute }, seed)
+	if v := f.wait(t, bound.ID); v.Status != sandbox.StatusSucceeded {
+		t.Fatalf("bound job: %s", v.Status)
+	}
+	fb.mu.Lock()
+	bind := fb.bindings[bound.ID]
+	fb.mu.Unlock()
+	if bind.ContainerID != "c-pool-bound" || !bind.StartedAt.Equal(started) {
+		t.Fatalf("recovered with %+v, want c-pool-bound started at %v", bind, started)
+	}
+	if err := f.srv.reap(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	fb.mu.Lock()
+	defer fb.mu.Unlock()
+	if !slices.Equal(fb.removed, []string{"c-pool-idle"}) {
+		t.Errorf("got removed %v, want [c-pool-idle]", fb.removed)
 	}
 }
 

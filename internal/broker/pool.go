@@ -1,0 +1,386 @@
+package broker
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/moby/moby/api/types/container"
+	"github.com/moby/moby/client"
+
+	"github.com/sandboxd/sandboxd/sandbox"
+)
+
+// The pool keeps sandboxes created, checked and started before the jobs
+// that will use them arrive, so that a job does not wait for the engine's
+// container start (most of a no-op job's time; see BENCHMARKS.md).
+//
+// What makes a pooled sandbox exactly a cold one:
+//   - The helper learns its job only from the config frame on stdin; the
+//     container's own settings never depend on the command, its
+//     environment or its outputs. A pooled container is created from the
+//     spec the job itself would get (containerSpec of planFor), with only
+//     its name and labels different: its key is the digest of that spec
+//     without them, so a job only ever takes a container whose spec is its
+//     own.
+//   - Before a job takes one, the container is inspected again and checked
+//     with checkInspected against the job's own spec, as a cold container
+//     is before its start, and it must still be running with its helper
+//     waiting: nothing but the helper ran in it.
+//   - Each pooled container serves at most one job: it leaves the pool
+//     under the lock, and the job removes it like any other.
+//   - Jobs with read-only inputs mount volumes chosen by the job and are
+//     never pooled.
+//
+// A pooled container carries no job's labels. Its binding to a job is what
+// the caller journals through Hooks.OnCreated; a container of a previous
+// process that no journal names is stale (ListStalePoolContainers). A
+// process's pooled containers carry its generation, so that a reaper never
+// takes the live pool for stale.
+type pool struct {
+	b    *Broker
+	size int
+	idle time.Duration
+	gen  string
+
+	mu     sync.Mutex
+	closed bool
+	shapes map[string]*shape
+	fills  sync.WaitGroup
+	stop   chan struct{}
+}
+
+// shape is one pool key: a container spec and its ready sandboxes.
+type shape struct {
+	job      sandbox.Job // a job of this shape, for its spec
+	ready    []*pooled
+	starting int
+	lastUsed time.Time
+	failed   bool // the last fill failed: no refill until a job of it runs
+}
+
+// pooled is a started sandbox whose helper waits for its config frame.
+type pooled struct {
+	id    string
+	key   string
+	nonce string
+	att   client.HijackedResponse
+	spec  client.ContainerCreateOptions
+}
+
+// Pool labels.
+const (
+	LabelPool    = "sandboxd.pool"     // the generation of the process that started a pooled container
+	LabelPoolKey = "sandboxd.pool.key" // the digest of its spec (poolKey)
+	rolePool     = "pool"
+)
+
+func newPool(b *Broker, size int, idle time.Duration) *pool {
+	var g [8]byte
+	rand.Read(g[:])
+	return &pool{b: b, size: size, idle: idle, gen: hex.EncodeToString(g[:]), shapes: map[string]*shape{}, stop: make(chan struct{})}
+}
+
+// poolable reports whether a job may run in a pooled sandbox.
+func poolable(j *sandbox.Job) bool {
+	for _, in := range j.Inputs {
+		if !in.Writable {
+			return false
+		}
+	}
+	return true
+}
+
+// poolKey is the digest of a container spec without what differs between
+// two containers of the same settings: the name, the labels and the
+// helper's stream nonce.
+func poolKey(spec client.ContainerCreateOptions) string {
+	cfg := *spec.Config
+	cfg.Labels = nil
+	cfg.Env = nil
+	b, err := json.Marshal(struct {
+		Config     container.Config
+		HostConfig *container.HostConfig
+	}{cfg, spec.HostConfig})
+	if err != nil {
+		panic(fmt.Sprintf("pool key: %v", err)) // plain data: cannot happen
+	}
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:])
+}
+
+// take returns a ready sandbox of the key, or nil. The caller owns it.
+func (p *pool) take(key string) *pooled {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	s := p.shapes[key]
+	if s == nil || p.closed {
+		return nil
+	}
+	s.lastUsed = time.Now()
+	if len(s.ready) == 0 {
+		return nil
+	}
+	c := s.ready[0]
+	s.ready = s.ready[1:]
+	p.b.stats.PoolReady.Add(-1)
+	return c
+}
+
+// want keeps the pool of a job's shape full: it is called once a job of
+// that shape has run, so that only shapes in use, on images that already
+// ran a job, are ever pooled.
+func (p *pool) want(j sandbox.Job, key string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.closed {
+		return
+	}
+	s := p.shapes[key]
+	if s == nil {
+		s = &shape{job: j}
+		p.shapes[key] = s
+		if len(p.shapes) == 1 {
+			go p.retireLoop()
+		}
+	}
+	s.lastUsed = time.Now()
+	s.failed = false
+	for len(s.ready)+s.starting < p.size {
+		s.starting++
+		p.b.stats.PoolStarting.Add(1)
+		p.fills.Add(1)
+		go p.fill(key, s.job)
+	}
+}
+
+// fill starts one sandbox of a shape and adds it to the pool.
+func (p *pool) fill(key string, j sandbox.Job) {
+	defer p.fills.Done()
+	c, err := p.start(key, j)
+	p.mu.Lock()
+	s := p.shapes[key]
+	p.b.stats.PoolStarting.Add(-1)
+	if s != nil {
+		s.starting--
+	}
+	switch {
+	case err != nil:
+		if s != nil {
+			s.failed = true
+		}
+		p.mu.Unlock()
+		p.b.log.Warn("pool: start a sandbox", "error", err)
+		return
+	case s == nil || p.closed:
+		p.mu.Unlock()
+		p.discard(c)
+		return
+	}
+	s.ready = append(s.ready, c)
+	p.b.stats.PoolReady.Add(1)
+	p.mu.Unlock()
+}
+
+// start creates, checks, attaches and starts a sandbox of the job's spec.
+func (p *pool) start(key string, j sandbox.Job) (*pooled, error) {
+	b := p.b
+	var nonce, name [16]byte
+	rand.Read(nonce[:])
+	rand.Read(name[:8])
+	c := &pooled{key: key, nonce: hex.EncodeToString(nonce[:])}
+	labels := map[string]string{
+		LabelBroker:  b.cfg.Name,
+		LabelRole:    rolePool,
+		LabelPool:    p.gen,
+		LabelPoolKey: key,
+		LabelStream:  c.nonce,
+	}
+	c.spec = b.containerSpec(b.planFor(&j, labels))
+	c.spec.Name = b.cfg.Name + "-pool-" + hex.EncodeToString(name[:8])
+	if got := poolKey(c.spec); got != key {
+		return nil, fmt.Errorf("pool: spec of key %s is now %s", key, got)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), b.cfg.EngineTimeout)
+	defer cancel()
+	created, err := b.eng.ContainerCreate(ctx, c.spec)
+	if err != nil {
+		b.removeContainer(c.spec.Name)
+		return nil, fmt.Errorf("create: %w", err)
+	}
+	c.id = created.ID
+	fail := func(err error) (*pooled, error) {
+		if c.att.Conn != nil {
+			c.att.Close()
+		}
+		b.removeContainer(c.id)
+		return nil, err
+	}
+	insp, err := b.eng.ContainerInspect(ctx, c.id, client.ContainerInspectOptions{})
+	if err != nil {
+		return fail(fmt.Errorf("inspect: %w", err))
+	}
+	if _, err := b.checkInspected(c.spec, insp.Container); err != nil {
+		return fail(err)
+	}
+	for _, m := range c.spec.HostConfig.Mounts {
+		if err := b.volumes.stillChecked(ctx, m.Source); err != nil {
+			return fail(err)
+		}
+	}
+	att, err := b.eng.ContainerAttach(ctx, c.id, client.ContainerAttachOptions{Stream: true, Stdin: true, Stdout: true, Stderr: true})
+	if err != nil {
+		return fail(fmt.Errorf("attach: %w", err))
+	}
+	c.att = att.HijackedResponse
+	if _, err := b.eng.ContainerStart(ctx, c.id, client.ContainerStartOptions{}); err != nil {
+		return fail(fmt.Errorf("start: %w", err))
+	}
+	b.stats.PoolStarted.Add(1)
+	return c, nil
+}
+
+// discard removes a pooled sandbox that no job will use.
+func (p *pool) discard(c *pooled) {
+	c.att.Close()
+	p.b.removeContainer(c.id)
+}
+
+// retireLoop drops the sandboxes of shapes no job used for p.idle.
+func (p *pool) retireLoop() {
+	t := time.NewTicker(max(p.idle/4, time.Second))
+	defer t.Stop()
+	for {
+		select {
+		case <-p.stop:
+			return
+		case <-t.C:
+		}
+		var drop []*pooled
+		p.mu.Lock()
+		for key, s := range p.shapes {
+			if time.Since(s.lastUsed) >= p.idle {
+				drop = append(drop, s.ready...)
+				p.b.stats.PoolReady.Add(-int64(len(s.ready)))
+				delete(p.shapes, key)
+			}
+		}
+		p.mu.Unlock()
+		for _, c := range drop {
+			p.discard(c)
+		}
+	}
+}
+
+// close removes every ready sandbox and waits for the ones starting.
+func (p *pool) close() {
+	p.mu.Lock()
+	if p.closed {
+		p.mu.Unlock()
+		return
+	}
+	p.closed = true
+	close(p.stop)
+	var drop []*pooled
+	for key, s := range p.shapes {
+		drop = append(drop, s.ready...)
+		p.b.stats.PoolReady.Add(-int64(len(s.ready)))
+		delete(p.shapes, key)
+	}
+	p.mu.Unlock()
+	for _, c := range drop {
+		p.discard(c)
+	}
+	p.fills.Wait()
+}
+
+// ClosePool removes the broker's ready sandboxes and waits for those being
+// started. Jobs already running are not affected; no sandbox is pooled
+// afterwards.
+func (b *Broker) ClosePool() {
+	if b.pool != nil {
+		b.pool.close()
+	}
+}
+
+// PoolCounts returns the sandboxes ready in the pool and being started,
+// and how many jobs ran in a pooled sandbox so far.
+func (b *Broker) PoolCounts() (ready, starting, used int) {
+	return int(b.stats.PoolReady.Load()), int(b.stats.PoolStarting.Load()), int(b.stats.PoolUsed.Load())
+}
+
+// ListStalePoolContainers returns the pooled containers of this broker's
+// name that another process (an earlier one) started. The caller removes
+// those no journaled job names; this process's own pool is never listed.
+func (b *Broker) ListStalePoolContainers(ctx context.Context) ([]JobContainer, error) {
+	f := make(client.Filters).Add("label", LabelBroker+"="+b.cfg.Name).Add("label", LabelRole+"="+rolePool)
+	cs, err := b.eng.ContainerList(ctx, client.ContainerListOptions{All: true, Filters: f})
+	if err != nil {
+		return nil, fmt.Errorf("list pooled containers: %w", err)
+	}
+	gen := ""
+	if b.pool != nil {
+		gen = b.pool.gen
+	}
+	var out []JobContainer
+	for _, c := range cs.Items {
+		if gen != "" && c.Labels[LabelPool] == gen {
+			continue
+		}
+		jc := JobContainer{ID: c.ID, State: string(c.State), Created: time.Unix(c.Created, 0)}
+		if len(c.Names) > 0 {
+			jc.Name = c.Names[0]
+		}
+		out = append(out, jc)
+	}
+	return out, nil
+}
+
+// errPoolStale marks a pooled sandbox that may not serve a job.
+var errPoolStale = errors.New("pooled sandbox not usable")
+
+// checkPooled inspects a pooled sandbox before a job takes it: it must
+// still run, never have been OOM-killed, and have exactly the settings the
+// job's own spec asks for.
+func (b *Broker) checkPooled(ctx context.Context, c *pooled, jobSpec client.ContainerCreateOptions) (sandbox.Security, error) {
+	ctx, cancel := context.WithTimeout(ctx, b.cfg.EngineTimeout)
+	defer cancel()
+	insp, err := b.eng.ContainerInspect(ctx, c.id, client.ContainerInspectOptions{})
+	if err != nil {
+		return sandbox.Security{}, fmt.Errorf("%w: inspect: %w", errPoolStale, err)
+	}
+	got := insp.Container
+	if got.State == nil || !got.State.Running || got.State.OOMKilled || got.State.Restarting {
+		return sandbox.Security{}, fmt.Errorf("%w: not running", errPoolStale)
+	}
+	if got.Config == nil || got.Config.Labels[LabelRole] != rolePool || got.Config.Labels[LabelPool] != b.pool.gen ||
+		got.Config.Labels[LabelStream] != c.nonce || got.Config.Labels[LabelPoolKey] != poolKey(jobSpec) {
+		return sandbox.Security{}, fmt.Errorf("%w: labels are not this pool's", errPoolStale)
+	}
+	sec, err := b.checkInspected(jobSpec, got)
+	if err != nil {
+		return sandbox.Security{}, err
+	}
+	for _, m := range jobSpec.HostConfig.Mounts {
+		if err := b.volumes.stillChecked(ctx, m.Source); err != nil {
+			return sandbox.Security{}, err
+		}
+	}
+	return sec, nil
+}
+
+// poolDeadline is a pooled container's hard deadline during recovery: the
+// engine does not know when its job took it, so the job gets its whole
+// budget again from when its start was journaled, or from now.
+func poolDeadline(j *sandbox.Job, started time.Time, grace time.Duration) time.Time {
+	if started.IsZero() || started.After(time.Now()) {
+		started = time.Now()
+	}
+	return started.Add(j.Limits.WallTime() + grace)
+}
