@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -228,4 +229,52 @@ func procTicks(pid int) int64 {
 	u, _ := strconv.ParseInt(f[11], 10, 64)
 	st, _ := strconv.ParseInt(f[12], 10, 64)
 	return u + st
+}
+
+// metrics reads the daemon's unlabelled series by name.
+func (d *daemon) metrics(ctx context.Context) (map[string]float64, error) {
+	hc := &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		var dd net.Dialer
+		return dd.DialContext(ctx, "unix", d.socket)
+	}}}
+	defer hc.CloseIdleConnections()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, "http://sandboxd/metrics", nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	out := map[string]float64{}
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		f := strings.Fields(sc.Text())
+		if len(f) == 2 && !strings.HasPrefix(f[0], "#") {
+			if v, err := strconv.ParseFloat(f[1], 64); err == nil {
+				out[f[0]] = v
+			}
+		}
+	}
+	return out, sc.Err()
+}
+
+// settle waits until the daemon starts no pooled sandbox, so that its
+// refills are not timed as part of the next sample, of either side.
+func (d *daemon) settle(ctx context.Context) error {
+	deadline := time.Now().Add(time.Minute)
+	for {
+		m, err := d.metrics(ctx)
+		if err != nil {
+			return err
+		}
+		if m["sandboxd_pool_starting"] == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return errors.New("the daemon's pool did not settle within a minute")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }

@@ -60,16 +60,25 @@ func (b *bench) noop(ctx context.Context) error {
 		}
 		defer stop()
 	}
+	m0, err := d.metrics(ctx)
+	if err != nil {
+		return err
+	}
 	samples := make([][]time.Duration, len(sides))
 	for r := range b.o.rounds {
 		// Rotate the order each round so no side always follows another.
 		for k := range sides {
 			i := (k + r) % len(sides)
-			d, err := timed(func() error { return sides[i].fn(ctx) })
+			// The daemon refills its pool after each job: never while
+			// another sample is timed.
+			if err := d.settle(ctx); err != nil {
+				return err
+			}
+			dur, err := timed(func() error { return sides[i].fn(ctx) })
 			if err != nil {
 				return fmt.Errorf("%s: %w", sides[i].name, err)
 			}
-			samples[i] = append(samples[i], d)
+			samples[i] = append(samples[i], dur)
 		}
 	}
 	base := median(samples[0])
@@ -81,6 +90,11 @@ func (b *bench) noop(ctx context.Context) error {
 		raw[s.name] = msList(samples[i])
 	}
 	fmt.Printf("  targets: exec ratio <= 1.0, daemon ratio <= 0.5\n")
+	if m1, err := d.metrics(ctx); err == nil {
+		used := m1["sandboxd_pool_used_total"] - m0["sandboxd_pool_used_total"]
+		fmt.Printf("  daemon jobs that ran in a pooled sandbox: %.0f of %d (sandboxd serve --pool, default 2)\n", used, b.o.rounds)
+		b.results["item1_daemon_pooled"] = used
+	}
 	fmt.Printf("  broker library, engine calls per job (median ms): %s\n", tim.summary(b.o.rounds))
 	b.results["item1_ms"] = raw
 	b.results["item1_engine_calls"] = tim.medians()
@@ -166,14 +180,24 @@ func (b *bench) throughput(ctx context.Context) error {
 		}
 	}
 	xargs, daemon = measure(&cpuA, nil, xargs), measure(&cpuS, &ownS, daemon)
+	m0, err := d.metrics(ctx)
+	if err != nil {
+		return err
+	}
 	for r := range b.o.batches {
 		first, second := &a, &s
 		f1, f2 := xargs, daemon
 		if r%2 == 1 {
 			first, second, f1, f2 = second, first, f2, f1
 		}
+		if err := d.settle(ctx); err != nil {
+			return err
+		}
 		d1, err := timed(func() error { return f1(ctx) })
 		if err != nil {
+			return err
+		}
+		if err := d.settle(ctx); err != nil {
 			return err
 		}
 		d2, err := timed(func() error { return f2(ctx) })
@@ -191,6 +215,9 @@ func (b *bench) throughput(ctx context.Context) error {
 	perJob := func(t int64) float64 { return float64(t) / 100 / float64(jobs*b.o.batches) * 1000 } // USER_HZ = 100
 	fmt.Printf("  CPU per job (all processes): docker %.0f ms, sandboxd %.0f ms, of which the sandboxd daemon %.0f ms\n",
 		perJob(cpuA), perJob(cpuS), perJob(ownS))
+	if m1, err := d.metrics(ctx); err == nil {
+		fmt.Printf("  daemon jobs that ran in a pooled sandbox: %.0f of %d\n", m1["sandboxd_pool_used_total"]-m0["sandboxd_pool_used_total"], jobs*b.o.batches)
+	}
 	b.results["item2_ms"] = map[string][]float64{"xargs": msList(a), "daemon": msList(s)}
 	return nil
 }
@@ -325,11 +352,11 @@ func (b *bench) staging(ctx context.Context) error {
 	for r := range b.o.stage {
 		for k := range sides {
 			i := (k + r) % len(sides)
-			d, err := timed(func() error { return sides[i].fn(ctx) })
+			dur, err := timed(func() error { return sides[i].fn(ctx) })
 			if err != nil {
 				return fmt.Errorf("%s: %w", sides[i].name, err)
 			}
-			samples[i] = append(samples[i], d)
+			samples[i] = append(samples[i], dur)
 		}
 	}
 	mib := float64(total) / (1 << 20)
