@@ -136,6 +136,18 @@ func setupScripts() (func() error, error) {
 		if len(cs.Items) > 0 {
 			return fmt.Errorf("%d job containers left behind", len(cs.Items))
 		}
+		// daemon.txtar kills its daemon outright: the sandboxes it had
+		// ready stay until a next start would reap them.
+		pf := make(client.Filters).Add("label", broker.LabelBroker+"="+name, broker.LabelRole+"=pool")
+		ps, err := eng.ContainerList(ctx, client.ContainerListOptions{All: true, Filters: pf})
+		if err != nil {
+			return err
+		}
+		for _, c := range ps.Items {
+			if _, err := eng.ContainerRemove(ctx, c.ID, client.ContainerRemoveOptions{Force: true}); err != nil {
+				return err
+			}
+		}
 		return broker.RemoveCache(ctx, eng, name)
 	}, nil
 }

@@ -36,7 +36,8 @@ type Broker struct {
 	pool    *pool // nil unless Config.PoolSize > 0
 
 	shimDigest string
-	shimBytes  []byte
+	shimTar    []byte             // the helper volume's content
+	shimTree   map[string]fileSum // and its expected tree
 
 	stats Stats
 
@@ -62,7 +63,8 @@ func New(eng Engine, blobs *store.Store, cfg Config) (*Broker, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	b := &Broker{eng: eng, cfg: cfg, blobs: blobs, log: log, shimBytes: shim, shimDigest: sandbox.DigestBytes(shim)}
+	b := &Broker{eng: eng, cfg: cfg, blobs: blobs, log: log, shimDigest: sandbox.DigestBytes(shim)}
+	b.shimTar, b.shimTree = shimVolumeContent(shim)
 	b.volumes = newVolumeCache(b)
 	if cfg.PoolSize > 0 {
 		b.pool = newPool(b, cfg.PoolSize, cfg.PoolIdle)
@@ -267,21 +269,27 @@ func (b *Broker) removeContainer(id string) {
 // ensureShim makes sure the helper volume holds the helper binary.
 func (b *Broker) ensureShim(ctx context.Context, image string) (string, error) {
 	name := b.shimVolumeName(b.shimDigest)
-	var buf bytes.Buffer
-	tw := tar.NewWriter(&buf)
-	tw.WriteHeader(&tar.Header{Name: "shim", Mode: 0o755, Size: int64(len(b.shimBytes)), Typeflag: tar.TypeReg})
-	tw.Write(b.shimBytes)
-	tw.Close()
-	sum := sha256.Sum256(b.shimBytes)
-	want := map[string]fileSum{
-		"shim":  {mode: 0o755, size: int64(len(b.shimBytes)), digest: hex.EncodeToString(sum[:])},
-		rootKey: volumeRoot(0o755, 0),
-	}
 	labels := map[string]string{LabelRole: roleShim, LabelDigest: b.shimDigest, LabelBroker: b.cfg.Name}
-	_, err := b.volumes.ensure(ctx, name, image, labels, want, func() (io.ReadCloser, error) {
-		return io.NopCloser(bytes.NewReader(buf.Bytes())), nil
+	_, err := b.volumes.ensure(ctx, name, image, labels, b.shimTree, func() (io.ReadCloser, error) {
+		return io.NopCloser(bytes.NewReader(b.shimTar)), nil
 	})
 	return name, err
+}
+
+// shimVolumeContent returns the helper volume's tar and its expected tree:
+// made once per broker, not once per job (hashing the binary is most of a
+// warm job's CPU in this process).
+func shimVolumeContent(shim []byte) ([]byte, map[string]fileSum) {
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	tw.WriteHeader(&tar.Header{Name: "shim", Mode: 0o755, Size: int64(len(shim)), Typeflag: tar.TypeReg})
+	tw.Write(shim)
+	tw.Close()
+	sum := sha256.Sum256(shim)
+	return buf.Bytes(), map[string]fileSum{
+		"shim":  {mode: 0o755, size: int64(len(shim)), digest: hex.EncodeToString(sum[:])},
+		rootKey: volumeRoot(0o755, 0),
+	}
 }
 
 // checkInput re-checks an input blob before it reaches a container: it

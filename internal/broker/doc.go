@@ -34,6 +34,16 @@
 // differs from what was asked is removed and the job ends "error" naming the
 // setting. Images are used by local ID only and never pulled.
 //
+// # Sandboxes started ahead of jobs
+//
+// With Config.PoolSize, the broker keeps started sandboxes ready for the
+// container shapes jobs used (pool.go): the helper learns its job only from
+// the config frame, so a container started before its job is the same
+// container. A job takes one only if the sandbox's spec is its own (the
+// pool key is the digest of the spec), it is inspected and checked against
+// the job's spec again when taken, and each serves one job. Jobs with
+// read-only inputs are never pooled.
+//
 // The broker must never bind-mount host paths, pass the host environment,
 // follow a link out of an output directory, or leave a container or volume
 // of a job behind on any path (success, failure, timeout, cancellation or
