@@ -121,15 +121,19 @@ func runJob(o *out) (*Status, error) {
 	cfgJSON, _ := json.Marshal(cfg)
 
 	// Stage: extract writable inputs as the candidate user, reading the
-	// rest of stdin.
-	stage := exec.Command(self(), "stage")
-	stage.Stdin = os.Stdin
-	stage.Stdout = os.Stderr
-	stage.Stderr = os.Stderr
-	stage.Env = []string{"SANDBOXD_SHIM_CONFIG=" + string(cfgJSON)}
-	stage.SysProcAttr = candidateCred(cfg)
-	if err := stage.Run(); err != nil {
-		return nil, fmt.Errorf("stage inputs: %w", err)
+	// rest of stdin, and make the directories the job names. Nothing of the
+	// candidate has run yet: with no inputs and every directory already
+	// there (the scratch mount points), there is nothing to stage.
+	if len(cfg.Inputs) > 0 || !allDirs(cfg.MakeDirs) {
+		stage := exec.Command(self(), "stage")
+		stage.Stdin = os.Stdin
+		stage.Stdout = os.Stderr
+		stage.Stderr = os.Stderr
+		stage.Env = []string{"SANDBOXD_SHIM_CONFIG=" + string(cfgJSON)}
+		stage.SysProcAttr = candidateCred(cfg)
+		if err := stage.Run(); err != nil {
+			return nil, fmt.Errorf("stage inputs: %w", err)
+		}
 	}
 
 	st := &Status{ScratchUsed: map[string]int64{}, LimitsHit: []string{}}
@@ -318,6 +322,8 @@ func killCandidates(cfg *Config) bool {
 	}
 	for {
 		alive := false
+		// One child per uid, all at once.
+		var kills []*exec.Cmd
 		for _, id := range ids {
 			k := exec.Command(self(), "collect", "--kill-only")
 			k.Env = []string{"SANDBOXD_SHIM_KILL=1"}
@@ -325,7 +331,12 @@ func killCandidates(cfg *Config) bool {
 			// No descriptor of the container goes to a child of a
 			// candidate uid while candidate processes may still live.
 			k.Stderr = nil
-			k.Run()
+			if k.Start() == nil {
+				kills = append(kills, k)
+			}
+		}
+		for _, k := range kills {
+			k.Wait()
 		}
 		for _, id := range ids {
 			alive = alive || anyAlive(id[0])
@@ -338,6 +349,20 @@ func killCandidates(cfg *Config) bool {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// allDirs reports whether every path is a directory already, reached
+// without following a link.
+func allDirs(paths []string) bool {
+	for _, p := range paths {
+		for q := p; q != "/" && q != "."; q = filepath.Dir(q) {
+			var st unix.Stat_t
+			if unix.Lstat(q, &st) != nil || st.Mode&unix.S_IFMT != unix.S_IFDIR {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 // anyAlive reports whether a live (non-zombie) process of uid exists.
