@@ -49,11 +49,12 @@ type pool struct {
 	idle time.Duration
 	gen  string
 
-	mu     sync.Mutex
-	closed bool
-	shapes map[string]*shape
-	fills  sync.WaitGroup
-	stop   chan struct{}
+	mu       sync.Mutex
+	closed   bool
+	retiring bool // retireLoop runs
+	shapes   map[string]*shape
+	fills    sync.WaitGroup
+	stop     chan struct{}
 }
 
 // shape is one pool key: a container spec and its ready sandboxes.
@@ -146,7 +147,8 @@ func (p *pool) want(j sandbox.Job, key string) {
 	if s == nil {
 		s = &shape{job: j}
 		p.shapes[key] = s
-		if len(p.shapes) == 1 {
+		if !p.retiring {
+			p.retiring = true
 			go p.retireLoop()
 		}
 	}
@@ -207,6 +209,8 @@ func (p *pool) start(key string, j sandbox.Job) (*pooled, error) {
 	if got := poolKey(c.spec); got != key {
 		return nil, fmt.Errorf("pool: spec of key %s is now %s", key, got)
 	}
+	// Never cancelled but by its timeout: a create cancelled on this side
+	// may still complete in the engine, after the removal by name.
 	ctx, cancel := context.WithTimeout(context.Background(), b.cfg.EngineTimeout)
 	defer cancel()
 	created, err := b.eng.ContainerCreate(ctx, c.spec)
