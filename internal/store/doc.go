@@ -1,9 +1,12 @@
 // Package store is sandboxd's content-addressed blob store on the host: blobs
-// named by their SHA-256 digest, written by temp file, fsync and rename so
+// named by their SHA-256 digest, written to a temp file (unnamed where the
+// file system allows it), synced, and then linked or renamed into place, so
 // that a reader never sees a partial blob and concurrent writers of the same
-// content are safe.
+// content are safe. A Batch puts many blobs in place with one sync of the
+// blob directory instead of one per blob.
 //
 // A blob's name is derived from the bytes actually written, never from a
 // caller's claim; a claimed digest is checked and a mismatch leaves nothing
-// behind.
+// behind. Content the store already holds is compared with the stored copy,
+// which is kept only if it holds exactly those bytes.
 package store

@@ -1,15 +1,22 @@
 package store
 
 import (
+	"bytes"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"hash"
 	"io"
 	"io/fs"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
+	"sync"
+
+	"golang.org/x/sys/unix"
 )
 
 // ErrNotFound is returned for a digest the store does not hold.
@@ -27,6 +34,11 @@ var digestRE = regexp.MustCompile(`^sha256:([0-9a-f]{64})$`)
 type Store struct {
 	dir string
 	tmp string
+	// unnamed is set when the file system makes unnamed temp files
+	// (O_TMPFILE) that can be linked into place: a blob being written then
+	// has no directory entry until it is complete and synced, and nothing
+	// is left behind by a crash.
+	unnamed bool
 }
 
 // Open returns the store rooted at dir, creating it (mode 0700) if needed.
@@ -46,7 +58,7 @@ func OpenWithTemp(dir, tmp string) (*Store, error) {
 	if err := os.MkdirAll(tmp, 0o700); err != nil {
 		return nil, fmt.Errorf("blob store %s: %w", dir, err)
 	}
-	return &Store{dir: dir, tmp: tmp}, nil
+	return &Store{dir: dir, tmp: tmp, unnamed: canLinkUnnamed(tmp)}, nil
 }
 
 // Dir returns the store's root directory.
@@ -131,35 +143,87 @@ func (s *Store) PutBytes(b []byte) (string, error) {
 // Writer streams one blob into the store, hashing as it writes.
 type Writer struct {
 	s    *Store
-	f    *os.File
-	h    hashWriter
+	mem  *[]byte // the bytes so far, while they fit in memSize
+	fd   int     // the temp file, once there is one; -1 before
+	name string  // the temp file's path; "" while it is unnamed
+	h    hash.Hash
 	n    int64
 	max  int64
 	done bool
 }
 
-type hashWriter interface {
-	io.Writer
-	Sum([]byte) []byte
-}
+// memSize bounds the blob a Writer keeps in memory rather than in a temp
+// file. Creating a file is the dearest step for a small blob, and a blob
+// the store already holds then never gets one.
+const memSize = 64 << 10
 
-// NewWriter starts a blob. Call Commit to keep it or Abort to drop it.
+// One byte more than memSize: holds reads one past a stored copy's size.
+var memPool = sync.Pool{New: func() any { b := make([]byte, 0, memSize+1); return &b }}
+
+// NewWriter starts a blob. Call Commit (or Batch.Add) to keep it or Abort
+// to drop it.
 func (s *Store) NewWriter(maxBytes int64) (*Writer, error) {
-	f, err := os.CreateTemp(s.tmp, "blob-*")
-	if err != nil {
-		return nil, fmt.Errorf("blob store: %w", err)
-	}
-	return &Writer{s: s, f: f, h: sha256.New(), max: maxBytes}, nil
+	return &Writer{s: s, fd: -1, h: sha256.New(), max: maxBytes}, nil
 }
 
 func (w *Writer) Write(p []byte) (int, error) {
+	if w.done {
+		return 0, errors.New("blob writer already finished")
+	}
 	if w.max >= 0 && w.n+int64(len(p)) > w.max {
 		return 0, fmt.Errorf("more than %d bytes: %w", w.max, ErrTooLarge)
 	}
-	n, err := w.f.Write(p)
+	if w.fd < 0 && w.n+int64(len(p)) <= memSize {
+		if w.mem == nil {
+			w.mem = memPool.Get().(*[]byte)
+		}
+		*w.mem = append(*w.mem, p...)
+		w.h.Write(p)
+		w.n += int64(len(p))
+		return len(p), nil
+	}
+	if w.fd < 0 {
+		if err := w.createTemp(); err != nil {
+			return 0, err
+		}
+	}
+	n, err := writeFull(w.fd, p)
 	w.h.Write(p[:n])
 	w.n += int64(n)
-	return n, err
+	if err != nil {
+		return n, fmt.Errorf("blob store: write: %w", err)
+	}
+	return n, nil
+}
+
+// createTemp moves the writer's bytes from memory to a new temp file.
+func (w *Writer) createTemp() error {
+	var err error
+	if w.s.unnamed {
+		w.fd, err = unix.Open(w.s.tmp, unix.O_TMPFILE|unix.O_WRONLY|unix.O_CLOEXEC, 0o400)
+	} else {
+		w.fd, w.name, err = createTemp(w.s.tmp)
+	}
+	if err != nil {
+		w.fd = -1
+		return fmt.Errorf("blob store: %w", &os.PathError{Op: "create temp", Path: w.s.tmp, Err: err})
+	}
+	if w.mem != nil {
+		_, err = writeFull(w.fd, *w.mem)
+		w.freeMem()
+		if err != nil {
+			return fmt.Errorf("blob store: write: %w", err)
+		}
+	}
+	return nil
+}
+
+func (w *Writer) freeMem() {
+	if w.mem != nil {
+		*w.mem = (*w.mem)[:0]
+		memPool.Put(w.mem)
+		w.mem = nil
+	}
 }
 
 // Size is the number of bytes written so far.
@@ -168,41 +232,155 @@ func (w *Writer) Size() int64 { return w.n }
 // Digest is the digest of the bytes written so far.
 func (w *Writer) Digest() string { return "sha256:" + hex.EncodeToString(w.h.Sum(nil)) }
 
-// Commit makes the blob durable and visible under its digest. If want is
-// not empty and differs from the content's digest, nothing is kept.
-func (w *Writer) Commit(want string) (string, int64, error) {
+// check finishes the writer's part: the content must be want, if given.
+func (w *Writer) check(want string) (string, error) {
 	if w.done {
-		return "", 0, errors.New("blob writer already finished")
+		return "", errors.New("blob writer already finished")
 	}
 	d := w.Digest()
 	if want != "" && want != d {
 		w.Abort()
-		return "", 0, fmt.Errorf("claimed %s, content is %s: %w", want, d, ErrDigestMismatch)
-	}
-	if err := w.f.Sync(); err != nil {
-		w.Abort()
-		return "", 0, err
-	}
-	if err := w.f.Close(); err != nil {
-		w.Abort()
-		return "", 0, err
+		return "", fmt.Errorf("claimed %s, content is %s: %w", want, d, ErrDigestMismatch)
 	}
 	w.done = true
-	dst, _ := w.s.Path(d)
-	if err := os.Chmod(w.f.Name(), 0o400); err != nil {
-		os.Remove(w.f.Name())
+	return d, nil
+}
+
+// Commit makes the blob durable and visible under its digest. If want is
+// not empty and differs from the content's digest, nothing is kept.
+func (w *Writer) Commit(want string) (string, int64, error) {
+	d, err := w.check(want)
+	if err != nil {
 		return "", 0, err
 	}
-	// Rename is atomic; a concurrent writer of the same content replaces an
-	// identical file, which readers cannot tell apart.
-	if err := os.Rename(w.f.Name(), dst); err != nil {
-		os.Remove(w.f.Name())
+	if err := w.settle(d); err != nil {
 		return "", 0, err
 	}
-	if err := syncDir(filepath.Dir(dst)); err != nil {
+	if err := w.s.syncBlobDir(); err != nil {
 		return "", 0, err
 	}
 	return d, w.n, nil
+}
+
+// settle makes the blob's bytes durable and puts them under d, then
+// releases the temp file. The name is durable only once the blob
+// directory is synced. A failure leaves nothing under d that is not a
+// whole, synced blob.
+func (w *Writer) settle(d string) (err error) {
+	defer w.release()
+	dst, _ := w.s.Path(d)
+	// The store may already hold these bytes (a job that wrote the same
+	// output again, a workspace ingested twice). A copy that hashes to d
+	// and is synced is as good as this one, which then never has to reach
+	// the disk; a copy that does not is replaced.
+	if w.s.holds(dst, d, w.n, w.mem) {
+		return nil
+	}
+	if w.fd < 0 {
+		if err := w.createTemp(); err != nil {
+			return err
+		}
+	}
+	if err := unix.Fchmod(w.fd, 0o400); err != nil {
+		return fmt.Errorf("blob store: chmod: %w", err)
+	}
+	if err := fsync(w.fd); err != nil {
+		return fmt.Errorf("blob store: sync: %w", err)
+	}
+	if w.name == "" {
+		err := linkUnnamed(w.fd, dst)
+		if err == nil {
+			return nil
+		}
+		if !errors.Is(err, unix.EEXIST) {
+			return fmt.Errorf("blob store: %w", &os.PathError{Op: "link", Path: dst, Err: err})
+		}
+		// Something appeared under d since holds looked; rename over it
+		// like a named temp file would.
+		if w.name, err = linkTemp(w.fd, w.s.tmp); err != nil {
+			return fmt.Errorf("blob store: %w", &os.PathError{Op: "link", Path: w.s.tmp, Err: err})
+		}
+	}
+	// Rename is atomic; a concurrent writer of the same content replaces an
+	// identical file, which readers cannot tell apart.
+	if err := os.Rename(w.name, dst); err != nil {
+		return fmt.Errorf("blob store: %w", err)
+	}
+	w.name = ""
+	return nil
+}
+
+// holds reports whether the file at dst is a regular file of size bytes
+// that hashes to d (or equals mem, the bytes that hash to d, if given)
+// and could be synced.
+func (s *Store) holds(dst, d string, size int64, mem *[]byte) bool {
+	fd, err := unix.Open(dst, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return false
+	}
+	defer unix.Close(fd)
+	var st unix.Stat_t
+	if unix.Fstat(fd, &st) != nil || st.Mode&unix.S_IFMT != unix.S_IFREG || st.Size != size {
+		return false
+	}
+	var same bool
+	if mem != nil {
+		buf := memPool.Get().(*[]byte)
+		defer memPool.Put(buf)
+		// One byte more than expected, to see a file that grew.
+		b := (*buf)[:size+1]
+		n, err := readFull(fd, b)
+		same = err == nil && bytes.Equal(b[:n], *mem)
+	} else {
+		h := sha256.New()
+		buf := make([]byte, min(size+1, 256<<10))
+		var total int64
+		for {
+			n, err := readFull(fd, buf)
+			h.Write(buf[:n])
+			total += int64(n)
+			if err != nil {
+				return false
+			}
+			if n < len(buf) {
+				break
+			}
+		}
+		same = total == size && "sha256:"+hex.EncodeToString(h.Sum(nil)) == d
+	}
+	return same && fsync(fd) == nil
+}
+
+// readFull reads into p until it is full or the file ends.
+func readFull(fd int, p []byte) (int, error) {
+	n := 0
+	for n < len(p) {
+		m, err := unix.Read(fd, p[n:])
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return n, err
+		}
+		if m == 0 {
+			break
+		}
+		n += m
+	}
+	return n, nil
+}
+
+// release closes the temp file and removes its name, if it still has one.
+func (w *Writer) release() {
+	w.freeMem()
+	if w.fd >= 0 {
+		unix.Close(w.fd)
+		w.fd = -1
+	}
+	if w.name != "" {
+		os.Remove(w.name)
+		w.name = ""
+	}
 }
 
 // Abort drops an unfinished blob. It is safe to call after Commit.
@@ -211,8 +389,7 @@ func (w *Writer) Abort() {
 		return
 	}
 	w.done = true
-	w.f.Close()
-	os.Remove(w.f.Name())
+	w.release()
 }
 
 // Verify re-hashes blob d and reports a mismatch as ErrDigestMismatch.
@@ -232,6 +409,14 @@ func (s *Store) Verify(d string) error {
 	return nil
 }
 
+// syncBlobDir makes the names of the blobs put into place durable.
+func (s *Store) syncBlobDir() error {
+	if err := syncDir(filepath.Join(s.dir, "sha256")); err != nil {
+		return fmt.Errorf("blob store: sync directory: %w", err)
+	}
+	return nil
+}
+
 func syncDir(dir string) error {
 	f, err := os.Open(dir)
 	if err != nil {
@@ -239,4 +424,165 @@ func syncDir(dir string) error {
 	}
 	defer f.Close()
 	return f.Sync()
+}
+
+// fsync is a variable so that tests can make it fail.
+var fsync = func(fd int) error {
+	for {
+		err := unix.Fsync(fd)
+		if err != unix.EINTR {
+			return err
+		}
+	}
+}
+
+func writeFull(fd int, p []byte) (int, error) {
+	n := 0
+	for n < len(p) {
+		m, err := unix.Write(fd, p[n:])
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return n, err
+		}
+		n += m
+	}
+	return n, nil
+}
+
+// createTemp creates a new, named temp file in dir.
+func createTemp(dir string) (int, string, error) {
+	for range 10000 {
+		name := filepath.Join(dir, "blob-"+strconv.FormatUint(rand.Uint64(), 36))
+		fd, err := unix.Open(name, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
+		if err == unix.EEXIST {
+			continue
+		}
+		return fd, name, err
+	}
+	return -1, "", unix.EEXIST
+}
+
+// linkUnnamed gives the unnamed file fd the name dst; it fails with
+// EEXIST if dst exists. linkat with AT_EMPTY_PATH would need
+// CAP_DAC_READ_SEARCH; the descriptor's /proc link does not.
+func linkUnnamed(fd int, dst string) error {
+	return unix.Linkat(unix.AT_FDCWD, "/proc/self/fd/"+strconv.Itoa(fd), unix.AT_FDCWD, dst, unix.AT_SYMLINK_FOLLOW)
+}
+
+// linkTemp gives the unnamed file fd a new temp name in dir.
+func linkTemp(fd int, dir string) (string, error) {
+	for range 10000 {
+		name := filepath.Join(dir, "blob-"+strconv.FormatUint(rand.Uint64(), 36))
+		err := linkUnnamed(fd, name)
+		if err == unix.EEXIST {
+			continue
+		}
+		return name, err
+	}
+	return "", unix.EEXIST
+}
+
+// canLinkUnnamed reports whether unnamed temp files in dir can be linked
+// into place (the file system supports O_TMPFILE and /proc is mounted).
+func canLinkUnnamed(dir string) bool {
+	fd, err := unix.Open(dir, unix.O_TMPFILE|unix.O_WRONLY|unix.O_CLOEXEC, 0o400)
+	if err != nil {
+		return false
+	}
+	defer unix.Close(fd)
+	name, err := linkTemp(fd, dir)
+	if err != nil {
+		return false
+	}
+	os.Remove(name)
+	return true
+}
+
+// batchWorkers bounds the blobs a Batch syncs at once: the file system
+// groups concurrent syncs into one journal commit.
+const batchWorkers = 32
+
+// Batch puts many blobs into the store with one sync of the blob
+// directory for all of them instead of one per blob. Each blob added is
+// synced and put under its digest in the background while the caller
+// writes the next; Commit waits for all of them and makes their names
+// durable. A blob may be visible before Commit returns, but only ever
+// whole and synced; it is durable when Commit returns nil.
+//
+// Add and Commit are called from one goroutine.
+type Batch struct {
+	s      *Store
+	sem    chan struct{}
+	wg     sync.WaitGroup
+	added  int
+	closed bool
+	mu     sync.Mutex
+	err    error
+}
+
+// NewBatch starts a batch. Call Commit when every blob has been added.
+func (s *Store) NewBatch() *Batch {
+	return &Batch{s: s, sem: make(chan struct{}, batchWorkers)}
+}
+
+// Add finishes w, checked against want as Commit does, and hands it to
+// the batch. It returns the blob's digest and size. An error from an
+// earlier blob of the batch is returned here as soon as it is known, and
+// w is then dropped.
+func (b *Batch) Add(w *Writer, want string) (string, int64, error) {
+	if b.closed {
+		w.Abort()
+		return "", 0, errors.New("blob batch already committed")
+	}
+	if err := b.failed(); err != nil {
+		w.Abort()
+		return "", 0, err
+	}
+	d, err := w.check(want)
+	if err != nil {
+		return "", 0, err
+	}
+	b.sem <- struct{}{}
+	b.wg.Add(1)
+	b.added++
+	go func() {
+		defer b.wg.Done()
+		defer func() { <-b.sem }()
+		if err := w.settle(d); err != nil {
+			b.mu.Lock()
+			if b.err == nil {
+				b.err = fmt.Errorf("blob %s: %w", d, err)
+			}
+			b.mu.Unlock()
+		}
+	}()
+	return d, w.n, nil
+}
+
+func (b *Batch) failed() error {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.err
+}
+
+// Commit waits for every blob added and makes their names durable with
+// one sync of the blob directory. It returns the first failure; the blobs
+// that did not fail are whole and in place either way.
+func (b *Batch) Commit() error {
+	if b.closed {
+		return errors.New("blob batch already committed")
+	}
+	b.closed = true
+	b.wg.Wait()
+	if b.added == 0 {
+		return nil
+	}
+	// Synced even after a failure: the blobs that made it are whole.
+	serr := b.s.syncBlobDir()
+	if err := b.failed(); err != nil {
+		return err
+	}
+	return serr
 }
