@@ -11,7 +11,6 @@ import (
 	"path"
 	"slices"
 	"strings"
-	"sync"
 	"unicode/utf8"
 
 	"github.com/sandboxd/sandboxd/internal/shim"
@@ -52,18 +51,12 @@ type collector struct {
 	status      *shim.Status
 	helperError string
 
-	// Artifacts are made durable (fsync, rename, fsync of the directory)
-	// by up to maxCommits goroutines while the stream goes on: one at a
-	// time, a tree of small files spent most of its collection waiting for
-	// the disk. consume returns only after every commit ended.
-	commits   sync.WaitGroup
-	commitSem chan struct{}
-	commitMu  sync.Mutex
-	commitErr error
+	// Artifacts go into the blob store as one batch: each is synced and
+	// put in place in the background while the stream goes on, and the
+	// blob directory is synced once, when the stream has ended, instead of
+	// once per artifact. consume returns only after the batch committed.
+	batch *store.Batch
 }
-
-// maxCommits bounds the artifact commits in flight per job.
-const maxCommits = 32
 
 func newCollector(r *run) *collector {
 	return &collector{
@@ -74,7 +67,7 @@ func newCollector(r *run) *collector {
 		seen:      map[string]bool{},
 		rejected:  []sandbox.Rejected{},
 		artifacts: []sandbox.Artifact{},
-		commitSem: make(chan struct{}, maxCommits),
+		batch:     r.b.blobs.NewBatch(),
 	}
 }
 
@@ -85,11 +78,10 @@ var errProtocol = errors.New("protocol violation")
 // durable in the blob store when it returns nil.
 func (c *collector) consume(r io.Reader) error {
 	err := c.consumeFrames(r)
-	c.commits.Wait()
-	if err == nil {
-		c.commitMu.Lock()
-		err = c.commitErr
-		c.commitMu.Unlock()
+	// Committed even when the stream failed: the artifacts listed so far
+	// stay in the result, and they must be in the store.
+	if cerr := c.batch.Commit(); cerr != nil && err == nil {
+		err = fmt.Errorf("store artifacts: %w", cerr)
 	}
 	return err
 }
@@ -214,25 +206,16 @@ func (c *collector) endFile() error {
 		w.Abort()
 		return fmt.Errorf("artifact %s: %d bytes sent, header said %d: %w", h.Path, w.Size(), h.Size, errProtocol)
 	}
-	// The digest is the one computed while the bytes streamed in; Commit
-	// checks the file against it.
-	d, n := w.Digest(), w.Size()
+	// The digest is the one computed while the bytes streamed in. A
+	// failure to store an earlier artifact surfaces here and fails the
+	// stream.
+	d, n, err := c.batch.Add(w, "")
+	if err != nil {
+		return fmt.Errorf("store artifacts: %w", err)
+	}
 	c.files++
 	c.bytes += n
 	c.artifacts = append(c.artifacts, sandbox.Artifact{Path: h.Path, Digest: d, Size: n, MediaType: mediaType(h.Path)})
-	c.commitSem <- struct{}{}
-	c.commits.Add(1)
-	go func() {
-		defer c.commits.Done()
-		defer func() { <-c.commitSem }()
-		if _, _, err := w.Commit(d); err != nil {
-			c.commitMu.Lock()
-			if c.commitErr == nil {
-				c.commitErr = fmt.Errorf("store artifact %s: %w", h.Path, err)
-			}
-			c.commitMu.Unlock()
-		}
-	}()
 	return nil
 }
 
