@@ -306,8 +306,9 @@ func (c *collector) file(dirfd int, name, p string, st *unix.Stat_t) error {
 		c.reject(p, "open: "+err.Error())
 		return nil
 	}
-	f := os.NewFile(uintptr(fd), p)
-	defer f.Close()
+	// A raw descriptor, as in extract: os.File would try to register a
+	// non-blocking descriptor with the poller, per file.
+	defer unix.Close(fd)
 	var st2 unix.Stat_t
 	if err := unix.Fstat(fd, &st2); err != nil || st2.Ino != st.Ino || st2.Mode&unix.S_IFMT != unix.S_IFREG || st2.Size != st.Size {
 		c.reject(p, "changed while being collected")
@@ -319,7 +320,7 @@ func (c *collector) file(dirfd int, name, p string, st *unix.Stat_t) error {
 	}
 	var sent int64
 	for sent < st.Size {
-		n, err := f.Read(c.buf[:min(int64(len(c.buf)), st.Size-sent)])
+		n, err := readFD(fd, c.buf[:min(int64(len(c.buf)), st.Size-sent)])
 		if n > 0 {
 			if err := c.o.frame(FrameFileData, c.buf[:n]); err != nil {
 				return err
@@ -340,6 +341,22 @@ func (c *collector) file(dirfd int, name, p string, st *unix.Stat_t) error {
 	c.bytes += sent
 	c.remaining -= sent
 	return nil
+}
+
+// readFD reads from a raw descriptor; io.EOF at the end of the file.
+func readFD(fd int, p []byte) (int, error) {
+	for {
+		n, err := unix.Read(fd, p)
+		switch {
+		case err == unix.EINTR:
+			continue
+		case err != nil:
+			return 0, err
+		case n == 0 && len(p) > 0:
+			return 0, io.EOF
+		}
+		return n, nil
+	}
 }
 
 // openChild opens name in dirfd; if the candidate removed the owner's
