@@ -157,8 +157,32 @@ type Writer struct {
 // the store already holds then never gets one.
 const memSize = 64 << 10
 
-// One byte more than memSize: holds reads one past a stored copy's size.
-var memPool = sync.Pool{New: func() any { b := make([]byte, 0, memSize+1); return &b }}
+// memBufs keeps the buffers of finished writers for the next ones: a
+// sync.Pool is emptied by every garbage collection, and streaming many
+// blobs collects often enough that most writers allocated a new one. It
+// holds at most what one batch has in flight, a writer's buffer and one
+// for holds per blob (about 4 MiB).
+var memBufs = make(chan *[]byte, 2*batchWorkers+2)
+
+// getBuf returns an empty buffer of memSize+1 bytes: one more than a
+// writer keeps, so that holds can read past a stored copy's size.
+func getBuf() *[]byte {
+	select {
+	case b := <-memBufs:
+		return b
+	default:
+		b := make([]byte, 0, memSize+1)
+		return &b
+	}
+}
+
+func putBuf(b *[]byte) {
+	*b = (*b)[:0]
+	select {
+	case memBufs <- b:
+	default:
+	}
+}
 
 // NewWriter starts a blob. Call Commit (or Batch.Add) to keep it or Abort
 // to drop it.
@@ -175,7 +199,7 @@ func (w *Writer) Write(p []byte) (int, error) {
 	}
 	if w.fd < 0 && w.n+int64(len(p)) <= memSize {
 		if w.mem == nil {
-			w.mem = memPool.Get().(*[]byte)
+			w.mem = getBuf()
 		}
 		*w.mem = append(*w.mem, p...)
 		w.h.Write(p)
@@ -220,8 +244,7 @@ func (w *Writer) createTemp() error {
 
 func (w *Writer) freeMem() {
 	if w.mem != nil {
-		*w.mem = (*w.mem)[:0]
-		memPool.Put(w.mem)
+		putBuf(w.mem)
 		w.mem = nil
 	}
 }
@@ -325,8 +348,8 @@ func (s *Store) holds(dst, d string, size int64, mem *[]byte) bool {
 	}
 	var same bool
 	if mem != nil {
-		buf := memPool.Get().(*[]byte)
-		defer memPool.Put(buf)
+		buf := getBuf()
+		defer putBuf(buf)
 		// One byte more than expected, to see a file that grew.
 		b := (*buf)[:size+1]
 		n, err := readFull(fd, b)
