@@ -322,8 +322,9 @@ func killCandidates(cfg *Config) bool {
 	}
 	for {
 		alive := false
-		// One child per uid, all at once.
-		var kills []*exec.Cmd
+		// One child per uid, one after the other: a fork bomb leaves the
+		// pids cgroup nearly full, and a child (a Go program, with its
+		// threads) needs the few pids there are to itself.
 		for _, id := range ids {
 			k := exec.Command(self(), "collect", "--kill-only")
 			k.Env = []string{"SANDBOXD_SHIM_KILL=1"}
@@ -331,12 +332,7 @@ func killCandidates(cfg *Config) bool {
 			// No descriptor of the container goes to a child of a
 			// candidate uid while candidate processes may still live.
 			k.Stderr = nil
-			if k.Start() == nil {
-				kills = append(kills, k)
-			}
-		}
-		for _, k := range kills {
-			k.Wait()
+			k.Run()
 		}
 		for _, id := range ids {
 			alive = alive || anyAlive(id[0])
