@@ -48,6 +48,10 @@ type execService struct {
 	wg   sync.WaitGroup
 	sem  chan struct{}
 	done chan struct{}
+
+	mu      sync.Mutex
+	stopped bool // no program starts any more
+	started bool // some program was (or is being) started as the code uid
 }
 
 func startExecService(cfg *Config) (*execService, error) {
@@ -84,8 +88,25 @@ func (s *execService) accept() {
 }
 
 // stop refuses new requests; running programs are ended by the kill of
-// the code uid, after which serve returns.
-func (s *execService) stop() { s.ln.Close() }
+// the code uid, after which serve returns. After stop, used is final.
+func (s *execService) stop() {
+	s.mu.Lock()
+	s.stopped = true
+	s.mu.Unlock()
+	s.ln.Close()
+}
+
+// used reports whether a process of the code uid may exist: whether a
+// program was started, or is being started, as that uid. A nil service
+// never starts one.
+func (s *execService) used() bool {
+	if s == nil {
+		return false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.started
+}
 
 // wait waits for every request to end (after the code uid was killed).
 func (s *execService) wait() { s.wg.Wait() }
@@ -128,6 +149,16 @@ func (s *execService) serve(c *net.UnixConn) {
 			Pdeathsig:  syscall.SIGKILL,
 		},
 	}
+	// Marked before the start, under the lock stop takes: once stop
+	// returns, either used reports this program or it never starts.
+	s.mu.Lock()
+	if s.stopped {
+		s.mu.Unlock()
+		reply(ExecReply{ExitCode: 126, Error: "the job's command has ended"})
+		return
+	}
+	s.started = true
+	s.mu.Unlock()
 	if err := cmd.Start(); err != nil {
 		reply(ExecReply{ExitCode: 127, Error: err.Error()})
 		return

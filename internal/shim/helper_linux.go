@@ -211,7 +211,7 @@ func runJob(o *out) (*Status, error) {
 		case werr = <-done:
 		case <-timer:
 			st.TimedOut = true
-			killCandidates(cfg) // as the candidate uid; the helper holds no CAP_KILL
+			killCandidates(cfg, svc.used()) // as the candidate uid; the helper holds no CAP_KILL
 			werr = <-done
 		}
 		st.ExitCode, st.Signal = exitStatus(cmd.ProcessState, werr)
@@ -226,7 +226,7 @@ func runJob(o *out) (*Status, error) {
 	if svc != nil {
 		svc.stop()
 	}
-	if !killCandidates(cfg) {
+	if !killCandidates(cfg, svc.used()) {
 		st.Leftover = true
 		st.Error = "candidate processes survived SIGKILL; outputs not collected"
 		return st, nil
@@ -311,13 +311,15 @@ func exitStatus(ps *os.ProcessState, err error) (int, string) {
 	return ps.ExitCode(), ""
 }
 
-// killCandidates kills every process of the candidate uid, through a child
-// that takes that uid (kill(-1) from it reaches exactly those processes),
-// and waits until none is alive. It reports false if some survived.
-func killCandidates(cfg *Config) bool {
+// killCandidates kills every process of the candidate uid, and of the code
+// uid if the exec service ever ran a program (nothing else can become that
+// uid), through a child that takes that uid (kill(-1) from it reaches
+// exactly those processes), and waits until none is alive. It reports
+// false if some survived.
+func killCandidates(cfg *Config, codeUsed bool) bool {
 	deadline := time.Now().Add(5 * time.Second)
 	ids := [][2]int{{cfg.UID, cfg.GID}}
-	if cfg.CodeUID > 0 {
+	if cfg.CodeUID > 0 && codeUsed {
 		ids = append(ids, [2]int{cfg.CodeUID, cfg.CodeGID})
 	}
 	for {
