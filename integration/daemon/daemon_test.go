@@ -233,16 +233,7 @@ func TestSIGKILLAtEachStep(t *testing.T) {
 				if _, err := d.client.Submit(ctx, job); err != nil {
 					t.Fatal(err)
 				}
-				for {
-					st, err := d.client.Status(ctx, job.ID)
-					if err != nil {
-						t.Fatal(err)
-					}
-					if st.State == "started" {
-						break
-					}
-					time.Sleep(20 * time.Millisecond)
-				}
+				d.waitState(ctx, job.ID, "started")
 				time.Sleep(time.Second)
 				d.kill()
 			} else {
@@ -437,16 +428,7 @@ func TestPooledSandboxesAfterSIGKILL(t *testing.T) {
 	if _, err := d.client.Submit(ctx, job); err != nil {
 		t.Fatal(err)
 	}
-	for {
-		st, err := d.client.Status(ctx, job.ID)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if st.State == "started" {
-			break
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	d.waitState(ctx, job.ID, "started")
 	if used := d.metric("sandboxd_pool_used_total"); used != 1 {
 		t.Fatalf("pool used %v times, want 1", used)
 	}

@@ -346,3 +346,18 @@ func (d *daemon) metric(name string) float64 {
 	}
 	return m.Gauge.GetValue()
 }
+
+// waitState polls a job's status until it reaches state.
+func (d *daemon) waitState(ctx context.Context, id, state string) {
+	d.t.Helper()
+	for {
+		st, err := d.client.Status(ctx, id)
+		if err != nil {
+			d.t.Fatal(err)
+		}
+		if st.State == state {
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}

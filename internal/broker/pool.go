@@ -266,20 +266,27 @@ func (p *pool) retireLoop() {
 			return
 		case <-t.C:
 		}
-		var drop []*pooled
 		p.mu.Lock()
-		for key, s := range p.shapes {
-			if time.Since(s.lastUsed) >= p.idle {
-				drop = append(drop, s.ready...)
-				p.b.stats.PoolReady.Add(-int64(len(s.ready)))
-				delete(p.shapes, key)
-			}
-		}
+		drop := p.dropLocked(func(s *shape) bool { return time.Since(s.lastUsed) >= p.idle })
 		p.mu.Unlock()
 		for _, c := range drop {
 			p.discard(c)
 		}
 	}
+}
+
+// dropLocked forgets the shapes that match and returns their ready
+// sandboxes, for the caller to discard once the lock is released.
+func (p *pool) dropLocked(match func(*shape) bool) []*pooled {
+	var drop []*pooled
+	for key, s := range p.shapes {
+		if match(s) {
+			drop = append(drop, s.ready...)
+			p.b.stats.PoolReady.Add(-int64(len(s.ready)))
+			delete(p.shapes, key)
+		}
+	}
+	return drop
 }
 
 // close removes every ready sandbox and waits for the ones starting.
@@ -291,12 +298,7 @@ func (p *pool) close() {
 	}
 	p.closed = true
 	close(p.stop)
-	var drop []*pooled
-	for key, s := range p.shapes {
-		drop = append(drop, s.ready...)
-		p.b.stats.PoolReady.Add(-int64(len(s.ready)))
-		delete(p.shapes, key)
-	}
+	drop := p.dropLocked(func(*shape) bool { return true })
 	p.mu.Unlock()
 	for _, c := range drop {
 		p.discard(c)
