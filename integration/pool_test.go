@@ -3,8 +3,11 @@ package integration
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"reflect"
+	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -182,6 +185,9 @@ func TestPoolMatchesShapesExactly(t *testing.T) {
 	if n := b.Stats().PoolUsed.Load(); n != 0 {
 		t.Fatalf("%d jobs of another shape used a pooled sandbox", n)
 	}
+	if n := b.Stats().PoolDiscarded.Load(); n != 0 {
+		t.Fatalf("%d pooled sandboxes were taken by a job of another shape and discarded", n)
+	}
 	// The first shape's sandbox is still there and still serves its shape.
 	waitReady(t, b, 2) // one of the first shape, one of the second
 	if r, _ := runCapturing(t, b, newJob(t, sh("true"), nil)); r.Status != sandbox.StatusSucceeded || b.Stats().PoolUsed.Load() != 1 {
@@ -254,4 +260,129 @@ func TestIdlePoolIsRetired(t *testing.T) {
 	if ready, _, _ := b.PoolCounts(); ready != 0 {
 		t.Fatalf("%d ready after retirement", ready)
 	}
+}
+
+// The same job twice at once: the second run is refused with a conflict,
+// as for a cold container, although each would take a pooled sandbox of
+// its own (the first takes the job's container name).
+func TestSameJobTwiceConflictsInThePool(t *testing.T) {
+	t.Parallel()
+	b, _ := poolBroker(t, 2, time.Minute)
+	if r := env.Run(t, b, newJob(t, sh("true"), nil)); r.Status != sandbox.StatusSucceeded {
+		t.Fatalf("first: %s (%s)", r.Status, r.Cause)
+	}
+	waitReady(t, b, 2)
+	j := newJob(t, sh("sleep 3; echo once"), nil)
+	started := make(chan struct{})
+	done := make(chan sandbox.Result, 1)
+	go func() {
+		res, err := b.RunWithHooks(context.Background(), j, broker.Hooks{OnStarted: func(string, time.Time) { close(started) }})
+		if err != nil {
+			t.Errorf("first run: %v", err)
+		}
+		done <- res
+	}()
+	<-started
+	_, err := b.Run(context.Background(), j)
+	if !errors.Is(err, sandbox.ErrConflict) {
+		t.Fatalf("second run of a running job: %v, want ErrConflict", err)
+	}
+	if r := <-done; r.Status != sandbox.StatusSucceeded || stdout(t, r) != "once\n" {
+		t.Fatalf("first run: %s (%s)", r.Status, r.Cause)
+	}
+	if got := b.Stats().PoolUsed.Load(); got != 1 {
+		t.Errorf("pooled sandboxes used: %d, want 1", got)
+	}
+}
+
+// failingRemove refuses the first removal of a pooled sandbox, as an engine
+// under trouble might.
+type failingRemove struct {
+	*client.Client
+	failed atomic.Bool
+}
+
+func (f *failingRemove) ContainerRemove(ctx context.Context, id string, o client.ContainerRemoveOptions) (client.ContainerRemoveResult, error) {
+	if insp, err := f.Client.ContainerInspect(ctx, id, client.ContainerInspectOptions{}); err == nil &&
+		insp.Container.Config.Labels[broker.LabelRole] == "pool" && strings.Contains(insp.Container.Name, "-pool-") && f.failed.CompareAndSwap(false, true) {
+		return client.ContainerRemoveResult{}, errors.New("injected: remove refused")
+	}
+	return f.Client.ContainerRemove(ctx, id, o)
+}
+
+// Stale pooled sandboxes: a process's own ready ones never are; another
+// process's (a new broker of the same name) are; and one this process lost
+// (its removal failed) is.
+func TestStalePooledSandboxesAreListed(t *testing.T) {
+	t.Parallel()
+	b, name := poolBroker(t, 2, time.Minute)
+	if r := env.Run(t, b, newJob(t, sh("true"), nil)); r.Status != sandbox.StatusSucceeded {
+		t.Fatalf("first: %s (%s)", r.Status, r.Cause)
+	}
+	waitReady(t, b, 2)
+	ctx := context.Background()
+	if stale, err := b.ListStalePoolContainers(ctx); err != nil || len(stale) != 0 {
+		t.Fatalf("own ready sandboxes listed as stale: %v %v", stale, err)
+	}
+	cfg := env.Cfg
+	cfg.Name, cfg.VolumePrefix, cfg.PoolSize, cfg.PoolIdle = name, name, 2, time.Minute
+	fr := &failingRemove{Client: env.Eng}
+	next, err := broker.New(fr, env.Blobs, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer next.ClosePool()
+	if stale, err := next.ListStalePoolContainers(ctx); err != nil || len(stale) != 2 {
+		t.Fatalf("another process's ready sandboxes: got %v %v, want 2", stale, err)
+	}
+	// The new broker fills its own pool; one of its sandboxes cannot be
+	// removed when a changed one is discarded.
+	if r := env.Run(t, next, newJob(t, sh("true"), nil)); r.Status != sandbox.StatusSucceeded {
+		t.Fatalf("next: %s (%s)", r.Status, r.Cause)
+	}
+	waitReady(t, next, 2)
+	mine := env.Leftovers(ctx, broker.LabelBroker+"="+name, broker.LabelRole+"=pool")
+	if len(mine) != 4 {
+		t.Fatalf("pooled containers: %v, want 4", mine)
+	}
+	var victim string
+	for _, c := range mustList(t, name) {
+		if c.Labels[broker.LabelPool] != "" && !slices.ContainsFunc(mustStale(t, next), func(s broker.JobContainer) bool { return s.ID == c.ID }) {
+			victim = c.ID
+			break
+		}
+	}
+	if _, err := env.Eng.ContainerKill(ctx, victim, client.ContainerKillOptions{Signal: "SIGKILL"}); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 { // the killed one is discarded (its removal refused), the other serves
+		if r := env.Run(t, next, newJob(t, sh("true"), nil)); r.Status != sandbox.StatusSucceeded {
+			t.Fatalf("after the kill: %s (%s)", r.Status, r.Cause)
+		}
+	}
+	if !fr.failed.Load() {
+		t.Fatal("no removal was refused")
+	}
+	if !slices.ContainsFunc(mustStale(t, next), func(s broker.JobContainer) bool { return s.ID == victim }) {
+		t.Fatalf("the sandbox whose removal failed is not listed as stale")
+	}
+	env.Eng.ContainerRemove(ctx, victim, client.ContainerRemoveOptions{Force: true})
+}
+
+func mustList(t *testing.T, name string) []container.Summary {
+	t.Helper()
+	cs, err := env.Eng.ContainerList(context.Background(), client.ContainerListOptions{All: true, Filters: make(client.Filters).Add("label", broker.LabelBroker+"="+name, broker.LabelRole+"=pool")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cs.Items
+}
+
+func mustStale(t *testing.T, b *broker.Broker) []broker.JobContainer {
+	t.Helper()
+	s, err := b.ListStalePoolContainers(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
 }

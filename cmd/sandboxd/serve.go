@@ -215,6 +215,8 @@ func serve(ctx context.Context, o serveOptions, log *slog.Logger) error {
 		log.Info("stopping: no new jobs; draining running ones", "drain_timeout", o.drainTimeout.String())
 	case serveErr = <-errc:
 	}
+	// No sandbox is started ahead of a job any more, and the ready ones go.
+	b.ClosePool()
 	dctx, cancel := context.WithTimeout(context.Background(), o.drainTimeout)
 	derr := srv.Shutdown(dctx)
 	cancel()

@@ -17,6 +17,8 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
+	"github.com/moby/moby/client"
+
 	"github.com/sandboxd/sandboxd/integration/harness"
 	"github.com/sandboxd/sandboxd/internal/broker"
 	"github.com/sandboxd/sandboxd/sandbox"
@@ -424,7 +426,9 @@ func TestPooledSandboxesAfterSIGKILL(t *testing.T) {
 			t.Fatal("the pool did not fill")
 		}
 	}
-	job := env.NewJob(t, harness.Sh("sleep 3; echo done"), nil)
+	// It runs past the restarted daemon's first reap (--reap-grace 3s):
+	// the reaper must leave a pooled container the journal names.
+	job := env.NewJob(t, harness.Sh("sleep 6; echo done"), nil)
 	if _, err := d.client.Submit(ctx, job); err != nil {
 		t.Fatal(err)
 	}
@@ -449,4 +453,66 @@ func TestPooledSandboxesAfterSIGKILL(t *testing.T) {
 		}
 	}
 	d.stop()
+}
+
+// The daemon killed while a job takes a pooled sandbox, after the binding
+// was journaled (created) or after its start was (started), before the
+// helper got its config: the job ends uncertain, is never run, and the
+// sandbox is removed.
+func TestSIGKILLWhileTakingAPooledSandbox(t *testing.T) {
+	for _, step := range []string{"created", "started"} {
+		t.Run(step, func(t *testing.T) {
+			d := newDaemon(t, "--pool", "1")
+			d.start()
+			ctx := ctxFor(t, 2*time.Minute)
+			warm := env.NewJob(t, []string{"true"}, nil)
+			if _, err := d.client.Submit(ctx, warm); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := d.client.Wait(ctx, warm); err != nil {
+				t.Fatal(err)
+			}
+			for deadline := time.Now().Add(time.Minute); d.metric("sandboxd_pool_ready") != 1 || d.metric("sandboxd_pool_starting") != 0; time.Sleep(50 * time.Millisecond) {
+				if time.Now().After(deadline) {
+					t.Fatal("the pool did not fill")
+				}
+			}
+			d.stop()
+			// A long wall time: were recovery to wait for the job's
+			// deadline, the wait below would end with ctx, not a result.
+			job := env.NewJob(t, harness.Sh("echo never"), func(j *sandbox.Job) { j.Limits.WallTimeMS = 600_000 })
+			d.start("SANDBOXD_TEST_FAULT=" + step + ":" + job.ID)
+			// The restarted daemon has no pool yet: warm it again.
+			warm2 := env.NewJob(t, []string{"true"}, nil)
+			if _, err := d.client.Submit(ctx, warm2); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := d.client.Wait(ctx, warm2); err != nil {
+				t.Fatal(err)
+			}
+			for deadline := time.Now().Add(time.Minute); d.metric("sandboxd_pool_ready") != 1 || d.metric("sandboxd_pool_starting") != 0; time.Sleep(50 * time.Millisecond) {
+				if time.Now().After(deadline) {
+					t.Fatal("the pool did not fill")
+				}
+			}
+			sctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+			d.client.Submit(sctx, job)
+			cancel()
+			d.waitExit(time.Minute)
+			// The job took the pooled sandbox: it bears the job's name.
+			insp, err := env.Eng.ContainerInspect(ctx, broker.ContainerName(d.name, job.ID, job.Digest), client.ContainerInspectOptions{})
+			if err != nil || insp.Container.Config.Labels[broker.LabelRole] != "pool" {
+				t.Fatalf("the job's container is not a pooled sandbox: %v", err)
+			}
+			d.start()
+			sr, err := d.client.Wait(ctx, job)
+			if !errors.Is(err, sandbox.ErrUncertain) || sr.Result.Status != sandbox.StatusUncertain {
+				t.Fatalf("got %v %s (%s), want uncertain", err, sr.Result.Status, sr.Result.Cause)
+			}
+			if sr.Result.Stdout.Total != 0 {
+				t.Errorf("the job ran: %d bytes of stdout", sr.Result.Stdout.Total)
+			}
+			d.stop()
+		})
+	}
 }

@@ -8,12 +8,15 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/moby/moby/api/types/container"
 	"github.com/moby/moby/client"
 
+	"github.com/sandboxd/sandboxd/internal/shim"
 	"github.com/sandboxd/sandboxd/sandbox"
 )
 
@@ -53,8 +56,13 @@ type pool struct {
 	closed   bool
 	retiring bool // retireLoop runs
 	shapes   map[string]*shape
-	fills    sync.WaitGroup
-	stop     chan struct{}
+	// owned are the containers of this generation the broker still holds:
+	// being started, ready, or taken by a job that has not removed it. Any
+	// other of this generation was lost (a failed removal, a create that
+	// completed after it was given up) and is stale.
+	owned map[string]bool
+	fills sync.WaitGroup
+	stop  chan struct{}
 }
 
 // shape is one pool key: a container spec and its ready sandboxes.
@@ -63,7 +71,6 @@ type shape struct {
 	ready    []*pooled
 	starting int
 	lastUsed time.Time
-	failed   bool // the last fill failed: no refill until a job of it runs
 }
 
 // pooled is a started sandbox whose helper waits for its config frame.
@@ -85,7 +92,7 @@ const (
 func newPool(b *Broker, size int, idle time.Duration) *pool {
 	var g [8]byte
 	rand.Read(g[:])
-	return &pool{b: b, size: size, idle: idle, gen: hex.EncodeToString(g[:]), shapes: map[string]*shape{}, stop: make(chan struct{})}
+	return &pool{b: b, size: size, idle: idle, gen: hex.EncodeToString(g[:]), shapes: map[string]*shape{}, owned: map[string]bool{}, stop: make(chan struct{})}
 }
 
 // poolable reports whether a job may run in a pooled sandbox.
@@ -100,11 +107,11 @@ func poolable(j *sandbox.Job) bool {
 
 // poolKey is the digest of a container spec without what differs between
 // two containers of the same settings: the name, the labels and the
-// helper's stream nonce.
+// helper's stream nonce (only that entry of the environment).
 func poolKey(spec client.ContainerCreateOptions) string {
 	cfg := *spec.Config
 	cfg.Labels = nil
-	cfg.Env = nil
+	cfg.Env = slices.DeleteFunc(slices.Clone(cfg.Env), func(kv string) bool { return strings.HasPrefix(kv, shim.NonceEnv+"=") })
 	b, err := json.Marshal(struct {
 		Config     container.Config
 		HostConfig *container.HostConfig
@@ -134,10 +141,21 @@ func (p *pool) take(key string) *pooled {
 	return c
 }
 
+// maxShapes bounds the shapes kept ready at once: a submitter varying one
+// limit per job must not make the broker keep PoolSize sandboxes for
+// each. The least recently used shape makes room for a new one.
+const maxShapes = 4
+
 // want keeps the pool of a job's shape full: it is called once a job of
 // that shape has run, so that only shapes in use, on images that already
 // ran a job, are ever pooled.
 func (p *pool) want(j sandbox.Job, key string) {
+	var drop []*pooled
+	defer func() {
+		for _, c := range drop {
+			p.discard(c)
+		}
+	}()
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.closed {
@@ -145,6 +163,15 @@ func (p *pool) want(j sandbox.Job, key string) {
 	}
 	s := p.shapes[key]
 	if s == nil {
+		if len(p.shapes) >= maxShapes {
+			var oldest *shape
+			for _, o := range p.shapes {
+				if oldest == nil || o.lastUsed.Before(oldest.lastUsed) {
+					oldest = o
+				}
+			}
+			drop = p.dropLocked(func(o *shape) bool { return o == oldest })
+		}
 		s = &shape{job: j}
 		p.shapes[key] = s
 		if !p.retiring {
@@ -153,34 +180,29 @@ func (p *pool) want(j sandbox.Job, key string) {
 		}
 	}
 	s.lastUsed = time.Now()
-	s.failed = false
 	for len(s.ready)+s.starting < p.size {
 		s.starting++
 		p.b.stats.PoolStarting.Add(1)
 		p.fills.Add(1)
-		go p.fill(key, s.job)
+		go p.fill(key, s)
 	}
 }
 
-// fill starts one sandbox of a shape and adds it to the pool.
-func (p *pool) fill(key string, j sandbox.Job) {
+// fill starts one sandbox of a shape and adds it to the pool, if that
+// shape is still the pool's (it may have been retired, and its key used by
+// a new shape, meanwhile).
+func (p *pool) fill(key string, s *shape) {
 	defer p.fills.Done()
-	c, err := p.start(key, j)
+	c, err := p.start(key, s.job)
 	p.mu.Lock()
-	s := p.shapes[key]
+	s.starting--
 	p.b.stats.PoolStarting.Add(-1)
-	if s != nil {
-		s.starting--
-	}
 	switch {
 	case err != nil:
-		if s != nil {
-			s.failed = true
-		}
 		p.mu.Unlock()
 		p.b.log.Warn("pool: start a sandbox", "error", err)
 		return
-	case s == nil || p.closed:
+	case p.shapes[key] != s || p.closed:
 		p.mu.Unlock()
 		p.discard(c)
 		return
@@ -219,11 +241,13 @@ func (p *pool) start(key string, j sandbox.Job) (*pooled, error) {
 		return nil, fmt.Errorf("create: %w", err)
 	}
 	c.id = created.ID
+	p.own(c.id)
 	fail := func(err error) (*pooled, error) {
 		if c.att.Conn != nil {
 			c.att.Close()
 		}
 		b.removeContainer(c.id)
+		p.release(c.id)
 		return nil, err
 	}
 	insp, err := b.eng.ContainerInspect(ctx, c.id, client.ContainerInspectOptions{})
@@ -254,6 +278,27 @@ func (p *pool) start(key string, j sandbox.Job) (*pooled, error) {
 func (p *pool) discard(c *pooled) {
 	c.att.Close()
 	p.b.removeContainer(c.id)
+	p.release(c.id)
+}
+
+func (p *pool) own(id string) {
+	p.mu.Lock()
+	p.owned[id] = true
+	p.mu.Unlock()
+}
+
+// release forgets a container that was removed (or whose removal failed:
+// the reaper retries it as stale).
+func (p *pool) release(id string) {
+	p.mu.Lock()
+	delete(p.owned, id)
+	p.mu.Unlock()
+}
+
+func (p *pool) owns(id string) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.owned[id]
 }
 
 // retireLoop drops the sandboxes of shapes no job used for p.idle.
@@ -322,21 +367,19 @@ func (b *Broker) PoolCounts() (ready, starting, used int) {
 }
 
 // ListStalePoolContainers returns the pooled containers of this broker's
-// name that another process (an earlier one) started. The caller removes
-// those no journaled job names; this process's own pool is never listed.
+// name that another process (an earlier one) started, and those of this
+// process it no longer holds. The caller removes those no journaled job
+// names, after a grace period; a sandbox this process is starting, keeps
+// ready or a job of it holds is never listed.
 func (b *Broker) ListStalePoolContainers(ctx context.Context) ([]JobContainer, error) {
 	f := make(client.Filters).Add("label", LabelBroker+"="+b.cfg.Name).Add("label", LabelRole+"="+rolePool)
 	cs, err := b.eng.ContainerList(ctx, client.ContainerListOptions{All: true, Filters: f})
 	if err != nil {
 		return nil, fmt.Errorf("list pooled containers: %w", err)
 	}
-	gen := ""
-	if b.pool != nil {
-		gen = b.pool.gen
-	}
 	var out []JobContainer
 	for _, c := range cs.Items {
-		if gen != "" && c.Labels[LabelPool] == gen {
+		if b.pool != nil && c.Labels[LabelPool] == b.pool.gen && b.pool.owns(c.ID) {
 			continue
 		}
 		jc := JobContainer{ID: c.ID, State: string(c.State), Created: time.Unix(c.Created, 0)}
@@ -358,8 +401,11 @@ func (b *Broker) checkPooled(ctx context.Context, c *pooled, jobSpec client.Cont
 	ctx, cancel := context.WithTimeout(ctx, b.cfg.EngineTimeout)
 	defer cancel()
 	insp, err := b.eng.ContainerInspect(ctx, c.id, client.ContainerInspectOptions{})
+	if isNotFound(err) {
+		return sandbox.Security{}, fmt.Errorf("%w: gone", errPoolStale)
+	}
 	if err != nil {
-		return sandbox.Security{}, fmt.Errorf("%w: inspect: %w", errPoolStale, err)
+		return sandbox.Security{}, fmt.Errorf("inspect pooled sandbox: %w", err) // the engine's, or a cancelled job's
 	}
 	got := insp.Container
 	if got.State == nil || !got.State.Running || got.State.OOMKilled || got.State.Restarting {
@@ -379,14 +425,4 @@ func (b *Broker) checkPooled(ctx context.Context, c *pooled, jobSpec client.Cont
 		}
 	}
 	return sec, nil
-}
-
-// poolDeadline is a pooled container's hard deadline during recovery: the
-// engine does not know when its job took it, so the job gets its whole
-// budget again from when its start was journaled, or from now.
-func poolDeadline(j *sandbox.Job, started time.Time, grace time.Duration) time.Time {
-	if started.IsZero() || started.After(time.Now()) {
-		started = time.Now()
-	}
-	return started.Add(j.Limits.WallTime() + grace)
 }

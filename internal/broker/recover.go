@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/moby/moby/api/pkg/stdcopy"
@@ -153,9 +154,12 @@ func (r *run) recover(ctx context.Context, bind Binding) error {
 	spec := b.containerSpec(b.planFor(j, c.Config.Labels))
 	labels := c.Config.Labels
 	// A pooled container carries no job's labels: the caller's journal
-	// binds it to the job, and it must be this broker's and of the job's
-	// exact shape.
-	pooled := labels[LabelRole] == rolePool && labels[LabelBroker] == b.cfg.Name && poolable(j) && labels[LabelPoolKey] == poolKey(spec)
+	// binds it to the job, and the engine's name does (the job's container
+	// name, taken when the job took it). It must be this broker's, and not
+	// a sandbox this process keeps ready. Its settings are checked below
+	// like any other's.
+	pooled := labels[LabelRole] == rolePool && labels[LabelBroker] == b.cfg.Name && poolable(j) &&
+		strings.TrimPrefix(c.Name, "/") == spec.Name && (b.pool == nil || labels[LabelPool] != b.pool.gen)
 	if !pooled && (labels[LabelJob] != j.ID || labels[LabelJobDigest] != j.Digest) {
 		r.containerID = "" // not ours to remove
 		return fmt.Errorf("container %s does not carry this job's labels", insp.Container.ID)
@@ -183,7 +187,14 @@ func (r *run) recover(ctx context.Context, bind Binding) error {
 			deadline = time.UnixMilli(ms)
 		}
 		if pooled {
-			deadline = poolDeadline(j, bind.StartedAt, b.grace(j, b.writableBytes(j)))
+			// The engine does not know when the job took the sandbox.
+			// Without a journaled start, the job may not have had its
+			// config yet, or may have run for any time: it is killed
+			// now, and its stream decides.
+			deadline = time.Now()
+			if !bind.StartedAt.IsZero() {
+				deadline = bind.StartedAt.Add(j.Limits.WallTime() + b.grace(j, b.writableBytes(j)))
+			}
 		}
 		killer := time.AfterFunc(time.Until(deadline), func() {
 			r.mu.Lock()

@@ -38,6 +38,7 @@ type run struct {
 	containerID string
 	nonce       string // the helper's stream nonce
 	poolKey     string // the job's pool key, if it is poolable
+	pooled      bool   // the container came from the pool
 	res         sandbox.Result
 	failed      bool
 
@@ -58,6 +59,9 @@ func (r *run) fail(status sandbox.Status, cause string) {
 func (r *run) cleanup() {
 	if r.containerID != "" {
 		r.b.removeContainer(r.containerID)
+		if r.pooled {
+			r.b.pool.release(r.containerID)
+		}
 	}
 }
 
@@ -158,18 +162,20 @@ func (r *run) sandbox(ctx context.Context, hardDeadline time.Time) (client.Hijac
 	if b.pool != nil && poolable(j) {
 		key := poolKey(spec)
 		r.poolKey = key
-		for c := b.pool.take(key); c != nil; c = b.pool.take(key) {
-			att, err := r.bindPooled(ctx, c, spec)
+		for ctx.Err() == nil {
+			c := b.pool.take(key)
+			if c == nil {
+				break
+			}
+			att, err := r.takePooled(ctx, c, spec)
 			if err == nil {
 				return att, nil
 			}
 			if r.containerID == c.id {
 				return client.HijackedResponse{}, err // the job's now: removed with it
 			}
-			b.pool.discard(c)
-			b.stats.PoolDiscarded.Add(1)
 			if !errors.Is(err, errPoolStale) && !errors.As(err, new(*SettingError)) {
-				return client.HijackedResponse{}, err
+				return client.HijackedResponse{}, err // the job's error, not the pool's
 			}
 			// Not the job's container yet: a cold one, checked in turn,
 			// takes its place.
@@ -179,8 +185,23 @@ func (r *run) sandbox(ctx context.Context, hardDeadline time.Time) (client.Hijac
 	return r.startCold(ctx, spec)
 }
 
+// takePooled binds a pooled sandbox to the job, or discards it: on every
+// path that does not bind it (an error, a panic), it is removed.
+func (r *run) takePooled(ctx context.Context, c *pooled, spec client.ContainerCreateOptions) (att client.HijackedResponse, err error) {
+	defer func() {
+		if r.containerID == c.id {
+			return
+		}
+		r.b.pool.discard(c)
+		r.b.stats.PoolDiscarded.Add(1)
+	}()
+	return r.bindPooled(ctx, c, spec)
+}
+
 // bindPooled checks a pooled sandbox against the job's spec and makes it
-// the job's. On an error that is not the sandbox's, it is the job's
+// the job's: it takes the job's container name, so that the engine refuses
+// a second run of the job as it refuses a second create (ErrConflict), and
+// recovery finds the job's name on it. From then on it is the job's
 // container and is removed with the job.
 func (r *run) bindPooled(ctx context.Context, c *pooled, spec client.ContainerCreateOptions) (client.HijackedResponse, error) {
 	b := r.b
@@ -188,7 +209,17 @@ func (r *run) bindPooled(ctx context.Context, c *pooled, spec client.ContainerCr
 	if err != nil {
 		return client.HijackedResponse{}, err
 	}
+	cctx, cancel := context.WithTimeout(ctx, b.cfg.EngineTimeout)
+	_, err = b.eng.ContainerRename(cctx, c.id, client.ContainerRenameOptions{NewName: spec.Name})
+	cancel()
+	if errdefs.IsConflict(err) {
+		return client.HijackedResponse{}, fmt.Errorf("container %s already exists: %w", spec.Name, sandbox.ErrConflict)
+	}
+	if err != nil {
+		return client.HijackedResponse{}, fmt.Errorf("name the pooled sandbox: %w", err)
+	}
 	r.containerID = c.id
+	r.pooled = true
 	r.nonce = c.nonce
 	r.res.Security = sec
 	r.log = r.log.With("container_id", c.id, "pooled", true)

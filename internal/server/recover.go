@@ -161,9 +161,9 @@ func (s *Server) reap(ctx context.Context) error {
 		s.log.Warn("reaping unknown job container", "container_id", c.ID, "job_id", c.JobID, "state", c.State)
 		s.cfg.Broker.RemoveJobContainer(c.ID)
 	}
-	// Sandboxes an earlier process started ahead of jobs: those its
-	// journal bound to a job are recovered (and removed) with the job; no
-	// job ever runs in the others.
+	// Sandboxes an earlier process started ahead of jobs, and those this
+	// one lost track of: those the journal bound to a job at start are
+	// recovered (and removed) with the job; no job ever runs in the others.
 	stale, err := s.cfg.Broker.ListStalePoolContainers(ctx)
 	if err != nil {
 		return err
