@@ -13,6 +13,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"sort"
+	"strconv"
 	"testing"
 	"time"
 
@@ -116,7 +117,15 @@ func setup(ctx context.Context) (*Env, error) {
 	e.Cfg.Name = e.BrokerName
 	e.Cfg.VolumePrefix = e.BrokerName
 	e.Cfg.ShimPath = e.Shim
-	if e.Broker, err = broker.New(eng, e.Blobs, e.Cfg); err != nil {
+	// SANDBOXD_IT_POOL=N runs the suite's jobs on a broker that keeps N
+	// sandboxes ready per shape (scripts/test runs the hostile suite so):
+	// every attack then also meets pooled sandboxes. Brokers a test makes
+	// from Cfg stay without a pool.
+	bcfg := e.Cfg
+	if n, err := strconv.Atoi(os.Getenv("SANDBOXD_IT_POOL")); err == nil && n > 0 {
+		bcfg.PoolSize, bcfg.PoolIdle = n, 10*time.Minute
+	}
+	if e.Broker, err = broker.New(eng, e.Blobs, bcfg); err != nil {
 		return nil, err
 	}
 	return e, nil
@@ -134,6 +143,14 @@ func GoBuild(repo, pkg, out string) error {
 }
 
 func (e *Env) teardown(ctx context.Context) error {
+	e.Broker.ClosePool()
+	if os.Getenv("SANDBOXD_IT_POOL") != "" {
+		used := e.Broker.Stats().PoolUsed.Load()
+		fmt.Fprintf(os.Stderr, "harness: %d jobs ran in pooled sandboxes\n", used)
+		if used == 0 {
+			return errors.New("SANDBOXD_IT_POOL is set but no job ran in a pooled sandbox")
+		}
+	}
 	// Only this run's resources: other suites may be running beside it.
 	mine := broker.LabelBroker + "=" + e.BrokerName
 	if left := e.Leftovers(ctx, mine, broker.LabelJob); len(left) > 0 {
@@ -234,6 +251,12 @@ func (e *Env) AssertGone(t testing.TB, j sandbox.Job) {
 	}
 	if len(cs.Items) != 0 {
 		t.Errorf("job %s left %d containers", j.ID, len(cs.Items))
+	}
+	// A pooled sandbox carries no job label but takes the job's name.
+	for _, name := range []string{e.BrokerName, e.Cfg.Name} {
+		if _, err := e.Eng.ContainerInspect(context.Background(), broker.ContainerName(name, j.ID, j.Digest), client.ContainerInspectOptions{}); err == nil {
+			t.Errorf("job %s left its container %s", j.ID, broker.ContainerName(name, j.ID, j.Digest))
+		}
 	}
 }
 
