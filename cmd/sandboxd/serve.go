@@ -66,7 +66,7 @@ func cmdServe(ctx context.Context, args []string, _, stderr io.Writer) int {
 	fs.StringVar(&o.volumePrefix, "volume-prefix", "", "prefix of cache volume names (default: --name)")
 	fs.IntVar(&o.concurrency, "concurrency", def.Concurrency, "jobs running at once")
 	fs.IntVar(&o.queue, "queue", def.QueueSize, "accepted jobs that may wait for a slot before submissions get 429")
-	fs.IntVar(&o.pool, "pool", 2, "sandboxes started ahead of jobs and kept ready, per container shape a job without read-only inputs used in the last 10 minutes; each serves one job (0: start every sandbox when its job arrives)")
+	fs.IntVar(&o.pool, "pool", 2, "sandboxes started ahead of jobs and kept ready, per container shape (at most 4) a job without read-only inputs used in the last 10 minutes; each serves one job (0: start every sandbox when its job arrives)")
 	fs.DurationVar(&o.reapGrace, "reap-grace", def.ReapGrace, "age before an unknown labelled container is removed")
 	fs.DurationVar(&o.drainTimeout, "drain-timeout", def.DrainTimeout, "how long SIGTERM waits for running jobs")
 	fs.Int64Var(&o.maxBlob, "max-blob-bytes", def.MaxBlobBytes, "largest upload")
