@@ -138,13 +138,24 @@ func (j *Journal) Accept(job sandbox.Job, canonical, receipt []byte, at time.Tim
 func (j *Journal) Get(id string) (Record, error) {
 	var rec Record
 	err := j.db.View(func(tx *bolt.Tx) error {
-		v := tx.Bucket(bucketJobs).Get([]byte(id))
-		if v == nil {
-			return fmt.Errorf("job %s: %w", id, sandbox.ErrNotFound)
-		}
-		return json.Unmarshal(v, &rec)
+		var err error
+		rec, err = get(tx.Bucket(bucketJobs), id)
+		return err
 	})
 	return rec, err
+}
+
+// get reads one record inside a transaction.
+func get(b *bolt.Bucket, id string) (Record, error) {
+	var rec Record
+	v := b.Get([]byte(id))
+	if v == nil {
+		return rec, fmt.Errorf("job %s: %w", id, sandbox.ErrNotFound)
+	}
+	if err := json.Unmarshal(v, &rec); err != nil {
+		return rec, fmt.Errorf("journal: job %s: %w", id, err)
+	}
+	return rec, nil
 }
 
 // List returns every record, ordered by job id.
@@ -204,11 +215,8 @@ func (j *Journal) RequestCancel(id string) (Record, error) {
 	var rec Record
 	err := j.db.Update(func(tx *bolt.Tx) error {
 		b := tx.Bucket(bucketJobs)
-		v := b.Get([]byte(id))
-		if v == nil {
-			return fmt.Errorf("job %s: %w", id, sandbox.ErrNotFound)
-		}
-		if err := json.Unmarshal(v, &rec); err != nil {
+		var err error
+		if rec, err = get(b, id); err != nil {
 			return err
 		}
 		if rec.State.Terminal() || rec.CancelRequested {
@@ -225,12 +233,9 @@ func (j *Journal) update(id string, to State, apply func(*Record)) (Record, erro
 	var rec Record
 	err := j.db.Update(func(tx *bolt.Tx) error {
 		b := tx.Bucket(bucketJobs)
-		v := b.Get([]byte(id))
-		if v == nil {
-			return fmt.Errorf("job %s: %w", id, sandbox.ErrNotFound)
-		}
-		if err := json.Unmarshal(v, &rec); err != nil {
-			return fmt.Errorf("journal: job %s: %w", id, err)
+		var err error
+		if rec, err = get(b, id); err != nil {
+			return err
 		}
 		// Only forward: a job is dispatched once and bound to one container
 		// once, so a second dispatch or create can never run it again.
