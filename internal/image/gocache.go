@@ -26,7 +26,9 @@ func addGoCache(spec *Spec, c Content, dst string, add func(*entry) error) error
 	if err := os.MkdirAll(filepath.Dir(warmRoot), 0o755); err != nil {
 		return err
 	}
-	lock, err := os.OpenFile(warmRoot+".lock", os.O_CREATE|os.O_RDWR, 0o600)
+	// /tmp is shared: the lock is never opened through a link, and the
+	// warm-up directory is made anew, by us, private, or the build fails.
+	lock, err := os.OpenFile(warmRoot+".lock", os.O_CREATE|os.O_RDWR|syscall.O_NOFOLLOW, 0o600)
 	if err != nil {
 		return err
 	}
@@ -38,6 +40,10 @@ func addGoCache(spec *Spec, c Content, dst string, add func(*entry) error) error
 	if err := os.RemoveAll(warmRoot); err != nil {
 		return err
 	}
+	if err := os.Mkdir(warmRoot, 0o700); err != nil {
+		return fmt.Errorf("gocache: %w", err)
+	}
+	defer os.RemoveAll(warmRoot)
 	src, cache := filepath.Join(warmRoot, "src"), filepath.Join(warmRoot, "cache")
 	if err := os.CopyFS(src, os.DirFS(c.Src)); err != nil {
 		return fmt.Errorf("gocache: copy %s: %w", c.Src, err)
@@ -90,7 +96,7 @@ func addGoCache(spec *Spec, c Content, dst string, add func(*entry) error) error
 			return err
 		}
 	}
-	return os.RemoveAll(warmRoot)
+	return nil
 }
 
 // zeroEntryTime rewrites the time field of a cache action entry

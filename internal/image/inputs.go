@@ -112,8 +112,13 @@ func rememberBuilt(key, id string) {
 	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
 		return
 	}
-	tmp := p + ".tmp"
-	if os.WriteFile(tmp, []byte(id+"\n"), 0o644) == nil {
-		os.Rename(tmp, p)
+	// A temp file of its own: builds may run at once.
+	f, err := os.CreateTemp(filepath.Dir(p), ".built-*")
+	if err != nil {
+		return
+	}
+	_, werr := f.WriteString(id + "\n")
+	if cerr := f.Close(); werr != nil || cerr != nil || os.Rename(f.Name(), p) != nil {
+		os.Remove(f.Name())
 	}
 }
