@@ -142,6 +142,10 @@ func newBroker(eng broker.Engine) (*broker.Broker, *store.Store, error) {
 	cfg.ShimPath = shim
 	cfg.Version = version
 	cfg.CacheDir = filepath.Join(dir, "checked-volumes")
+	// Not the daemon's default name: a daemon reaps the job containers of
+	// its own name that its journal does not know, and would take a
+	// one-shot run's container for one.
+	cfg.Name = "sandboxd-cli"
 	if name := os.Getenv("SANDBOXD_BROKER_NAME"); name != "" {
 		// Separate brokers on one engine (tests, several users) keep
 		// separate cache volumes.

@@ -157,6 +157,12 @@ func (s *Server) reap(ctx context.Context) error {
 		case rec.Digest == c.JobDigest && !rec.State.Terminal():
 			continue // a live job's, or one being recovered
 		}
+		if errors.Is(err, sandbox.ErrNotFound) && time.Now().Before(c.Deadline) {
+			// Unknown, but within its deadline: it may be a job of another
+			// process of the same broker name; its deadline label says
+			// when it can no longer be one.
+			continue
+		}
 		s.m.reconcile.WithLabelValues("reaped").Inc()
 		s.log.Warn("reaping unknown job container", "container_id", c.ID, "job_id", c.JobID, "state", c.State)
 		s.cfg.Broker.RemoveJobContainer(c.ID)

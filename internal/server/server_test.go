@@ -439,6 +439,7 @@ func TestReapRemovesOnlyUnknownContainers(t *testing.T) {
 		{ID: "c-live", JobID: "live", JobDigest: live.Digest, Created: old},
 		{ID: "c-unknown", JobID: "stranger", JobDigest: live.Digest, Created: old},
 		{ID: "c-young", JobID: "stranger2", JobDigest: live.Digest, Created: time.Now()},
+		{ID: "c-other-process", JobID: "stranger3", JobDigest: live.Digest, Created: old, Deadline: time.Now().Add(time.Hour)},
 	}
 	f.fb.mu.Unlock()
 	if err := f.srv.reap(context.Background()); err != nil {
