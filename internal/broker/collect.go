@@ -87,7 +87,17 @@ func (c *collector) consume(r io.Reader) error {
 }
 
 func (c *collector) consumeFrames(r io.Reader) error {
-	fr := shim.NewFrameReader(r)
+	err := c.frames(shim.NewFrameReader(r))
+	if err != nil {
+		c.abortFile()
+		// Drain so the container is not blocked on a full pipe: it exits,
+		// and the job ends with this error, not at the hard deadline.
+		io.Copy(io.Discard, r)
+	}
+	return err
+}
+
+func (c *collector) frames(fr *shim.FrameReader) error {
 	for {
 		typ, p, err := fr.Next()
 		if err == io.EOF {
@@ -103,9 +113,6 @@ func (c *collector) consumeFrames(r io.Reader) error {
 			return fmt.Errorf("frame %q after the last frame: %w", typ, errProtocol)
 		}
 		if err := c.frame(typ, p); err != nil {
-			c.abortFile()
-			// Drain so the container is not blocked on a full pipe.
-			io.Copy(io.Discard, r)
 			return err
 		}
 	}

@@ -184,3 +184,23 @@ func TestDecide(t *testing.T) {
 		})
 	}
 }
+
+// A stream that breaks below the frame layer (a frame longer than the
+// protocol allows) fails, and the rest of it is still read: the helper is
+// never left blocked on a full pipe until the hard deadline, which would
+// report the broken stream as a timeout.
+func TestCollectorDrainsABrokenStream(t *testing.T) {
+	var s stream
+	s.hello()
+	s.Write([]byte{shim.FrameStdout, 0xff, 0xff, 0xff, 0xff})
+	rest := bytes.Repeat([]byte("x"), 1<<20)
+	s.Write(rest)
+	r := strings.NewReader(s.String())
+	err := newCollector(testRun(t)).consume(r)
+	if !errors.Is(err, shim.ErrFrameTooLarge) {
+		t.Fatalf("got %v, want ErrFrameTooLarge", err)
+	}
+	if r.Len() != 0 {
+		t.Fatalf("%d bytes of the stream left unread", r.Len())
+	}
+}
