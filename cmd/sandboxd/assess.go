@@ -250,6 +250,9 @@ func (a *assessor) checkEvidence() {
 		if ev.candidate != nil && m.Candidate != nil && !slices.Equal(ev.candidate.job.Argv, m.Candidate.Argv) {
 			a.problem("%s: job %s ran %q, the bundle's candidate command is %q", ev.candidate.entry.Job, ev.candidate.job.ID, ev.candidate.job.Argv, m.Candidate.Argv)
 		}
+		if ev.candidate != nil && m.Candidate != nil {
+			a.checkCandidate(ev.candidate)
+		}
 		if ev.candidate != nil {
 			a.checkExport(ev.candidate, ev.grader)
 		}
@@ -378,6 +381,22 @@ func (a *assessor) checkGrader(g *verifiedJob) {
 	}
 	if g.job.Env["SANDBOXD_REPORT"] != a.policy.ReportPath {
 		a.problem("%s: job %s was told to write its report to %q, the bundle says %q", g.entry.Job, g.job.ID, g.job.Env["SANDBOXD_REPORT"], a.policy.ReportPath)
+	}
+	// And nothing else may differ: where the inputs are mounted, the rest
+	// of the environment, the outputs, the limits. The export itself is
+	// checked against the candidate job by checkExport.
+	export, _ := input(g.job, "candidate-export")
+	if err := evaluate.SameJob("grader", g.job, evaluate.GraderJob(m, a.bundle.Digest, a.bundle.LayerDigest, export.Digest, g.job.ID)); err != nil {
+		a.problem("%s: %v", g.entry.Job, err)
+	}
+}
+
+// checkCandidate checks that a candidate job is exactly the bundle's
+// candidate command on the workspace it was given.
+func (a *assessor) checkCandidate(c *verifiedJob) {
+	ws, _ := input(c.job, "workspace")
+	if err := evaluate.SameJob("candidate", c.job, evaluate.CandidateJob(a.bundle.Manifest, a.bundle.Digest, ws.Digest, c.job.ID)); err != nil {
+		a.problem("%s: %v", c.entry.Job, err)
 	}
 }
 

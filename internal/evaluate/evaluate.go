@@ -170,15 +170,7 @@ func (d Deps) evaluateOne(ctx context.Context, out *Outcome, req Request, contro
 	export := workspace
 	var candidate *JobRecord
 	if m.Candidate != nil {
-		j := sandbox.Job{
-			Schema: sandbox.JobSchema, ID: prefix + "-candidate", Image: m.Image, Bundle: req.Bundle.Digest,
-			Inputs:  []sandbox.Input{{Name: "workspace", Digest: workspace, Path: sandbox.WorkPath, Writable: true}},
-			Argv:    m.Candidate.Argv,
-			Env:     map[string]string{"SANDBOXD_EXPORT": ExportPath},
-			WorkDir: sandbox.WorkPath, Outputs: []string{ExportPath},
-			Limits: m.DefaultLimits, Network: sandbox.NetworkNone, Runtime: sandbox.RuntimeRunc,
-		}
-		rec, err := d.runJob(ctx, role("candidate"), j)
+		rec, err := d.runJob(ctx, role("candidate"), CandidateJob(m, req.Bundle.Digest, workspace, prefix+"-candidate"))
 		if err != nil {
 			return supervisor.Assessment{}, nil, err
 		}
@@ -188,21 +180,7 @@ func (d Deps) evaluateOne(ctx context.Context, out *Outcome, req Request, contro
 			return supervisor.Assessment{}, nil, fmt.Errorf("candidate export: %w", err)
 		}
 	}
-	g := sandbox.Job{
-		Schema: sandbox.JobSchema, ID: prefix + "-grader", Image: m.Image, Bundle: req.Bundle.Digest,
-		Inputs: []sandbox.Input{
-			{Name: "bundle", Digest: req.Bundle.LayerDigest, Path: sandbox.BundlePath},
-			{Name: "candidate-export", Digest: export, Path: sandbox.CandidateExportPath},
-		},
-		Argv: m.Grader.Argv,
-		Env: map[string]string{
-			"SANDBOXD_REPORT":    m.Report.Path,
-			"SANDBOXD_BUNDLE":    sandbox.BundlePath,
-			"SANDBOXD_CANDIDATE": sandbox.CandidateExportPath,
-		},
-		WorkDir: sandbox.WorkPath, Outputs: []string{path.Dir(m.Report.Path)},
-		Limits: m.DefaultLimits, Network: sandbox.NetworkNone, Runtime: sandbox.RuntimeRunc,
-	}
+	g := GraderJob(m, req.Bundle.Digest, req.Bundle.LayerDigest, export, prefix+"-grader")
 	grader, err := d.runJob(ctx, role("grader"), g)
 	if err != nil {
 		return supervisor.Assessment{}, nil, err
@@ -235,6 +213,53 @@ func (d Deps) evaluateOne(ctx context.Context, out *Outcome, req Request, contro
 		return supervisor.Assessment{}, nil, fmt.Errorf("assess: %w", err)
 	}
 	return a, raw, nil
+}
+
+// CandidateJob is the job that runs a bundle's candidate command on a
+// workspace (unsealed). It is the only form a candidate job of an
+// evaluation may have: whoever judges one rebuilds it and compares digests.
+func CandidateJob(m bundle.Manifest, bundleDigest, workspace, id string) sandbox.Job {
+	return sandbox.Job{
+		Schema: sandbox.JobSchema, ID: id, Image: m.Image, Bundle: bundleDigest,
+		Inputs:  []sandbox.Input{{Name: "workspace", Digest: workspace, Path: sandbox.WorkPath, Writable: true}},
+		Argv:    m.Candidate.Argv,
+		Env:     map[string]string{"SANDBOXD_EXPORT": ExportPath},
+		WorkDir: sandbox.WorkPath, Outputs: []string{ExportPath},
+		Limits: m.DefaultLimits, Network: sandbox.NetworkNone, Runtime: sandbox.RuntimeRunc,
+	}
+}
+
+// GraderJob is the job that runs a bundle's grader on an export (unsealed),
+// with the bundle layer and the export read-only. As for CandidateJob, a
+// grader job is judged only if it is exactly this one.
+func GraderJob(m bundle.Manifest, bundleDigest, layerDigest, export, id string) sandbox.Job {
+	return sandbox.Job{
+		Schema: sandbox.JobSchema, ID: id, Image: m.Image, Bundle: bundleDigest,
+		Inputs: []sandbox.Input{
+			{Name: "bundle", Digest: layerDigest, Path: sandbox.BundlePath},
+			{Name: "candidate-export", Digest: export, Path: sandbox.CandidateExportPath},
+		},
+		Argv: m.Grader.Argv,
+		Env: map[string]string{
+			"SANDBOXD_REPORT":    m.Report.Path,
+			"SANDBOXD_BUNDLE":    sandbox.BundlePath,
+			"SANDBOXD_CANDIDATE": sandbox.CandidateExportPath,
+		},
+		WorkDir: sandbox.WorkPath, Outputs: []string{path.Dir(m.Report.Path)},
+		Limits: m.DefaultLimits, Network: sandbox.NetworkNone, Runtime: sandbox.RuntimeRunc,
+	}
+}
+
+// SameJob reports whether a journaled or evidence job is exactly the
+// expected one (role names it in the error): sealed, it has the same digest.
+func SameJob(role string, got, want sandbox.Job) error {
+	if err := want.Seal(); err != nil {
+		return fmt.Errorf("expected %s job %s: %w", role, want.ID, err)
+	}
+	if got.Digest != want.Digest {
+		return fmt.Errorf("job %s (%s) is not the bundle's %s job (%s): its command, inputs, environment, outputs or limits differ", got.ID, got.Digest, role, want.Digest)
+	}
+	return nil
 }
 
 // runJob signs the receipt, runs the job, signs the result, and verifies

@@ -462,7 +462,12 @@ func (s *Server) assess(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusInternalServerError, fmt.Errorf("grader job: %w", err))
 		return
 	}
-	policy, err := bundlePolicy(gjob, req.BundleManifest, req.BundleConfig)
+	bm, layer, err := bundleOf(gjob, req.BundleManifest, req.BundleConfig)
+	if err != nil {
+		writeError(w, statusOf(err), err)
+		return
+	}
+	policy, err := evaluate.PolicyOf(bm)
 	if err != nil {
 		writeError(w, statusOf(err), err)
 		return
@@ -476,7 +481,30 @@ func (s *Server) assess(w http.ResponseWriter, r *http.Request) {
 		BundleDigest: gjob.Bundle, ImageID: gjob.Image, CandidateJobDigest: cand.Digest,
 		WorkspaceDigest: req.WorkspaceDigest, Policy: policy, Grader: grader,
 	}
-	if cand.ID != grec.ID {
+	// Only the jobs the bundle prescribes are judged, on what the request
+	// says was judged: the candidate job on the workspace, the grader on
+	// that job's export (or, without a candidate command, on the workspace).
+	export := req.WorkspaceDigest
+	notTheBundles := func(err error) {
+		writeError(w, http.StatusConflict, fmt.Errorf("assess request: %w: %w", sandbox.ErrInvalid, err))
+	}
+	switch {
+	case bm.Candidate == nil && cand.ID != grec.ID:
+		notTheBundles(fmt.Errorf("the bundle has no candidate command; the candidate job must be the grader job %s", grec.ID))
+		return
+	case bm.Candidate != nil && cand.ID == grec.ID:
+		notTheBundles(fmt.Errorf("the bundle has a candidate command; the grader job cannot be its candidate job"))
+		return
+	case bm.Candidate != nil:
+		cjob, err := sandbox.DecodeJob(cand.Job)
+		if err != nil {
+			writeError(w, http.StatusInternalServerError, fmt.Errorf("candidate job: %w", err))
+			return
+		}
+		if err := evaluate.SameJob("candidate", cjob, evaluate.CandidateJob(bm, gjob.Bundle, req.WorkspaceDigest, cand.ID)); err != nil {
+			notTheBundles(err)
+			return
+		}
 		// A separate candidate job must have ended and verify: its
 		// failure is evidence, never silently left out.
 		cres, err := s.verifiedResult(cand.ID)
@@ -485,6 +513,14 @@ func (s *Server) assess(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		ev.Candidate = &cres
+		if export, err = evaluate.ExportOf(r.Context(), s.cfg.Blobs, cres, bm.DefaultLimits); err != nil {
+			notTheBundles(fmt.Errorf("candidate job %s: its export cannot be rebuilt: %w", cand.ID, err))
+			return
+		}
+	}
+	if err := evaluate.SameJob("grader", gjob, evaluate.GraderJob(bm, gjob.Bundle, layer, export, grec.ID)); err != nil {
+		notTheBundles(err)
+		return
 	}
 	if a, ok := grader.Artifact(policy.ReportPath); ok {
 		if f, err := s.cfg.Blobs.Open(a.Digest); err == nil {
@@ -568,12 +604,13 @@ func (s *Server) logRequests(next http.Handler) http.Handler {
 	})
 }
 
-// bundlePolicy returns the policy of the bundle the grader job ran: the
-// manifest must hash to the job's bundle digest, name bundle.json as its
-// config by digest, and bundle.json must name the job's image.
-func bundlePolicy(job sandbox.Job, manifest, config []byte) (supervisor.Policy, error) {
-	bad := func(format string, a ...any) (supervisor.Policy, error) {
-		return supervisor.Policy{}, fmt.Errorf("assess request: %w: "+format, append([]any{sandbox.ErrInvalid}, a...)...)
+// bundleOf returns the manifest (bundle.json) and layer digest of the
+// bundle the grader job ran: the OCI manifest must hash to the job's bundle
+// digest and name bundle.json as its config by digest and one layer, and
+// bundle.json must name the job's image.
+func bundleOf(job sandbox.Job, manifest, config []byte) (bundle.Manifest, string, error) {
+	bad := func(format string, a ...any) (bundle.Manifest, string, error) {
+		return bundle.Manifest{}, "", fmt.Errorf("assess request: %w: "+format, append([]any{sandbox.ErrInvalid}, a...)...)
 	}
 	if job.Bundle == "" {
 		return bad("grader job %s names no bundle", job.ID)
@@ -585,9 +622,15 @@ func bundlePolicy(job sandbox.Job, manifest, config []byte) (supervisor.Policy, 
 		Config struct {
 			Digest string `json:"digest"`
 		} `json:"config"`
+		Layers []struct {
+			Digest string `json:"digest"`
+		} `json:"layers"`
 	}
 	if err := json.Unmarshal(manifest, &m); err != nil {
 		return bad("bundle_manifest: %v", err)
+	}
+	if len(m.Layers) != 1 || !sandbox.ValidDigest(m.Layers[0].Digest) {
+		return bad("bundle_manifest names %d layers, want exactly one", len(m.Layers))
 	}
 	if d := sandbox.DigestBytes(config); d != m.Config.Digest {
 		return bad("bundle_config hashes to %s, the manifest names %s", d, m.Config.Digest)
@@ -599,5 +642,5 @@ func bundlePolicy(job sandbox.Job, manifest, config []byte) (supervisor.Policy, 
 	if bm.Image != job.Image {
 		return bad("the bundle names image %s, the grader job ran %s", bm.Image, job.Image)
 	}
-	return evaluate.PolicyOf(bm)
+	return bm, m.Layers[0].Digest, nil
 }

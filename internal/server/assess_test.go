@@ -2,13 +2,17 @@ package server
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/sandboxd/sandboxd/internal/bundle"
+	"github.com/sandboxd/sandboxd/internal/evaluate"
+	"github.com/sandboxd/sandboxd/internal/supervisor"
 	"github.com/sandboxd/sandboxd/sandbox"
 )
 
@@ -29,9 +33,16 @@ func TestAssessPolicyComesFromTheJobsBundle(t *testing.T) {
 	manifest, config := blob(b.Digest), blob(b.ConfigDigest)
 	job := sandbox.Job{ID: "g", Bundle: b.Digest, Image: b.Manifest.Image}
 
-	p, err := bundlePolicy(job, manifest, config)
+	bm, layer, err := bundleOf(job, manifest, config)
 	if err != nil {
 		t.Fatalf("the job's own bundle: %v", err)
+	}
+	if layer != b.LayerDigest {
+		t.Fatalf("layer %s, want the bundle's %s", layer, b.LayerDigest)
+	}
+	p, err := evaluate.PolicyOf(bm)
+	if err != nil {
+		t.Fatal(err)
 	}
 	if string(p.Format) != b.Manifest.Report.Format || p.ReportPath != b.Manifest.Report.Path {
 		t.Fatalf("policy %+v does not come from bundle.json", p)
@@ -54,10 +65,75 @@ func TestAssessPolicyComesFromTheJobsBundle(t *testing.T) {
 		{"another image", otherImage, manifest, config, "names image"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := bundlePolicy(tc.job, tc.manifest, tc.config)
+			_, _, err := bundleOf(tc.job, tc.manifest, tc.config)
 			if err == nil || !strings.Contains(err.Error(), tc.want) || !errors.Is(err, sandbox.ErrInvalid) {
 				t.Fatalf("got %v, want an invalid-input error containing %q", err, tc.want)
 			}
 		})
+	}
+}
+
+// The assess endpoint judges only the jobs the bundle prescribes: a grader
+// job that differs from the bundle's grader in anything (here one more
+// environment variable) is refused, and the exact one is judged.
+func TestAssessJudgesOnlyTheBundlesJobs(t *testing.T) {
+	b, err := bundle.Pack(context.Background(), "../bundle/testdata/example-bundle", t.TempDir(), bundle.DefaultLimits())
+	if err != nil {
+		t.Fatal(err)
+	}
+	blob := func(d string) []byte {
+		data, err := os.ReadFile(filepath.Join(b.Layout, "blobs", "sha256", strings.TrimPrefix(d, "sha256:")))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return data
+	}
+	assessments, err := supervisor.NewDirStore(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := newFixture(t, func(c *Config) {
+		c.Preflight = func(context.Context, sandbox.Job) error { return nil }
+		c.Supervisor = supervisor.New(assessments)
+	}, nil)
+	bm := b.Manifest
+	ws := sandbox.DigestBytes([]byte("workspace"))
+	sealed := func(j sandbox.Job) sandbox.Job {
+		if err := j.Seal(); err != nil {
+			t.Fatal(err)
+		}
+		return j
+	}
+	run := func(j sandbox.Job) {
+		if code, _, _ := f.submit(t, j); code/100 != 2 {
+			t.Fatalf("submit %s: %d", j.ID, code)
+		}
+		f.wait(t, j.ID)
+	}
+	cand := sealed(evaluate.CandidateJob(bm, b.Digest, ws, "c1"))
+	run(cand)
+	// The fake broker collects nothing: the candidate's export is the
+	// canonical tar of no files.
+	export, err := evaluate.ExportOf(context.Background(), f.srv.cfg.Blobs, sandbox.Result{}, bm.DefaultLimits)
+	if err != nil {
+		t.Fatal(err)
+	}
+	exact := sealed(evaluate.GraderJob(bm, b.Digest, b.LayerDigest, export, "g-exact"))
+	other := evaluate.GraderJob(bm, b.Digest, b.LayerDigest, export, "g-other")
+	other.Env["LD_PRELOAD"] = "/inputs/candidate-export/x.so"
+	other = sealed(other)
+	run(exact)
+	run(other)
+	assess := func(grader string) (int, string) {
+		body, _ := json.Marshal(AssessRequest{BundleManifest: blob(b.Digest), BundleConfig: blob(b.ConfigDigest),
+			GraderJobID: grader, CandidateJobID: cand.ID, WorkspaceDigest: ws})
+		resp, out := f.do(t, http.MethodPost, "/v1/assess", body)
+		return resp.StatusCode, string(out)
+	}
+	if code, out := assess(other.ID); code != http.StatusConflict || !strings.Contains(out, "is not the bundle's grader job") {
+		t.Fatalf("another grader job: %d %s, want 409 naming the difference", code, out)
+	}
+	if code, out := assess(exact.ID); code != http.StatusOK || !strings.Contains(out, `"verdict"`) {
+		t.Fatalf("the bundle's grader job: %d %s, want an assessment", code, out)
 	}
 }

@@ -1,0 +1,49 @@
+package evaluate
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	"github.com/sandboxd/sandboxd/internal/bundle"
+	"github.com/sandboxd/sandboxd/sandbox"
+)
+
+// A judge accepts only the exact jobs the bundle prescribes: any change to
+// the command, an input, the environment, the outputs or the limits of a
+// grader or candidate job is refused.
+func TestSameJobRefusesAnyOtherJob(t *testing.T) {
+	b, err := bundle.Pack(context.Background(), "../bundle/testdata/example-bundle", t.TempDir(), bundle.DefaultLimits())
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := b.Manifest
+	export := "sha256:" + strings.Repeat("e", 64)
+	sealed := func(j sandbox.Job) sandbox.Job {
+		if err := j.Seal(); err != nil {
+			t.Fatal(err)
+		}
+		return j
+	}
+	want := GraderJob(m, b.Digest, b.LayerDigest, export, "g")
+	if err := SameJob("grader", sealed(want), want); err != nil {
+		t.Fatalf("the bundle's own grader job: %v", err)
+	}
+	for name, change := range map[string]func(*sandbox.Job){
+		"argv":                     func(j *sandbox.Job) { j.Argv = []string{"/bin/sh", "-c", "echo ok"} },
+		"env":                      func(j *sandbox.Job) { j.Env["LD_PRELOAD"] = "/work/x.so" },
+		"export mounted elsewhere": func(j *sandbox.Job) { j.Inputs[1].Path = "/inputs/other" },
+		"another export":           func(j *sandbox.Job) { j.Inputs[1].Digest = "sha256:" + strings.Repeat("f", 64) },
+		"another bundle layer":     func(j *sandbox.Job) { j.Inputs[0].Digest = export },
+		"outputs":                  func(j *sandbox.Job) { j.Outputs = []string{"/work/elsewhere"} },
+		"limits":                   func(j *sandbox.Job) { j.Limits.WallTimeMS++ },
+	} {
+		t.Run(name, func(t *testing.T) {
+			got := GraderJob(m, b.Digest, b.LayerDigest, export, "g")
+			change(&got)
+			if err := SameJob("grader", sealed(got), want); err == nil {
+				t.Fatal("a changed grader job was accepted")
+			}
+		})
+	}
+}
