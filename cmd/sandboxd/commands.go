@@ -6,6 +6,8 @@ import (
 	"io"
 	"sort"
 	"strings"
+
+	"github.com/sandboxd/sandboxd/sandbox"
 )
 
 // Exit codes shared by every command; `sandboxd run` documents its verdict
@@ -81,4 +83,16 @@ var version = "0.1.0-dev"
 func cmdVersion(_ context.Context, _ []string, stdout, _ io.Writer) int {
 	fmt.Fprintln(stdout, version)
 	return exitOK
+}
+
+// exitForStatus is the exit code of a command that reports one job's end:
+// the sandbox failing (error, uncertain) is told apart from the job failing.
+func exitForStatus(st sandbox.Status) int {
+	switch st {
+	case sandbox.StatusSucceeded:
+		return exitOK
+	case sandbox.StatusError, sandbox.StatusUncertain:
+		return exitInfraError
+	}
+	return exitFailed
 }

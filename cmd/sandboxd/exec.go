@@ -116,13 +116,7 @@ func cmdExec(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			f.Close()
 		}
 	}
-	switch res.Status {
-	case sandbox.StatusSucceeded:
-		return exitOK
-	case sandbox.StatusError, sandbox.StatusUncertain:
-		return exitInfraError
-	}
-	return exitFailed
+	return exitForStatus(res.Status)
 }
 
 func newBroker(eng broker.Engine) (*broker.Broker, *store.Store, error) {

@@ -156,10 +156,7 @@ func cmdWait(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return exitFor(err)
 	}
 	fmt.Fprintf(stderr, "job %s: %s (exit %d)\n", job.ID, sr.Result.Status, sr.Result.ExitCode)
-	if sr.Result.Status != sandbox.StatusSucceeded {
-		return exitFailed
-	}
-	return exitOK
+	return exitForStatus(sr.Result.Status)
 }
 
 // cmdStatus prints the daemon's unverified view of a job.
