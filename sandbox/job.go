@@ -237,6 +237,14 @@ func (j *Job) Validate() error {
 			return fieldErr(f, "duplicate output %q", o)
 		}
 		seenOut[o] = true
+		// A file below two outputs would be collected twice, which the
+		// broker refuses as a broken stream: the candidate could turn any
+		// job into an error by writing one file there.
+		for _, other := range j.Outputs[:i] {
+			if under(o, other) || under(other, o) {
+				return fieldErr(f, "output %q is nested with output %q", o, other)
+			}
+		}
 	}
 	if err := j.Limits.Validate("job.limits"); err != nil {
 		return err
