@@ -233,6 +233,18 @@ func (c *collector) abortFile() {
 	}
 }
 
+// abort releases whatever finish did not commit: the open artifact and the
+// log writers, on the paths that end a job without deciding it. After
+// finish it does nothing (a committed writer ignores Abort).
+func (c *collector) abort() {
+	c.abortFile()
+	for _, l := range []*logSink{c.stdout, c.stderr} {
+		if l.w != nil {
+			l.w.Abort()
+		}
+	}
+}
+
 func (c *collector) reject(p, reason string) {
 	if len(c.rejected) >= maxRejected {
 		c.dropped++

@@ -234,6 +234,7 @@ func (r *run) recover(ctx context.Context, bind Binding) error {
 		pw.CloseWithError(err)
 	}()
 	col := newCollector(r)
+	defer col.abort()
 	streamErr := col.consume(pr)
 	pr.CloseWithError(errors.New("stream consumer finished"))
 	if streamErr != nil || col.incomplete() != "" {

@@ -107,6 +107,7 @@ func (r *run) execute(ctx context.Context) error {
 		pw.CloseWithError(err)
 	}()
 	col := newCollector(r)
+	defer col.abort()
 	streamErr := col.consume(pr)
 	pr.CloseWithError(errors.New("stream consumer finished"))
 
