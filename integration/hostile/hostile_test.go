@@ -222,6 +222,17 @@ func hostileCases() []hostile {
 			},
 		},
 		{
+			// The candidate's program, run by a grader through the exec
+			// service, writes a file exactly at the limit (a legal write):
+			// the grader's job keeps its own outcome, not limit_exceeded.
+			name: "file-size-limit-by-code-uid", argv: sh(`/.sandboxd/shim exec /bin/dd if=/dev/zero of=/tmp/big bs=1M count=1 2>/dev/null; echo "dd=$?"; exit 1`),
+			mod: func(t *testing.T, j *sandbox.Job) { j.Limits.FileSize = 1 << 20 },
+			check: func(t *testing.T, r sandbox.Result) {
+				want(t, r, sandbox.StatusFailed, 1)
+				wantStdout(t, r, "dd=0\n")
+			},
+		},
+		{
 			name: "fd-bomb", probe: true, argv: []string{probePath, "fdbomb"},
 			mod: func(t *testing.T, j *sandbox.Job) { j.Limits.OpenFiles = 64 },
 			check: func(t *testing.T, r sandbox.Result) {
