@@ -18,7 +18,25 @@ var (
 	ErrNotFound = errors.New("not found")
 	// ErrImageRefused marks an image reference that is not a local image ID.
 	ErrImageRefused = errors.New("image refused")
+	// ErrTooLarge marks an input over a size or count limit.
+	ErrTooLarge = errors.New("too large")
 )
+
+// NewSentinel returns a package's own sentinel error: its message is msg,
+// and errors.Is matches it (and every error wrapping it) with each of
+// classes, the classes above. Packages define their sentinels with it, so
+// a caller can branch on the precise error or only on its class.
+func NewSentinel(msg string, classes ...error) error {
+	return &sentinel{msg: msg, classes: classes}
+}
+
+type sentinel struct {
+	msg     string
+	classes []error
+}
+
+func (e *sentinel) Error() string   { return e.msg }
+func (e *sentinel) Unwrap() []error { return e.classes }
 
 // FieldError names the field of an object that failed validation.
 type FieldError struct {

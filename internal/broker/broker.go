@@ -218,9 +218,8 @@ func (b *Broker) RunWithHooks(ctx context.Context, job sandbox.Job, hooks Hooks)
 	}
 	if hooks.OnFinished != nil && r.containerID != "" {
 		if err := hooks.OnFinished(ctx, r.res); err != nil {
-			log.Error("result not recorded; leaving the container for recovery", "container_id", r.containerID, "error", err)
 			keep = true
-			return r.res, fmt.Errorf("record result: %w", err)
+			return r.res, fmt.Errorf("record result (container %s kept for recovery): %w", r.containerID, err)
 		}
 	}
 	return r.res, nil

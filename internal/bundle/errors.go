@@ -6,13 +6,17 @@ import (
 
 // refusal is an input this package will not accept. Every refusal also
 // matches sandbox.ErrInvalid, so callers that only need "bad input versus
-// infrastructure failure" can branch on that one class.
-type refusal struct{ msg string }
+// infrastructure failure" can branch on that one class; a ceiling also
+// matches sandbox.ErrTooLarge. The type lets the tar reader tell a refusal
+// from a failure to read.
+type refusal struct{ sentinel error }
 
-func (e *refusal) Error() string { return e.msg }
-func (e *refusal) Unwrap() error { return sandbox.ErrInvalid }
+func (e *refusal) Error() string { return e.sentinel.Error() }
+func (e *refusal) Unwrap() error { return e.sentinel }
 
-func newRefusal(msg string) error { return &refusal{msg: msg} }
+func newRefusal(msg string, classes ...error) error {
+	return &refusal{sandbox.NewSentinel(msg, append([]error{sandbox.ErrInvalid}, classes...)...)}
+}
 
 // Sentinel errors, one per class of refused input. Messages wrap them with
 // the offending name: `"../x": path escapes the tree`.
@@ -31,8 +35,8 @@ var (
 	ErrDevice          = newRefusal("device node")
 	ErrFIFO            = newRefusal("fifo")
 	ErrUnsupportedType = newRefusal("unsupported file type")
-	ErrTooLarge        = newRefusal("byte ceiling exceeded")
-	ErrTooManyFiles    = newRefusal("file ceiling exceeded")
+	ErrTooLarge        = newRefusal("byte ceiling exceeded", sandbox.ErrTooLarge)
+	ErrTooManyFiles    = newRefusal("file ceiling exceeded", sandbox.ErrTooLarge)
 	ErrChanged         = newRefusal("file changed while being read")
 	ErrNotCanonical    = newRefusal("tar is not in canonical form")
 	ErrDigestMismatch  = newRefusal("digest mismatch")

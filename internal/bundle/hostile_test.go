@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -245,5 +246,21 @@ func TestCeilings(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestRefusalsMatchTheirClass: every refusal is sandbox.ErrInvalid; the
+// ceilings on bytes and files are sandbox.ErrTooLarge as well, and no
+// refusal belongs to another class.
+func TestRefusalsMatchTheirClass(t *testing.T) {
+	tooLarge := map[error]bool{ErrTooLarge: true, ErrTooManyFiles: true}
+	for _, r := range refusals {
+		err := fmt.Errorf("%q: %w", "x", r)
+		want := map[error]bool{sandbox.ErrInvalid: true, sandbox.ErrTooLarge: tooLarge[r]}
+		for _, class := range []error{sandbox.ErrInvalid, sandbox.ErrTooLarge, sandbox.ErrNotFound, sandbox.ErrConflict, sandbox.ErrUncertain, sandbox.ErrImageRefused} {
+			if got := errors.Is(err, class); got != want[class] {
+				t.Errorf("errors.Is(%v, %v) = %v, want %v", err, class, got, want[class])
+			}
+		}
 	}
 }

@@ -310,12 +310,12 @@ func Open(ref string, lim Limits) (*Bundle, error) {
 func (b *Bundle) Verify(ctx context.Context) error {
 	descs := []ocispec.Descriptor{{Digest: digest.Digest(b.Digest), Size: -1}, b.oci.Config, b.oci.Layers[0]}
 	for _, d := range descs {
-		if err := b.blobs.Verify(string(d.Digest)); err != nil {
-			if errors.Is(err, store.ErrDigestMismatch) {
-				detail := strings.TrimSuffix(err.Error(), ": "+store.ErrDigestMismatch.Error())
-				return fmt.Errorf("bundle %s: %s: %w", b.Digest, detail, ErrDigestMismatch)
-			}
+		got, err := b.blobs.ContentDigest(string(d.Digest))
+		if err != nil {
 			return fmt.Errorf("bundle %s: %w", b.Digest, err)
+		}
+		if got != string(d.Digest) {
+			return fmt.Errorf("bundle %s: blob %s holds %s: %w", b.Digest, d.Digest, got, ErrDigestMismatch)
 		}
 		if d.Size >= 0 {
 			if n, err := b.blobs.Size(string(d.Digest)); err != nil || n != d.Size {

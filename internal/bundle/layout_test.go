@@ -153,7 +153,12 @@ func TestModifiedBlob(t *testing.T) {
 		if err != nil {
 			t.Fatalf("Open: %v", err)
 		}
-		checkRefused(t, o.Verify(ctx), ErrDigestMismatch)
+		verr := o.Verify(ctx)
+		checkRefused(t, verr, ErrDigestMismatch)
+		// The refusal names the blob and what it holds now.
+		if want := "bundle " + b.Digest + ": blob " + b.LayerDigest + " holds sha256:"; verr == nil || !strings.HasPrefix(verr.Error(), want) {
+			t.Errorf("Verify: got %v, want it to begin %q", verr, want)
+		}
 		dst, err := store.Open(t.TempDir())
 		if err != nil {
 			t.Fatal(err)

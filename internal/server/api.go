@@ -135,15 +135,15 @@ func writeError(w http.ResponseWriter, code int, err error) {
 func statusOf(err error) int {
 	var mbe *http.MaxBytesError
 	switch {
-	case errors.As(err, &mbe), errors.Is(err, store.ErrTooLarge):
+	case errors.As(err, &mbe), errors.Is(err, sandbox.ErrTooLarge):
 		return http.StatusRequestEntityTooLarge
 	case errors.Is(err, sandbox.ErrConflict):
 		return http.StatusConflict
-	case errors.Is(err, sandbox.ErrNotFound), errors.Is(err, store.ErrNotFound):
+	case errors.Is(err, sandbox.ErrNotFound):
 		return http.StatusNotFound
 	case errors.Is(err, sandbox.ErrImageRefused):
 		return http.StatusUnprocessableEntity
-	case errors.Is(err, sandbox.ErrInvalid), errors.Is(err, store.ErrDigestMismatch):
+	case errors.Is(err, sandbox.ErrInvalid):
 		return http.StatusBadRequest
 	}
 	return http.StatusInternalServerError

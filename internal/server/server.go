@@ -366,7 +366,9 @@ func (s *Server) runJob(id string) {
 	}
 	// No container was created: nothing to keep for recovery.
 	s.observeDuration(time.Since(dispatched))
-	s.finish(log, rec, res)
+	if err := s.finish(log, rec, res); err != nil {
+		log.Error("result not recorded; left for recovery", "error", err)
+	}
 }
 
 func (s *Server) observeDuration(d time.Duration) {
@@ -379,12 +381,10 @@ func (s *Server) observeDuration(d time.Duration) {
 func (s *Server) finish(log *slog.Logger, rec journal.Record, res sandbox.Result) error {
 	env, err := s.cfg.Signer.SignCompleted(res, rec.Receipt)
 	if err != nil {
-		log.Error("sign result", "error", err)
 		return fmt.Errorf("sign result: %w", err)
 	}
 	s.m.envelopesSigned.WithLabelValues("result").Inc()
 	if _, err := s.cfg.Journal.Finish(rec.ID, res.Status, env, time.Now()); err != nil {
-		log.Error("journal result", "error", err)
 		return fmt.Errorf("journal result: %w", err)
 	}
 	var collected int64
@@ -413,5 +413,7 @@ func (s *Server) finishUnrun(log *slog.Logger, rec journal.Record, job sandbox.J
 		Status: status, Cause: cause, StartedAt: now, EndedAt: now, Runtime: facts,
 		LimitsHit: []string{}, Artifacts: []sandbox.Artifact{}, Rejected: []sandbox.Rejected{},
 	}
-	s.finish(log, rec, res)
+	if err := s.finish(log, rec, res); err != nil {
+		log.Error("result not recorded; left for recovery", "error", err)
+	}
 }

@@ -17,16 +17,22 @@ import (
 	"sync"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/sandboxd/sandboxd/sandbox"
 )
 
-// ErrNotFound is returned for a digest the store does not hold.
-var ErrNotFound = errors.New("blob not found")
-
-// ErrDigestMismatch is returned when written bytes do not match a claimed digest.
-var ErrDigestMismatch = errors.New("digest mismatch")
-
-// ErrTooLarge is returned when a blob exceeds the size a writer allowed.
-var ErrTooLarge = errors.New("blob too large")
+// Sentinel errors; each matches its class in the sandbox vocabulary.
+var (
+	// ErrNotFound is returned for a digest the store does not hold
+	// (sandbox.ErrNotFound).
+	ErrNotFound = sandbox.NewSentinel("blob not found", sandbox.ErrNotFound)
+	// ErrDigestMismatch is returned when bytes do not match a claimed
+	// digest (sandbox.ErrInvalid).
+	ErrDigestMismatch = sandbox.NewSentinel("digest mismatch", sandbox.ErrInvalid)
+	// ErrTooLarge is returned when a blob exceeds the size a writer
+	// allowed (sandbox.ErrTooLarge).
+	ErrTooLarge = sandbox.NewSentinel("blob too large", sandbox.ErrTooLarge)
+)
 
 var digestRE = regexp.MustCompile(`^sha256:([0-9a-f]{64})$`)
 
@@ -415,21 +421,32 @@ func (w *Writer) Abort() {
 	w.release()
 }
 
-// Verify re-hashes blob d and reports a mismatch as ErrDigestMismatch.
+// Verify re-hashes a blob and fails with ErrDigestMismatch unless its
+// content still hashes to its name.
 func (s *Store) Verify(d string) error {
-	f, err := s.Open(d)
+	got, err := s.ContentDigest(d)
 	if err != nil {
 		return err
+	}
+	if got != d {
+		return fmt.Errorf("blob %s holds %s: %w", d, got, ErrDigestMismatch)
+	}
+	return nil
+}
+
+// ContentDigest re-hashes the blob named d and returns the digest of what
+// it holds now, which differs from d when the file was changed.
+func (s *Store) ContentDigest(d string) (string, error) {
+	f, err := s.Open(d)
+	if err != nil {
+		return "", err
 	}
 	defer f.Close()
 	h := sha256.New()
 	if _, err := io.Copy(h, f); err != nil {
-		return err
+		return "", err
 	}
-	if got := "sha256:" + hex.EncodeToString(h.Sum(nil)); got != d {
-		return fmt.Errorf("blob %s holds %s: %w", d, got, ErrDigestMismatch)
-	}
-	return nil
+	return "sha256:" + hex.EncodeToString(h.Sum(nil)), nil
 }
 
 // syncBlobDir makes the names of the blobs put into place durable.

@@ -3,7 +3,6 @@ package supervisor
 import (
 	"bytes"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"sort"
 
@@ -265,6 +264,7 @@ func DecodeAssessment(data []byte) (Assessment, error) {
 }
 
 // ErrInconclusive is returned for a statement asked of an inconclusive
-// assessment: there is none, because a FAILED statement would claim that
-// tests ran and failed, and PASSED would be a lie.
-var ErrInconclusive = errors.New("assessment is inconclusive")
+// assessment: there is none (it matches sandbox.ErrNotFound), because a
+// FAILED statement would claim that tests ran and failed, and PASSED would
+// be a lie.
+var ErrInconclusive = sandbox.NewSentinel("assessment is inconclusive", sandbox.ErrNotFound)

@@ -1,12 +1,13 @@
 package supervisor
 
 import (
-	"errors"
 	"fmt"
 	"io"
 	"strings"
 	"time"
 	"unicode/utf8"
+
+	"github.com/sandboxd/sandboxd/sandbox"
 )
 
 // Format names a grader report format, as a bundle declares it.
@@ -104,9 +105,11 @@ func (l Limits) withDefaults() Limits {
 var (
 	// ErrUnparseable marks a report that is not well-formed in its format,
 	// or that is refused (a DTD, an entity declaration, an inconsistency).
-	ErrUnparseable = errors.New("unparseable report")
-	// ErrTooLarge marks a report over one of the parser's limits.
-	ErrTooLarge = errors.New("report over limit")
+	// It matches sandbox.ErrInvalid.
+	ErrUnparseable = sandbox.NewSentinel("unparseable report", sandbox.ErrInvalid)
+	// ErrTooLarge marks a report over one of the parser's limits. It
+	// matches sandbox.ErrTooLarge.
+	ErrTooLarge = sandbox.NewSentinel("report over limit", sandbox.ErrTooLarge)
 )
 
 func unparseable(format string, args ...any) error {
