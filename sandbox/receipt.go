@@ -22,6 +22,15 @@ const (
 	// PredicateCompleted is the predicate type of a result; its predicate is
 	// a Completion.
 	PredicateCompleted = "https://sandboxd.dev/attestation/completed/v1"
+	// PredicateTestResult is the predicate type of the supervisor's signed
+	// verdict, an in-toto test-result statement
+	// (https://github.com/in-toto/attestation/blob/main/spec/predicates/test-result.md)
+	// whose result is TestResultPassed or TestResultFailed.
+	PredicateTestResult = "https://in-toto.io/attestation/test-result/v0.1"
+	// The results a test-result predicate can carry.
+	TestResultPassed = "PASSED"
+	TestResultWarned = "WARNED"
+	TestResultFailed = "FAILED"
 	// OutputsManifestName is the subject of a result that names the list of
 	// collected artifacts, so that a result's subject list is never empty.
 	OutputsManifestName = "outputs.json"

@@ -36,9 +36,6 @@ type verified struct {
 	testResult *testResultStatement
 }
 
-// testResultPredicate is the in-toto test-result predicate type.
-const testResultPredicate = "https://in-toto.io/attestation/test-result/v0.1"
-
 type testResultStatement struct {
 	Type          string            `json:"_type"`
 	PredicateType string            `json:"predicateType"`
@@ -58,16 +55,16 @@ func verifyTestResult(keys sandbox.KeySet, envelope []byte) (*testResultStatemen
 		return nil, err
 	}
 	var st testResultStatement
-	if ve.PayloadType != "application/vnd.in-toto+json" {
+	if ve.PayloadType != sandbox.InTotoPayloadType {
 		return nil, fmt.Errorf("payload type %q is not in-toto", ve.PayloadType)
 	}
 	if err := json.Unmarshal(ve.Payload, &st); err != nil {
 		return nil, fmt.Errorf("statement: %w", err)
 	}
-	if st.Type != "https://in-toto.io/Statement/v1" || st.PredicateType != testResultPredicate || len(st.Subject) == 0 {
+	if st.Type != sandbox.StatementType || st.PredicateType != sandbox.PredicateTestResult || len(st.Subject) == 0 {
 		return nil, fmt.Errorf("not an in-toto test-result statement")
 	}
-	if st.Predicate.Result != "PASSED" && st.Predicate.Result != "FAILED" {
+	if st.Predicate.Result != sandbox.TestResultPassed && st.Predicate.Result != sandbox.TestResultFailed {
 		return nil, fmt.Errorf("test-result %q is neither PASSED nor FAILED", st.Predicate.Result)
 	}
 	st.keyIDs = ve.KeyIDs

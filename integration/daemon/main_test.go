@@ -348,7 +348,7 @@ func (d *daemon) metric(name string) float64 {
 }
 
 // waitState polls a job's status until it reaches state.
-func (d *daemon) waitState(ctx context.Context, id, state string) {
+func (d *daemon) waitState(ctx context.Context, id string, state sandbox.JobState) {
 	d.t.Helper()
 	for {
 		st, err := d.client.Status(ctx, id)

@@ -196,15 +196,7 @@ func (r *run) recover(ctx context.Context, bind Binding) error {
 				deadline = bind.StartedAt.Add(j.Limits.WallTime() + b.grace(j, b.writableBytes(j)))
 			}
 		}
-		killer := time.AfterFunc(time.Until(deadline), func() {
-			r.mu.Lock()
-			r.hardKilled = true
-			r.mu.Unlock()
-			r.kill()
-		})
-		defer killer.Stop()
-		stop := context.AfterFunc(ctx, r.kill)
-		defer stop()
+		defer r.killAt(ctx, deadline)()
 		wait := b.eng.ContainerWait(context.WithoutCancel(ctx), r.containerID, client.ContainerWaitOptions{Condition: container.WaitConditionNotRunning})
 		select {
 		case <-wait.Result:

@@ -80,15 +80,7 @@ func (r *run) execute(ctx context.Context) error {
 	}
 	defer att.Close()
 	// The deadline is enforced from outside: kill the container.
-	killer := time.AfterFunc(time.Until(hardDeadline), func() {
-		r.mu.Lock()
-		r.hardKilled = true
-		r.mu.Unlock()
-		r.kill()
-	})
-	defer killer.Stop()
-	stopOnCancel := context.AfterFunc(ctx, r.kill)
-	defer stopOnCancel()
+	defer r.killAt(ctx, hardDeadline)()
 
 	stdinErr := make(chan error, 1)
 	go func() {
@@ -450,6 +442,23 @@ func detail(s string) string {
 		return ""
 	}
 	return " (" + s + ")"
+}
+
+// killAt is the one deadline killer: it kills the container at deadline
+// (the run is then hard-killed: timed out) or when ctx ends, whichever
+// comes first, until the returned stop is called.
+func (r *run) killAt(ctx context.Context, deadline time.Time) (stop func()) {
+	killer := time.AfterFunc(time.Until(deadline), func() {
+		r.mu.Lock()
+		r.hardKilled = true
+		r.mu.Unlock()
+		r.kill()
+	})
+	stopOnCancel := context.AfterFunc(ctx, r.kill)
+	return func() {
+		killer.Stop()
+		stopOnCancel()
+	}
 }
 
 func (r *run) kill() {

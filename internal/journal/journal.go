@@ -14,29 +14,19 @@ import (
 	"github.com/sandboxd/sandboxd/sandbox"
 )
 
-// State is how far a job got, as far as the journal can prove.
-type State string
+// State is how far a job got, as far as the journal can prove: the
+// sandbox.JobState the daemon's API reports.
+type State = sandbox.JobState
 
-// The states, in order. Finished and Uncertain are terminal.
+// The states, in order. Finished and Uncertain are terminal (State.Terminal).
 const (
-	// Accepted: the job and its receipt are durable; nothing was handed to
-	// the broker yet, so the job provably never ran.
-	Accepted State = "accepted"
-	// Dispatched: the job was handed to the broker; a container may exist.
-	Dispatched State = "dispatched"
-	// Created: the job's container exists (ContainerID).
-	Created State = "created"
-	// Started: the job's container was started.
-	Started State = "started"
-	// Finished: the job ended and its signed result is durable.
-	Finished State = "finished"
-	// Uncertain: the job ended without proof of what happened; its signed
-	// result says so (status uncertain).
-	Uncertain State = "uncertain"
+	Accepted   = sandbox.JobAccepted
+	Dispatched = sandbox.JobDispatched
+	Created    = sandbox.JobCreated
+	Started    = sandbox.JobStarted
+	Finished   = sandbox.JobFinished
+	Uncertain  = sandbox.JobUncertain
 )
-
-// Terminal reports whether no further transition can happen.
-func (s State) Terminal() bool { return s == Finished || s == Uncertain }
 
 var order = map[State]int{Accepted: 0, Dispatched: 1, Created: 2, Started: 3, Finished: 4, Uncertain: 4}
 

@@ -55,24 +55,9 @@ func (s *Server) routes() *http.ServeMux {
 	return mux
 }
 
-// JobView is the JSON form of a job in API responses. Receipt and Result
-// are the signed envelopes, byte for byte as the journal holds them.
-type JobView struct {
-	ID              string          `json:"id"`
-	Digest          string          `json:"digest"`
-	State           journal.State   `json:"state"`
-	Status          sandbox.Status  `json:"status,omitempty"`
-	ContainerID     string          `json:"container_id,omitempty"`
-	AcceptedAt      time.Time       `json:"accepted_at"`
-	StartedAt       time.Time       `json:"started_at,omitzero"`
-	FinishedAt      time.Time       `json:"finished_at,omitzero"`
-	CancelRequested bool            `json:"cancel_requested,omitempty"`
-	Receipt         json.RawMessage `json:"receipt"`
-	Result          json.RawMessage `json:"result,omitempty"`
-}
-
-func view(rec journal.Record) JobView {
-	return JobView{
+// view is the API's form of a journal record.
+func view(rec journal.Record) sandbox.JobView {
+	return sandbox.JobView{
 		ID: rec.ID, Digest: rec.Digest, State: rec.State, Status: rec.Status, ContainerID: rec.ContainerID,
 		AcceptedAt: rec.AcceptedAt, StartedAt: rec.StartedAt, FinishedAt: rec.FinishedAt,
 		CancelRequested: rec.CancelRequested, Receipt: rec.Receipt, Result: rec.Result,

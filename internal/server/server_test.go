@@ -199,11 +199,11 @@ func (f *fixture) do(t *testing.T, method, path string, body []byte) (*http.Resp
 	return resp, b
 }
 
-func (f *fixture) submit(t *testing.T, j sandbox.Job) (int, JobView, http.Header) {
+func (f *fixture) submit(t *testing.T, j sandbox.Job) (int, sandbox.JobView, http.Header) {
 	t.Helper()
 	body, _ := json.Marshal(j)
 	resp, b := f.do(t, "POST", "/v1/jobs", body)
-	var v JobView
+	var v sandbox.JobView
 	if resp.StatusCode < 300 {
 		if err := json.Unmarshal(b, &v); err != nil {
 			t.Fatalf("decode %s: %v", b, err)
@@ -212,21 +212,21 @@ func (f *fixture) submit(t *testing.T, j sandbox.Job) (int, JobView, http.Header
 	return resp.StatusCode, v, resp.Header
 }
 
-func (f *fixture) wait(t *testing.T, id string) JobView {
+func (f *fixture) wait(t *testing.T, id string) sandbox.JobView {
 	t.Helper()
 	for range 50 {
 		resp, b := f.do(t, "GET", "/v1/jobs/"+id+"/wait?timeout=2s", nil)
 		if resp.StatusCode != 200 {
 			t.Fatalf("wait %s: got %d %s, want 200", id, resp.StatusCode, b)
 		}
-		var v JobView
+		var v sandbox.JobView
 		json.Unmarshal(b, &v)
 		if v.State.Terminal() {
 			return v
 		}
 	}
 	t.Fatalf("job %s did not end", id)
-	return JobView{}
+	return sandbox.JobView{}
 }
 
 func TestSubmitIsIdempotentByID(t *testing.T) {

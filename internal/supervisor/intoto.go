@@ -6,16 +6,15 @@ import (
 	"errors"
 	"io"
 	"sort"
+
+	"github.com/sandboxd/sandboxd/sandbox"
 )
 
-// In-toto identifiers of the test-result predicate
-// (https://github.com/in-toto/attestation/blob/main/spec/predicates/test-result.md).
+// The results of a test-result predicate (sandbox.PredicateTestResult).
 const (
-	StatementType       = "https://in-toto.io/Statement/v1"
-	TestResultPredicate = "https://in-toto.io/attestation/test-result/v0.1"
-	TestResultPassed    = "PASSED"
-	TestResultWarned    = "WARNED"
-	TestResultFailed    = "FAILED"
+	TestResultPassed = sandbox.TestResultPassed
+	TestResultWarned = sandbox.TestResultWarned
+	TestResultFailed = sandbox.TestResultFailed
 )
 
 // ResourceDescriptor is the in-toto v1 ResourceDescriptor, with the fields
@@ -73,11 +72,11 @@ func ParseInTotoTestResult(r io.Reader, lim Limits) (Report, error) {
 	if _, err := dec.Token(); err != io.EOF {
 		return Report{}, unparseable("trailing data after the statement")
 	}
-	if st.Type != StatementType {
-		return Report{}, unparseable("statement _type %q is not %q", st.Type, StatementType)
+	if st.Type != sandbox.StatementType {
+		return Report{}, unparseable("statement _type %q is not %q", st.Type, sandbox.StatementType)
 	}
-	if st.PredicateType != TestResultPredicate {
-		return Report{}, unparseable("predicateType %q is not %q", st.PredicateType, TestResultPredicate)
+	if st.PredicateType != sandbox.PredicateTestResult {
+		return Report{}, unparseable("predicateType %q is not %q", st.PredicateType, sandbox.PredicateTestResult)
 	}
 	p := st.Predicate
 	switch p.Result {

@@ -42,9 +42,9 @@ func (a *Assessment) Statement() (TestResultStatement, error) {
 		subject = ResourceDescriptor{Name: "candidate-job", Digest: digestMap(a.Binding.CandidateJobDigest)}
 	}
 	return TestResultStatement{
-		Type:          StatementType,
+		Type:          sandbox.StatementType,
 		Subject:       []ResourceDescriptor{subject},
-		PredicateType: TestResultPredicate,
+		PredicateType: sandbox.PredicateTestResult,
 		Predicate: TestResult{
 			Result: result,
 			Configuration: []ResourceDescriptor{

@@ -56,25 +56,6 @@ func NewTLS(baseURL string, cfg *tls.Config, keys sandbox.KeySet) *Client {
 // Close releases idle connections.
 func (c *Client) Close() { c.hc.CloseIdleConnections() }
 
-// JobStatus is the daemon's view of a job. Receipt and Result are the raw
-// signed envelopes; Status is unverified until Wait or Result checks them.
-type JobStatus struct {
-	ID              string          `json:"id"`
-	Digest          string          `json:"digest"`
-	State           string          `json:"state"`
-	Status          sandbox.Status  `json:"status,omitempty"`
-	ContainerID     string          `json:"container_id,omitempty"`
-	AcceptedAt      time.Time       `json:"accepted_at"`
-	StartedAt       time.Time       `json:"started_at,omitzero"`
-	FinishedAt      time.Time       `json:"finished_at,omitzero"`
-	CancelRequested bool            `json:"cancel_requested,omitempty"`
-	Receipt         json.RawMessage `json:"receipt"`
-	Result          json.RawMessage `json:"result,omitempty"`
-}
-
-// Terminal reports whether the job has ended.
-func (s JobStatus) Terminal() bool { return s.State == "finished" || s.State == "uncertain" }
-
 // APIError is an error answer of the daemon.
 type APIError struct {
 	StatusCode int
@@ -159,7 +140,7 @@ func (c *Client) Submit(ctx context.Context, job sandbox.Job) (sandbox.SignedRec
 	var lastAmbiguous error
 	backoff := 200 * time.Millisecond
 	for attempt := 0; ; attempt++ {
-		var st JobStatus
+		var st sandbox.JobView
 		err := c.do(ctx, http.MethodPost, "/v1/jobs", body, &st)
 		var ae *APIError
 		switch {
@@ -202,7 +183,7 @@ func sleep(ctx context.Context, d time.Duration) bool {
 	}
 }
 
-func (c *Client) verifyReceipt(job sandbox.Job, st JobStatus) (sandbox.SignedReceipt, error) {
+func (c *Client) verifyReceipt(job sandbox.Job, st sandbox.JobView) (sandbox.SignedReceipt, error) {
 	if st.Digest != job.Digest {
 		return sandbox.SignedReceipt{}, fmt.Errorf("job %s: the daemon holds digest %s, not %s: %w", job.ID, st.Digest, job.Digest, sandbox.ErrConflict)
 	}
@@ -214,8 +195,8 @@ func (c *Client) verifyReceipt(job sandbox.Job, st JobStatus) (sandbox.SignedRec
 }
 
 // Status returns the daemon's (unverified) view of a job.
-func (c *Client) Status(ctx context.Context, id string) (JobStatus, error) {
-	var st JobStatus
+func (c *Client) Status(ctx context.Context, id string) (sandbox.JobView, error) {
+	var st sandbox.JobView
 	err := c.do(ctx, http.MethodGet, "/v1/jobs/"+url.PathEscape(id), nil, &st)
 	return st, err
 }
@@ -239,7 +220,7 @@ func (c *Client) Wait(ctx context.Context, job sandbox.Job) (sandbox.SignedResul
 	path := "/v1/jobs/" + url.PathEscape(job.ID) + "/wait?timeout=" + c.PollTimeout.String()
 	backoff := 100 * time.Millisecond
 	for {
-		var st JobStatus
+		var st sandbox.JobView
 		asked := time.Now()
 		err := c.do(ctx, http.MethodGet, path, nil, &st)
 		var ae *APIError
@@ -267,7 +248,7 @@ func (c *Client) Wait(ctx context.Context, job sandbox.Job) (sandbox.SignedResul
 	}
 }
 
-func (c *Client) verifyResult(job sandbox.Job, st JobStatus) (sandbox.SignedResult, error) {
+func (c *Client) verifyResult(job sandbox.Job, st sandbox.JobView) (sandbox.SignedResult, error) {
 	rc, err := c.verifyReceipt(job, st)
 	if err != nil {
 		return sandbox.SignedResult{}, err
@@ -284,8 +265,8 @@ func (c *Client) verifyResult(job sandbox.Job, st JobStatus) (sandbox.SignedResu
 }
 
 // Cancel asks the daemon to cancel a job.
-func (c *Client) Cancel(ctx context.Context, id string) (JobStatus, error) {
-	var st JobStatus
+func (c *Client) Cancel(ctx context.Context, id string) (sandbox.JobView, error) {
+	var st sandbox.JobView
 	err := c.do(ctx, http.MethodPost, "/v1/jobs/"+url.PathEscape(id)+"/cancel", nil, &st)
 	return st, err
 }
