@@ -4,13 +4,13 @@ import (
 	"os"
 	"testing"
 
-	"github.com/sandboxd/sandboxd/integration/harness"
+	"github.com/sandboxd/sandboxd/internal/testharness"
 	"github.com/sandboxd/sandboxd/sandbox"
 )
 
-var env *harness.Env
+var env *testharness.Env
 
-func TestMain(m *testing.M) { os.Exit(harness.Main(m, &env)) }
+func TestMain(m *testing.M) { os.Exit(testharness.Main(m, &env)) }
 
 // Short names for the shared helpers.
 func newJob(t *testing.T, argv []string, mod func(*sandbox.Job)) sandbox.Job {
@@ -18,7 +18,7 @@ func newJob(t *testing.T, argv []string, mod func(*sandbox.Job)) sandbox.Job {
 	return env.NewJob(t, argv, mod)
 }
 
-func sh(script string) []string { return harness.Sh(script) }
+func sh(script string) []string { return testharness.Sh(script) }
 
 func runJob(t *testing.T, j sandbox.Job) sandbox.Result {
 	t.Helper()

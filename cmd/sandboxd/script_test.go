@@ -15,9 +15,9 @@ import (
 	"github.com/moby/moby/client"
 	"github.com/rogpeppe/go-internal/testscript"
 
-	"github.com/sandboxd/sandboxd/integration/harness"
 	"github.com/sandboxd/sandboxd/internal/broker"
 	"github.com/sandboxd/sandboxd/internal/image"
+	"github.com/sandboxd/sandboxd/internal/testharness"
 )
 
 // scriptEnv is what TestMain prepared for the scripts.
@@ -62,8 +62,8 @@ func (c cleanupM) Run() int {
 func setupScripts() (func() error, error) {
 	ctx := context.Background()
 	nop := func() error { return nil }
-	eng, err := harness.Connect(ctx)
-	if errors.Is(err, harness.ErrNoEngine) {
+	eng, err := testharness.Connect(ctx)
+	if errors.Is(err, testharness.ErrNoEngine) {
 		scriptEnv = append(scriptEnv, "SANDBOXD_TEST_NO_ENGINE=1")
 		return nop, nil
 	}

@@ -19,8 +19,8 @@ import (
 
 	"github.com/moby/moby/client"
 
-	"github.com/sandboxd/sandboxd/integration/harness"
 	"github.com/sandboxd/sandboxd/internal/broker"
+	"github.com/sandboxd/sandboxd/internal/testharness"
 	"github.com/sandboxd/sandboxd/sandbox"
 )
 
@@ -35,7 +35,7 @@ func TestSubmitWaitVerifyResubmit(t *testing.T) {
 	creations := d.watchCreations()
 	d.start()
 	ctx := ctxFor(t, 2*time.Minute)
-	job := env.NewJob(t, harness.Sh(`mkdir -p /work/out && printf report > /work/out/r.txt && echo hello`), nil)
+	job := env.NewJob(t, testharness.Sh(`mkdir -p /work/out && printf report > /work/out/r.txt && echo hello`), nil)
 	rc, err := d.client.Submit(ctx, job)
 	if err != nil {
 		t.Fatalf("submit: %v", err)
@@ -74,7 +74,7 @@ func TestSubmitWaitVerifyResubmit(t *testing.T) {
 		t.Errorf("resubmission changed the receipt or result bytes")
 	}
 	// Another job under the same id: 409, and no container for it.
-	other := env.NewJob(t, harness.Sh("echo other"), func(j *sandbox.Job) { j.ID = job.ID })
+	other := env.NewJob(t, testharness.Sh("echo other"), func(j *sandbox.Job) { j.ID = job.ID })
 	if _, err := d.client.Submit(ctx, other); !errors.Is(err, sandbox.ErrConflict) {
 		t.Errorf("other job under the same id: got %v, want ErrConflict", err)
 	}
@@ -152,7 +152,7 @@ func TestQueueFullAnswers429AndEveryAcceptedJobFinishes(t *testing.T) {
 	d := newDaemon(t, "--concurrency", "1", "--queue", "1")
 	d.start()
 	ctx := ctxFor(t, 2*time.Minute)
-	slow := env.NewJob(t, harness.Sh("sleep 3"), nil)
+	slow := env.NewJob(t, testharness.Sh("sleep 3"), nil)
 	queued := env.NewJob(t, []string{"true"}, nil)
 	refused := env.NewJob(t, []string{"true"}, nil)
 	if _, err := d.client.Submit(ctx, slow); err != nil {
@@ -214,10 +214,10 @@ func TestSIGKILLAtEachStep(t *testing.T) {
 		{"created", []string{"true"}, sandbox.StatusUncertain},
 		// Started, killed before the helper got its config over the
 		// attached stdin: the helper cannot report, so uncertain.
-		{"started", harness.Sh("echo never"), sandbox.StatusUncertain},
+		{"started", testharness.Sh("echo never"), sandbox.StatusUncertain},
 		// Running (killed from outside a second into the command): the
 		// restarted daemon waits for it and reads its stream back.
-		{"running", harness.Sh("sleep 3; echo done"), sandbox.StatusSucceeded},
+		{"running", testharness.Sh("sleep 3; echo done"), sandbox.StatusSucceeded},
 		// Exited, result not journaled: the broker already removed the
 		// container, so the outcome cannot be proven.
 		// The result is journaled while the container still exists, so a
@@ -428,7 +428,7 @@ func TestPooledSandboxesAfterSIGKILL(t *testing.T) {
 	}
 	// It runs past the restarted daemon's first reap (--reap-grace 3s):
 	// the reaper must leave a pooled container the journal names.
-	job := env.NewJob(t, harness.Sh("sleep 6; echo done"), nil)
+	job := env.NewJob(t, testharness.Sh("sleep 6; echo done"), nil)
 	if _, err := d.client.Submit(ctx, job); err != nil {
 		t.Fatal(err)
 	}
@@ -480,7 +480,7 @@ func TestSIGKILLWhileTakingAPooledSandbox(t *testing.T) {
 			d.stop()
 			// A long wall time: were recovery to wait for the job's
 			// deadline, the wait below would end with ctx, not a result.
-			job := env.NewJob(t, harness.Sh("echo never"), func(j *sandbox.Job) { j.Limits.WallTimeMS = 600_000 })
+			job := env.NewJob(t, testharness.Sh("echo never"), func(j *sandbox.Job) { j.Limits.WallTimeMS = 600_000 })
 			d.start("SANDBOXD_TEST_FAULT=" + step + ":" + job.ID)
 			// The restarted daemon has no pool yet: warm it again.
 			warm2 := env.NewJob(t, []string{"true"}, nil)

@@ -29,16 +29,16 @@ import (
 
 	"github.com/moby/moby/client"
 
-	"github.com/sandboxd/sandboxd/integration/harness"
 	"github.com/sandboxd/sandboxd/internal/broker"
 	"github.com/sandboxd/sandboxd/internal/receipt"
+	"github.com/sandboxd/sandboxd/internal/testharness"
 	"github.com/sandboxd/sandboxd/sandbox"
 	sbclient "github.com/sandboxd/sandboxd/sandbox/client"
 )
 
-var env *harness.Env
+var env *testharness.Env
 
-func TestMain(m *testing.M) { os.Exit(harness.Main(m, &env)) }
+func TestMain(m *testing.M) { os.Exit(testharness.Main(m, &env)) }
 
 var (
 	buildOnce sync.Once
@@ -53,7 +53,7 @@ func binary(t *testing.T) string {
 	t.Helper()
 	buildOnce.Do(func() {
 		binPath = filepath.Join(env.Tmp, "sandboxd")
-		if buildErr = harness.GoBuild(env.Repo, "./cmd/sandboxd", binPath); buildErr != nil {
+		if buildErr = testharness.GoBuild(env.Repo, "./cmd/sandboxd", binPath); buildErr != nil {
 			return
 		}
 		var priv []byte

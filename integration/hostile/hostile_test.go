@@ -12,9 +12,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/sandboxd/sandboxd/integration/harness"
 	"github.com/sandboxd/sandboxd/internal/selfcheck"
 	"github.com/sandboxd/sandboxd/internal/selfcheck/probe"
+	"github.com/sandboxd/sandboxd/internal/testharness"
 	"github.com/sandboxd/sandboxd/sandbox"
 )
 
@@ -28,7 +28,7 @@ type hostile struct {
 	check func(t *testing.T, r sandbox.Result) // status, exit code, observation
 }
 
-func sh(script string) []string { return harness.Sh(script) }
+func sh(script string) []string { return testharness.Sh(script) }
 
 func want(t *testing.T, r sandbox.Result, status sandbox.Status, exit int) {
 	t.Helper()

@@ -6,13 +6,13 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/sandboxd/sandboxd/integration/harness"
+	"github.com/sandboxd/sandboxd/internal/testharness"
 	"github.com/sandboxd/sandboxd/sandbox"
 )
 
-var env *harness.Env
+var env *testharness.Env
 
-func TestMain(m *testing.M) { os.Exit(harness.Main(m, &env)) }
+func TestMain(m *testing.M) { os.Exit(testharness.Main(m, &env)) }
 
 // probePath is where jobs that need the probe see it.
 const probePath = "/inputs/probe/sandboxd-probe"

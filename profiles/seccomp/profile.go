@@ -1,6 +1,6 @@
 package seccomp
 
-//go:generate go run ./gen -o sandboxd.json
+//go:generate go run ./internal/gen -o sandboxd.json
 
 import (
 	"bytes"

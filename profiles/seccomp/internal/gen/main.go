@@ -1,4 +1,6 @@
-// Command gen writes sandboxd's seccomp profile (see package seccomp).
+// Command gen writes sandboxd's seccomp profile (see package seccomp). It
+// is internal: go generate in profiles/seccomp runs it; no other module
+// installs it.
 package main
 
 import (

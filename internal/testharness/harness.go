@@ -1,4 +1,4 @@
-package harness
+package testharness
 
 import (
 	"archive/tar"
