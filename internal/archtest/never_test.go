@@ -1,0 +1,159 @@
+package archtest
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+)
+
+const (
+	module = "github.com/sandboxd/sandboxd/"
+	// engineClient stands for the container engine's Go clients.
+	engineClient = "github.com/moby/moby/client"
+)
+
+var engineClients = []string{engineClient, "github.com/docker/docker"}
+
+// edge is a "never" edge of internal/README.md: no package matching from
+// may depend on a package matching to, directly or through another. A
+// pattern is a path in the module (or engineClient); "/..." also matches
+// the packages below it.
+type edge struct {
+	from, to, why string
+}
+
+// neverEdges are the package map's "never" column (internal/README.md).
+var neverEdges = []edge{
+	// The public surface: what a verifier imports stands alone.
+	{"sandbox/...", "internal/...", "a verifier imports sandbox/ alone"},
+	{"sandbox/...", engineClient, "a verifier never links the engine"},
+	// What judges and what attests never reaches the broker or the engine:
+	// a candidate's sandbox cannot change the authority that judges it.
+	{"internal/supervisor", "internal/broker/...", "the judge never reaches the broker"},
+	{"internal/supervisor", engineClient, "the judge never links the engine"},
+	{"internal/supervisor", "internal/receipt", "the judge does not sign; receipt does"},
+	{"internal/receipt", "internal/broker/...", "the signer never reaches the broker"},
+	{"internal/receipt", engineClient, "the signer never links the engine"},
+	{"internal/receipt", "internal/supervisor", "the signer never judges"},
+	{"internal/bundle", "internal/broker/...", "bundle checks never reach the broker"},
+	{"internal/bundle", engineClient, "bundle checks never link the engine"},
+	{"internal/store", "internal/...", "the blob store is a leaf"},
+	{"internal/store", engineClient, "the blob store never links the engine"},
+	{"internal/journal", "internal/...", "the journal is a leaf"},
+	{"internal/journal", engineClient, "the journal never links the engine"},
+	// The broker runs jobs and reports what happened; it never judges,
+	// never signs, and knows nothing of the daemon above it.
+	{"internal/broker", "internal/supervisor", "the broker never judges"},
+	{"internal/broker", "internal/evaluate", "the broker never judges"},
+	{"internal/broker", "internal/receipt", "the broker never signs"},
+	{"internal/broker", "internal/server", "the broker knows nothing of the daemon"},
+	{"internal/broker", "internal/journal", "the daemon's journal is the server's"},
+	{"internal/broker", "internal/selfcheck/...", "the self-check drives the broker, not the reverse"},
+	// The programs that run inside a sandbox carry nothing of the host.
+	{"internal/shim/...", "internal/...", "the in-container helper links nothing of the host"},
+	{"internal/shim/...", engineClient, "the in-container helper never links the engine"},
+	{"internal/selfcheck/probe", "internal/...", "the in-container probe links nothing of the host"},
+	{"internal/selfcheck/probe", engineClient, "the in-container probe never links the engine"},
+	// Layering: nothing reaches up to the daemon or the command.
+	{"internal/...", "internal/server", "only cmd/ wires the daemon"},
+	{"internal/...", "cmd/...", "commands are wiring, never a library"},
+	{"profiles/seccomp/...", "internal/...", "the profile is a published artifact, built from upstream's alone"},
+	// The engine test harness is for tests only.
+	{"...", "internal/testharness", "only tests use the test harness"},
+}
+
+// match reports whether the package path p matches pattern.
+func match(pattern, p string) bool {
+	if pattern == engineClient {
+		for _, c := range engineClients {
+			if p == c || strings.HasPrefix(p, c+"/") {
+				return true
+			}
+		}
+		return false
+	}
+	if pattern == "..." {
+		return strings.HasPrefix(p, module)
+	}
+	p, ok := strings.CutPrefix(p, module)
+	if !ok {
+		return false
+	}
+	if base, ok := strings.CutSuffix(pattern, "/..."); ok {
+		return p == base || strings.HasPrefix(p, base+"/")
+	}
+	return p == pattern
+}
+
+// within reports whether d is inside e's own tree where e's target covers
+// that tree: the shim's packages may import each other, though the shim
+// may import nothing else of internal/.
+func within(e edge, d string) bool {
+	base, ok := strings.CutSuffix(e.from, "/...")
+	return ok && match(e.to, module+base) && match(e.from, d)
+}
+
+// violations returns every dependency that breaks an edge, and every edge
+// whose from matches no package (a rename would silently check nothing).
+func violations(pkgs []pkg, edges []edge) []string {
+	var out []string
+	for _, e := range edges {
+		matched := false
+		for _, p := range pkgs {
+			if !match(e.from, p.ImportPath) {
+				continue
+			}
+			matched = true
+			for _, d := range p.Deps {
+				if match(e.to, d) && !within(e, d) {
+					out = append(out, fmt.Sprintf("%s depends on %s: %s", p.ImportPath, d, e.why))
+				}
+			}
+		}
+		if !matched {
+			out = append(out, fmt.Sprintf("no package matches %q (edge to %s): the package map is out of date", e.from, e.to))
+		}
+	}
+	return out
+}
+
+// The "never" edges of the package map hold, transitively.
+func TestNeverEdges(t *testing.T) {
+	for _, v := range violations(listPackages(t), neverEdges) {
+		t.Error(v)
+	}
+}
+
+// The check itself catches a violating import, a transitive one, and a
+// rule about a package that no longer exists.
+func TestNeverEdgesCatchViolations(t *testing.T) {
+	pkgs := []pkg{
+		{ImportPath: module + "internal/broker", Deps: []string{module + "internal/store", module + "internal/supervisor"}},
+		{ImportPath: module + "sandbox", Deps: []string{"fmt"}},
+		{ImportPath: module + "sandbox/client", Deps: []string{module + "sandbox", engineClient + "/pkg/jsonmessage"}},
+		{ImportPath: module + "internal/shim", Deps: []string{"os"}},
+		{ImportPath: module + "internal/shim/proto", Deps: []string{module + "internal/shim"}},
+		{ImportPath: module + "internal/evaluate", Deps: []string{module + "internal/broker", module + "internal/server"}},
+		{ImportPath: module + "internal/server", Deps: []string{module + "internal/evaluate"}},
+	}
+	cases := []struct {
+		edge edge
+		want string // "" for no violation
+	}{
+		{edge{"internal/broker", "internal/supervisor", "x"}, "internal/broker depends on " + module + "internal/supervisor"},
+		{edge{"internal/broker", "internal/receipt", "x"}, ""},
+		{edge{"sandbox/...", engineClient, "x"}, "sandbox/client depends on " + engineClient + "/pkg/jsonmessage"},
+		{edge{"internal/shim/...", "internal/...", "x"}, ""}, // within itself
+		{edge{"internal/...", "internal/server", "x"}, "internal/evaluate depends on " + module + "internal/server"},
+		{edge{"internal/gone", "internal/broker", "x"}, `no package matches "internal/gone"`},
+	}
+	for _, tc := range cases {
+		got := violations(pkgs, []edge{tc.edge})
+		switch {
+		case tc.want == "" && len(got) != 0:
+			t.Errorf("%v: got %q, want no violation", tc.edge, got)
+		case tc.want != "" && (len(got) != 1 || !strings.Contains(got[0], tc.want)):
+			t.Errorf("%v: got %q, want one violation containing %q", tc.edge, got, tc.want)
+		}
+	}
+}
