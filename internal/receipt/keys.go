@@ -6,6 +6,7 @@ import (
 	"crypto/elliptic"
 	"crypto/rand"
 	"crypto/x509"
+	"encoding/json"
 	"encoding/pem"
 	"errors"
 	"fmt"
@@ -95,6 +96,34 @@ func NewEphemeralSigner() (*Signer, error) {
 	return newSigner(priv, true)
 }
 
+// wellSealed reports whether an encrypted key's envelope names what
+// encrypted.Decrypt can open (scrypt with one of its parameter sets,
+// nacl/secretbox with a 24-byte nonce). Decrypt's errors are text, not
+// classes: when the envelope is well formed, its failure can only be the
+// password (or a changed ciphertext), so no code reads its message.
+func wellSealed(b []byte) bool {
+	var env struct {
+		KDF struct {
+			Name   string `json:"name"`
+			Params struct {
+				N int `json:"N"`
+				R int `json:"r"`
+				P int `json:"p"`
+			} `json:"params"`
+		} `json:"kdf"`
+		Cipher struct {
+			Name  string `json:"name"`
+			Nonce []byte `json:"nonce"`
+		} `json:"cipher"`
+	}
+	if json.Unmarshal(b, &env) != nil {
+		return false
+	}
+	p := env.KDF.Params
+	knownParams := (p.N == 1<<15 || p.N == 1<<16 || p.N == 1<<17) && p.R == 8 && p.P == 1
+	return env.KDF.Name == "scrypt" && knownParams && env.Cipher.Name == "nacl/secretbox" && len(env.Cipher.Nonce) == 24
+}
+
 func decodePrivateKey(privPEM, password []byte) (*ecdsa.PrivateKey, error) {
 	block, _ := pem.Decode(privPEM)
 	if block == nil {
@@ -108,7 +137,7 @@ func decodePrivateKey(privPEM, password []byte) (*ecdsa.PrivateKey, error) {
 	}
 	der, err := encrypted.Decrypt(block.Bytes, password)
 	if err != nil {
-		if err.Error() == "encrypted: decryption failed" {
+		if wellSealed(block.Bytes) {
 			return nil, fmt.Errorf("%w (or the key file is corrupted)", ErrWrongPassword)
 		}
 		return nil, fmt.Errorf("%w: %w", ErrKeyFormat, err)

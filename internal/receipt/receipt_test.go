@@ -189,6 +189,29 @@ func TestParseSignerErrors(t *testing.T) {
 	block, _ := pem.Decode(corrupted)
 	block.Bytes = bytes.Replace(block.Bytes, []byte(`"kdf"`), []byte(`"kdx"`), 1)
 	corrupted = pem.EncodeToMemory(block)
+	// reseal changes one field of the encrypted envelope.
+	reseal := func(change func(env map[string]any)) []byte {
+		block, _ := pem.Decode(testPriv)
+		var env map[string]any
+		if err := json.Unmarshal(block.Bytes, &env); err != nil {
+			t.Fatal(err)
+		}
+		change(env)
+		b, err := json.Marshal(env)
+		if err != nil {
+			t.Fatal(err)
+		}
+		block.Bytes = b
+		return pem.EncodeToMemory(block)
+	}
+	weakParams := reseal(func(env map[string]any) {
+		env["kdf"].(map[string]any)["params"].(map[string]any)["N"] = 1024
+	})
+	changedCiphertext := reseal(func(env map[string]any) {
+		ct, _ := base64.StdEncoding.DecodeString(env["ciphertext"].(string))
+		ct[len(ct)/2] ^= 1
+		env["ciphertext"] = ct
+	})
 
 	tests := []struct {
 		name    string
@@ -204,6 +227,8 @@ func TestParseSignerErrors(t *testing.T) {
 		{"wrong password", testPriv, []byte("battery staple"), ErrWrongPassword, "wrong password"},
 		{"empty password for a protected key", testPriv, nil, ErrWrongPassword, "wrong password"},
 		{"mangled ciphertext envelope", corrupted, testPassword, ErrKeyFormat, "unknown kdf"},
+		{"scrypt parameters Decrypt refuses", weakParams, testPassword, ErrKeyFormat, "unsupported scrypt parameters"},
+		{"changed ciphertext", changedCiphertext, testPassword, ErrWrongPassword, "or the key file is corrupted"},
 		{"P-384", encryptedPEM(t, p384, testPassword), testPassword, ErrKeyFormat, "unsupported key type ECDSA P-384"},
 		{"RSA", encryptedPEM(t, rsaKey, testPassword), testPassword, ErrKeyFormat, "unsupported key type *rsa.PrivateKey"},
 		{"Ed25519", encryptedPEM(t, edKey, testPassword), testPassword, ErrKeyFormat, "unsupported key type ed25519.PrivateKey"},
