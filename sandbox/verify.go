@@ -39,11 +39,15 @@ type VerifyError struct {
 	Detail string
 }
 
-func (e *VerifyError) Error() string {
+func (e *VerifyError) Error() string { return "verify: " + e.Reason() }
+
+// Reason is the message without its "verify: " prefix: the check that
+// failed, then the detail, e.g. "signature: …".
+func (e *VerifyError) Reason() string {
 	if e.Detail == "" {
-		return "verify: " + string(e.Check)
+		return string(e.Check)
 	}
-	return "verify: " + string(e.Check) + ": " + e.Detail
+	return string(e.Check) + ": " + e.Detail
 }
 
 // Is reports whether target is the sentinel of the same check.

@@ -236,5 +236,8 @@ func describe(v *verified) string {
 
 // describeFailure leads with the check that failed, e.g. "signature: …".
 func describeFailure(err error) string {
-	return strings.TrimPrefix(err.Error(), "verify: ")
+	if ve := (*sandbox.VerifyError)(nil); errors.As(err, &ve) {
+		return ve.Reason()
+	}
+	return err.Error()
 }
