@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -15,6 +14,7 @@ import (
 	"github.com/sandboxd/sandboxd/internal/broker"
 	"github.com/sandboxd/sandboxd/internal/bundle"
 	"github.com/sandboxd/sandboxd/internal/evaluate"
+	"github.com/sandboxd/sandboxd/internal/evidence"
 	"github.com/sandboxd/sandboxd/internal/receipt"
 	"github.com/sandboxd/sandboxd/internal/supervisor"
 	"github.com/sandboxd/sandboxd/sandbox"
@@ -102,7 +102,7 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if progress != nil {
 		fmt.Fprintln(progress, "sandboxd: checking bundle", o.bundle)
 	}
-	bun, cleanup, err := openBundle(ctx, o.bundle, filepath.Join(state, "tmp"))
+	bun, cleanup, err := bundle.OpenRef(ctx, o.bundle, filepath.Join(state, "tmp"))
 	defer cleanup()
 	if err != nil {
 		return bad("bundle %s: %v", o.bundle, err)
@@ -161,7 +161,7 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return exitInfraError
 	}
 	if o.out != "" {
-		if err := writeEvidence(o.out, blobs, signer, bun, ws.Digest, outcome); err != nil {
+		if err := evidence.Write(o.out, blobs, signer, bun, ws.Digest, outcome); err != nil {
 			fmt.Fprintln(stderr, "sandboxd run: evidence:", err)
 			return exitInfraError
 		}
@@ -192,30 +192,6 @@ func loadSigner(path string) (*receipt.Signer, error) {
 		return receipt.NewEphemeralSigner()
 	}
 	return receipt.LoadSigner(path, []byte(os.Getenv("SANDBOXD_KEY_PASSWORD")))
-}
-
-// openBundle opens an OCI layout, or packs a bundle directory into a
-// temporary layout under tmp.
-func openBundle(ctx context.Context, ref, tmp string) (*bundle.Bundle, func(), error) {
-	nop := func() {}
-	layoutDir, _, _ := strings.Cut(ref, "@")
-	if _, err := os.Stat(filepath.Join(layoutDir, "oci-layout")); err == nil {
-		b, err := bundle.Open(ref, bundle.DefaultLimits())
-		return b, nop, err
-	}
-	if _, err := os.Stat(filepath.Join(ref, "bundle.json")); err != nil {
-		return nil, nop, fmt.Errorf("neither an OCI layout nor a directory with bundle.json")
-	}
-	if err := os.MkdirAll(tmp, 0o700); err != nil {
-		return nil, nop, err
-	}
-	dir, err := os.MkdirTemp(tmp, "bundle-")
-	if err != nil {
-		return nil, nop, err
-	}
-	cleanup := func() { os.RemoveAll(dir) }
-	b, err := bundle.Pack(ctx, ref, dir, bundle.DefaultLimits())
-	return b, cleanup, err
 }
 
 func printVerdict(w io.Writer, b *bundle.Bundle, ws string, o *evaluate.Outcome) {
@@ -255,16 +231,4 @@ func isTerminal(w io.Writer) bool {
 	}
 	st, err := f.Stat()
 	return err == nil && st.Mode()&os.ModeCharDevice != 0
-}
-
-// marshalIndent is json.MarshalIndent without HTML escaping.
-func marshalIndent(v any) ([]byte, error) {
-	var sb strings.Builder
-	enc := json.NewEncoder(&sb)
-	enc.SetEscapeHTML(false)
-	enc.SetIndent("", "  ")
-	if err := enc.Encode(v); err != nil {
-		return nil, err
-	}
-	return []byte(sb.String()), nil
 }

@@ -23,9 +23,18 @@ import (
 // ExportPath is where a candidate job leaves what the grader should see.
 const ExportPath = "/work/export"
 
+// Broker is what an evaluation needs of the broker: the runtime facts a
+// receipt records, and running one sealed job to its result.
+type Broker interface {
+	Facts(ctx context.Context) (sandbox.RuntimeFacts, error)
+	Run(ctx context.Context, job sandbox.Job) (sandbox.Result, error)
+}
+
+var _ Broker = (*broker.Broker)(nil)
+
 // Deps are the long-lived pieces an evaluation uses.
 type Deps struct {
-	Broker     *broker.Broker
+	Broker     Broker
 	Blobs      *store.Store
 	Signer     *receipt.Signer
 	Supervisor *supervisor.Supervisor
@@ -88,31 +97,34 @@ func Run(ctx context.Context, d Deps, req Request) (*Outcome, error) {
 		return nil, err
 	}
 
-	var controls []supervisor.ControlOutcome
-	if m.Controls != nil {
-		for _, c := range []struct {
-			kind supervisor.ControlKind
-			dir  string
-		}{{supervisor.ControlKnownGood, m.Controls.KnownGood}, {supervisor.ControlKnownBad, m.Controls.KnownBad}} {
-			if c.dir == "" {
-				continue
-			}
-			d.progress("control %s: extracting %s from the bundle", c.kind, c.dir)
-			ws, err := extractControl(ctx, d.Blobs, req.Bundle, c.dir)
-			if err != nil {
-				return nil, fmt.Errorf("control %s: %w", c.kind, err)
-			}
-			cp := policy
-			cp.Controls = nil
-			a, raw, err := d.evaluateOne(ctx, out, req, string(c.kind), ws, cp, nil)
-			if err != nil {
-				return nil, fmt.Errorf("control %s: %w", c.kind, err)
-			}
-			out.Controls = append(out.Controls, ControlRun{Kind: c.kind, WorkspaceDigest: ws, Assessment: a, AssessmentJSON: raw})
-			controls = append(controls, supervisor.ControlFrom(c.kind, a, raw))
+	controls := map[supervisor.ControlKind]Evaluation{}
+	for _, kind := range policy.Controls {
+		d.progress("control %s: extracting %s from the bundle", kind, ControlDir(m, kind))
+		ws, err := ControlWorkspace(ctx, d.Blobs, req.Bundle, kind)
+		if err != nil {
+			return nil, fmt.Errorf("control %s: %w", kind, err)
 		}
+		ev, err := d.runEvaluation(ctx, out, req, string(kind), ws)
+		if err != nil {
+			return nil, fmt.Errorf("control %s: %w", kind, err)
+		}
+		controls[kind] = ev
 	}
-	a, raw, err := d.evaluateOne(ctx, out, req, "", req.WorkspaceDigest, policy, controls)
+	ev, err := d.runEvaluation(ctx, out, req, "", req.WorkspaceDigest)
+	if err != nil {
+		return nil, err
+	}
+	judge := func(ev supervisor.Evidence) (supervisor.Assessment, []byte, error) {
+		d.progress("assessing %s", ev.Grader.JobID)
+		a, raw, err := d.Supervisor.Assess(ctx, ev)
+		if err != nil {
+			return supervisor.Assessment{}, nil, fmt.Errorf("assess: %w", err)
+		}
+		return a, raw, nil
+	}
+	var a supervisor.Assessment
+	var raw []byte
+	out.Controls, a, raw, err = AssessRun(d.Blobs, req.Bundle.Digest, m.Image, policy, controls, ev, judge)
 	if err != nil {
 		return nil, err
 	}
@@ -157,62 +169,127 @@ func (d Deps) progress(format string, args ...any) {
 	}
 }
 
-// evaluateOne runs the candidate job (if declared) and the grader job for
-// one workspace and assesses them.
-func (d Deps) evaluateOne(ctx context.Context, out *Outcome, req Request, control, workspace string, policy supervisor.Policy, controls []supervisor.ControlOutcome) (supervisor.Assessment, []byte, error) {
+// runEvaluation runs the candidate job (if declared) and the grader job
+// for one workspace.
+func (d Deps) runEvaluation(ctx context.Context, out *Outcome, req Request, control, workspace string) (Evaluation, error) {
 	m := req.Bundle.Manifest
-	prefix := req.RunID
-	role := func(r string) string { return r }
-	if control != "" {
-		prefix += "-" + control
-		role = func(r string) string { return control + "/" + r }
-	}
+	ev := Evaluation{Workspace: workspace}
 	export := workspace
-	var candidate *JobRecord
 	if m.Candidate != nil {
-		rec, err := d.runJob(ctx, role("candidate"), CandidateJob(m, req.Bundle.Digest, workspace, prefix+"-candidate"))
+		rec, err := d.runJob(ctx, Role(control, RoleCandidate), CandidateJob(m, req.Bundle.Digest, workspace, JobID(req.RunID, control, RoleCandidate)))
 		if err != nil {
-			return supervisor.Assessment{}, nil, err
+			return Evaluation{}, err
 		}
 		out.Jobs = append(out.Jobs, *rec)
-		candidate = rec
+		ev.Candidate = &rec.Result
 		if export, err = ExportOf(ctx, d.Blobs, rec.Result, m.DefaultLimits); err != nil {
-			return supervisor.Assessment{}, nil, fmt.Errorf("candidate export: %w", err)
+			return Evaluation{}, fmt.Errorf("candidate export: %w", err)
 		}
 	}
-	g := GraderJob(m, req.Bundle.Digest, req.Bundle.LayerDigest, export, prefix+"-grader")
-	grader, err := d.runJob(ctx, role("grader"), g)
+	g := GraderJob(m, req.Bundle.Digest, req.Bundle.LayerDigest, export, JobID(req.RunID, control, RoleGrader))
+	grader, err := d.runJob(ctx, Role(control, RoleGrader), g)
 	if err != nil {
-		return supervisor.Assessment{}, nil, err
+		return Evaluation{}, err
 	}
 	out.Jobs = append(out.Jobs, *grader)
+	ev.Grader = grader.Result
+	return ev, nil
+}
 
-	ev := supervisor.Evidence{
-		BundleDigest:       req.Bundle.Digest,
-		ImageID:            m.Image,
-		CandidateJobDigest: grader.Job.Digest,
-		WorkspaceDigest:    workspace,
-		Policy:             policy,
-		Grader:             grader.Result,
+// The two jobs of an evaluation.
+const (
+	RoleCandidate = "candidate"
+	RoleGrader    = "grader"
+)
+
+// Role names a job of an evaluation: "grader" for the candidate's own,
+// "known-good/grader" for a control's.
+func Role(control, role string) string {
+	if control == "" {
+		return role
+	}
+	return control + "/" + role
+}
+
+// JobID is the id of a job of a run: RUN-grader, RUN-known-good-candidate.
+func JobID(runID, control, role string) string {
+	if control == "" {
+		return runID + "-" + role
+	}
+	return runID + "-" + control + "-" + role
+}
+
+// Evaluation is one workspace's judged jobs: the grader's result and, when
+// the bundle has a candidate command, the candidate job's.
+type Evaluation struct {
+	Workspace string
+	Candidate *sandbox.Result // nil: the grader graded the workspace itself
+	Grader    sandbox.Result
+}
+
+// Evidence is what the supervisor judges one evaluation on, with the
+// grader's report artifact opened from blobs (left nil when it cannot be
+// opened: the supervisor then finds the report unavailable). done closes
+// the report. It is the one place the supervisor's evidence is built.
+func Evidence(blobs *store.Store, bundleDigest, imageID string, p supervisor.Policy, e Evaluation, controls []supervisor.ControlOutcome) (ev supervisor.Evidence, done func()) {
+	ev = supervisor.Evidence{
+		BundleDigest:       bundleDigest,
+		ImageID:            imageID,
+		CandidateJobDigest: e.Grader.JobDigest,
+		WorkspaceDigest:    e.Workspace,
+		Policy:             p,
+		Grader:             e.Grader,
 		Controls:           controls,
 	}
-	if candidate != nil {
-		ev.CandidateJobDigest = candidate.Job.Digest
-		ev.Candidate = &candidate.Result
+	if e.Candidate != nil {
+		ev.CandidateJobDigest = e.Candidate.JobDigest
+		ev.Candidate = e.Candidate
 	}
-	if a, ok := grader.Result.Artifact(policy.ReportPath); ok {
-		f, err := d.Blobs.Open(a.Digest)
-		if err == nil {
-			defer f.Close()
+	done = func() {}
+	if a, ok := e.Grader.Artifact(p.ReportPath); ok {
+		if f, err := blobs.Open(a.Digest); err == nil {
 			ev.Report = f
+			done = func() { f.Close() }
 		}
 	}
-	d.progress("assessing %s", g.ID)
-	a, raw, err := d.Supervisor.Assess(ctx, ev)
-	if err != nil {
-		return supervisor.Assessment{}, nil, fmt.Errorf("assess: %w", err)
+	return ev, done
+}
+
+// Judge assesses one evidence: the supervisor's Assess, which retains the
+// assessment, or a re-check's own judgement of it.
+type Judge func(supervisor.Evidence) (supervisor.Assessment, []byte, error)
+
+// AssessRun judges the evaluations of one run: each control the policy
+// declares that has an evaluation, alone (its policy without controls),
+// then the candidate's with the controls' outcomes. A declared control
+// without an evaluation is left to the candidate's assessment, which then
+// finds it missing.
+func AssessRun(blobs *store.Store, bundleDigest, imageID string, p supervisor.Policy, controls map[supervisor.ControlKind]Evaluation, candidate Evaluation, judge Judge) ([]ControlRun, supervisor.Assessment, []byte, error) {
+	var runs []ControlRun
+	var outcomes []supervisor.ControlOutcome
+	cp := p
+	cp.Controls = nil
+	for _, kind := range p.Controls {
+		e, ok := controls[kind]
+		if !ok {
+			continue
+		}
+		ev, done := Evidence(blobs, bundleDigest, imageID, cp, e, nil)
+		a, raw, err := judge(ev)
+		done()
+		if err != nil {
+			return nil, supervisor.Assessment{}, nil, fmt.Errorf("control %s: %w", kind, err)
+		}
+		runs = append(runs, ControlRun{Kind: kind, WorkspaceDigest: e.Workspace, Assessment: a, AssessmentJSON: raw})
+		outcomes = append(outcomes, supervisor.ControlFrom(kind, a, raw))
 	}
-	return a, raw, nil
+	ev, done := Evidence(blobs, bundleDigest, imageID, p, candidate, outcomes)
+	defer done()
+	a, raw, err := judge(ev)
+	if err != nil {
+		return nil, supervisor.Assessment{}, nil, err
+	}
+	return runs, a, raw, nil
 }
 
 // CandidateJob is the job that runs a bundle's candidate command on a
@@ -348,9 +425,29 @@ func ExportOf(ctx context.Context, blobs *store.Store, res sandbox.Result, l san
 // candidate's doing, never bad input from the caller.
 var ErrCandidateExport = errors.New("candidate export refused")
 
-// extractControl re-roots a control directory of the bundle's layer as a
-// workspace of its own.
-func extractControl(ctx context.Context, blobs *store.Store, b *bundle.Bundle, dir string) (string, error) {
+// ControlDir is the directory of the bundle's layer that holds a control's
+// workspace ("" when the bundle declares no such control).
+func ControlDir(m bundle.Manifest, kind supervisor.ControlKind) string {
+	if m.Controls == nil {
+		return ""
+	}
+	switch kind {
+	case supervisor.ControlKnownGood:
+		return m.Controls.KnownGood
+	case supervisor.ControlKnownBad:
+		return m.Controls.KnownBad
+	}
+	return ""
+}
+
+// ControlWorkspace re-roots a control's directory of the bundle's layer as
+// a workspace of its own, ingests it into blobs and returns its digest:
+// the only workspace an evaluation of that control may have.
+func ControlWorkspace(ctx context.Context, blobs *store.Store, b *bundle.Bundle, kind supervisor.ControlKind) (string, error) {
+	dir := ControlDir(b.Manifest, kind)
+	if dir == "" {
+		return "", fmt.Errorf("the bundle declares no %s control: %w", kind, sandbox.ErrInvalid)
+	}
 	layer, err := b.OpenLayer()
 	if err != nil {
 		return "", err

@@ -18,7 +18,6 @@ import (
 	"github.com/sandboxd/sandboxd/internal/evaluate"
 	"github.com/sandboxd/sandboxd/internal/journal"
 	"github.com/sandboxd/sandboxd/internal/store"
-	"github.com/sandboxd/sandboxd/internal/supervisor"
 	"github.com/sandboxd/sandboxd/sandbox"
 )
 
@@ -462,10 +461,7 @@ func (s *Server) assess(w http.ResponseWriter, r *http.Request) {
 		writeError(w, statusOf(err), fmt.Errorf("candidate job: %w", err))
 		return
 	}
-	ev := supervisor.Evidence{
-		BundleDigest: gjob.Bundle, ImageID: gjob.Image, CandidateJobDigest: cand.Digest,
-		WorkspaceDigest: req.WorkspaceDigest, Policy: policy, Grader: grader,
-	}
+	judged := evaluate.Evaluation{Workspace: req.WorkspaceDigest, Grader: grader}
 	// Only the jobs the bundle prescribes are judged, on what the request
 	// says was judged: the candidate job on the workspace, the grader on
 	// that job's export (or, without a candidate command, on the workspace).
@@ -497,7 +493,7 @@ func (s *Server) assess(w http.ResponseWriter, r *http.Request) {
 			writeError(w, http.StatusConflict, fmt.Errorf("candidate job %s has no verified result yet: %w", cand.ID, err))
 			return
 		}
-		ev.Candidate = &cres
+		judged.Candidate = &cres
 		if export, err = evaluate.ExportOf(r.Context(), s.cfg.Blobs, cres, bm.DefaultLimits); err != nil {
 			notTheBundles(fmt.Errorf("candidate job %s: its export cannot be rebuilt: %w", cand.ID, err))
 			return
@@ -507,12 +503,8 @@ func (s *Server) assess(w http.ResponseWriter, r *http.Request) {
 		notTheBundles(err)
 		return
 	}
-	if a, ok := grader.Artifact(policy.ReportPath); ok {
-		if f, err := s.cfg.Blobs.Open(a.Digest); err == nil {
-			defer f.Close()
-			ev.Report = f
-		}
-	}
+	ev, done := evaluate.Evidence(s.cfg.Blobs, gjob.Bundle, gjob.Image, policy, judged, nil)
+	defer done()
 	_, retained, err := s.cfg.Supervisor.Assess(r.Context(), ev)
 	if err != nil {
 		writeError(w, statusOf(err), err)

@@ -1,11 +1,10 @@
-package main
+package evidence
 
 import (
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
-	"strings"
 
 	"github.com/sandboxd/sandboxd/internal/bundle"
 	"github.com/sandboxd/sandboxd/internal/evaluate"
@@ -13,44 +12,11 @@ import (
 	"github.com/sandboxd/sandboxd/internal/store"
 )
 
-// evidenceIndex is index.json of an evidence directory: what is where.
-type evidenceIndex struct {
-	Schema          string            `json:"schema"`
-	Verdict         string            `json:"verdict"`
-	BundleDigest    string            `json:"bundle_digest"`
-	Image           string            `json:"image"`
-	WorkspaceDigest string            `json:"workspace_digest"`
-	BrokerKey       string            `json:"broker_key"`
-	BrokerKeyID     string            `json:"broker_key_id"`
-	EphemeralKey    bool              `json:"ephemeral_key"`
-	Assessment      string            `json:"assessment"`
-	Statement       string            `json:"statement,omitempty"`
-	Controls        []evidenceControl `json:"controls"`
-	Jobs            []evidenceJob     `json:"jobs"`
-	Artifacts       map[string]string `json:"artifacts"` // digest → file
-}
-
-type evidenceJob struct {
-	Role    string `json:"role"`
-	ID      string `json:"id"`
-	Digest  string `json:"digest"`
-	Status  string `json:"status"`
-	Job     string `json:"job"`
-	Receipt string `json:"receipt"`
-	Result  string `json:"result"`
-	Stdout  string `json:"stdout"`
-	Stderr  string `json:"stderr"`
-}
-
-type evidenceControl struct {
-	Kind       string `json:"kind"`
-	Verdict    string `json:"verdict"`
-	Assessment string `json:"assessment"`
-}
-
-// writeEvidence writes the evidence directory next to dir and renames it
-// into place, so that dir is either absent or complete.
-func writeEvidence(dir string, blobs *store.Store, signer *receipt.Signer, b *bundle.Bundle, ws string, o *evaluate.Outcome) error {
+// Write writes the evidence directory of an evaluation's outcome next to
+// dir and renames it into place, so that dir is either absent or complete.
+// ws is the candidate's workspace digest; blobs hold the jobs' logs and
+// artifacts. An empty directory at dir is replaced.
+func Write(dir string, blobs *store.Store, signer *receipt.Signer, b *bundle.Bundle, ws string, o *evaluate.Outcome) error {
 	parent := filepath.Dir(filepath.Clean(dir))
 	if err := os.MkdirAll(parent, 0o755); err != nil {
 		return err
@@ -60,10 +26,10 @@ func writeEvidence(dir string, blobs *store.Store, signer *receipt.Signer, b *bu
 		return err
 	}
 	defer os.RemoveAll(tmp)
-	w := &evidenceWriter{root: tmp, blobs: blobs, idx: evidenceIndex{
-		Schema: "sandboxd.evidence/v1", Verdict: string(o.Assessment.Verdict), BundleDigest: b.Digest,
+	w := &evidenceWriter{root: tmp, blobs: blobs, idx: Index{
+		Schema: Schema, Verdict: string(o.Assessment.Verdict), BundleDigest: b.Digest,
 		Image: b.Manifest.Image, WorkspaceDigest: ws, BrokerKey: "broker.pub", BrokerKeyID: signer.KeyID(),
-		EphemeralKey: signer.Ephemeral(), Assessment: "assessment.json", Controls: []evidenceControl{},
+		EphemeralKey: signer.Ephemeral(), Assessment: "assessment.json", Controls: []Control{},
 		Artifacts: map[string]string{},
 	}}
 	w.file("broker.pub", signer.PublicKeyPEM())
@@ -75,14 +41,14 @@ func writeEvidence(dir string, blobs *store.Store, signer *receipt.Signer, b *bu
 	for _, c := range o.Controls {
 		name := "control-" + string(c.Kind) + ".assessment.json"
 		w.file(name, c.AssessmentJSON)
-		w.idx.Controls = append(w.idx.Controls, evidenceControl{Kind: string(c.Kind), Verdict: string(c.Assessment.Verdict), Assessment: name})
+		w.idx.Controls = append(w.idx.Controls, Control{Kind: string(c.Kind), Verdict: string(c.Assessment.Verdict), Assessment: name})
 	}
 	for _, j := range o.Jobs {
 		canon, err := j.Job.CanonicalJSON()
 		if err != nil {
 			return err
 		}
-		ej := evidenceJob{
+		ej := Job{
 			Role: j.Role, ID: j.Job.ID, Digest: j.Job.Digest, Status: string(j.Result.Status),
 			Job: "jobs/" + j.Job.ID + ".json", Receipt: j.Job.ID + ".receipt.intoto.json", Result: j.Job.ID + ".result.intoto.json",
 		}
@@ -92,7 +58,7 @@ func writeEvidence(dir string, blobs *store.Store, signer *receipt.Signer, b *bu
 		ej.Stdout = w.blob("logs/"+j.Job.ID+".stdout", j.Result.Stdout.Digest)
 		ej.Stderr = w.blob("logs/"+j.Job.ID+".stderr", j.Result.Stderr.Digest)
 		for _, a := range j.Result.Artifacts {
-			w.idx.Artifacts[a.Digest] = w.blob("artifacts/"+strings.TrimPrefix(a.Digest, "sha256:"), a.Digest)
+			w.idx.Artifacts[a.Digest] = w.blob(artifactFile(a.Digest), a.Digest)
 		}
 		w.idx.Jobs = append(w.idx.Jobs, ej)
 	}
@@ -117,7 +83,7 @@ func writeEvidence(dir string, blobs *store.Store, signer *receipt.Signer, b *bu
 type evidenceWriter struct {
 	root  string
 	blobs *store.Store
-	idx   evidenceIndex
+	idx   Index
 	err   error
 }
 
