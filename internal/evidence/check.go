@@ -386,7 +386,6 @@ func (e *evaluation) workspace() string {
 	return in.Digest
 }
 
-
 // rehash reads name and checks it against digest (and size, unless
 // negative); keep returns the bytes.
 func (a *checker) rehash(name, digest string, size int64, what string, keep bool) ([]byte, bool) {
