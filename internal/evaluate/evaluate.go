@@ -219,6 +219,21 @@ func JobID(runID, control, role string) string {
 	return runID + "-" + control + "-" + role
 }
 
+// ParseJobID is JobID's inverse: the run, control ("" for the candidate's
+// own) and role of a job id of a run. A job id is signed with its job, so
+// whoever judges evidence takes a job's role from it, never from an
+// unsigned listing.
+func ParseJobID(id string) (runID, control, role string, ok bool) {
+	for _, c := range []supervisor.ControlKind{supervisor.ControlKnownGood, supervisor.ControlKnownBad, ""} {
+		for _, r := range []string{RoleCandidate, RoleGrader} {
+			if run, found := strings.CutSuffix(id, JobID("", string(c), r)); found && run != "" {
+				return run, string(c), r, true
+			}
+		}
+	}
+	return "", "", "", false
+}
+
 // Evaluation is one workspace's judged jobs: the grader's result and, when
 // the bundle has a candidate command, the candidate job's.
 type Evaluation struct {

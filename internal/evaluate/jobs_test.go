@@ -47,3 +47,21 @@ func TestSameJobRefusesAnyOtherJob(t *testing.T) {
 		})
 	}
 }
+
+// A job's role is read back from its signed id exactly as JobID wrote it.
+func TestParseJobIDInvertsJobID(t *testing.T) {
+	for _, c := range []string{"", "known-good", "known-bad"} {
+		for _, r := range []string{RoleCandidate, RoleGrader} {
+			id := JobID("run-0a1b", c, r)
+			run, control, role, ok := ParseJobID(id)
+			if !ok || run != "run-0a1b" || control != c || role != r {
+				t.Errorf("ParseJobID(%q) = %q, %q, %q, %t; want run-0a1b, %q, %q", id, run, control, role, ok, c, r)
+			}
+		}
+	}
+	for _, id := range []string{"run-0a1b", "grader", "-grader", "run-0a1b-known-good", "run-0a1b-exporter"} {
+		if run, control, role, ok := ParseJobID(id); ok {
+			t.Errorf("ParseJobID(%q) = %q, %q, %q; want no job of a run", id, run, control, role)
+		}
+	}
+}

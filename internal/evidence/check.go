@@ -159,6 +159,7 @@ func (a *checker) checkEvidence() {
 	named := map[string]bool{}
 	a.evals = map[string]*evaluation{}
 	listed := map[string]string{} // role → job id
+	runID := ""                   // the run all jobs are of
 	for _, e := range a.idx.Jobs {
 		named[e.Receipt], named[e.Result] = true, true
 		control, role, _ := strings.Cut(e.Role, "/")
@@ -177,6 +178,23 @@ func (a *checker) checkEvidence() {
 		listed[e.Role] = e.ID
 		vj := a.verifyJob(e)
 		if vj == nil {
+			continue
+		}
+		// The role is the signed job's, never the index's: the index only
+		// says where its files are.
+		run, signedControl, signedRole, ok := evaluate.ParseJobID(vj.job.ID)
+		if !ok {
+			a.problem("index.json: job %s is listed as the %s job; its signed id is not that of a job of a run", e.ID, e.Role)
+			continue
+		}
+		if signed := evaluate.Role(signedControl, signedRole); signed != e.Role {
+			a.problem("index.json: job %s is listed as the %s job; its signed id makes it the %s job of run %s", e.ID, e.Role, signed, run)
+			continue
+		}
+		if runID == "" {
+			runID = run
+		} else if run != runID {
+			a.problem("%s: job %s is of run %s, not of run %s like the other jobs", e.Job, e.ID, run, runID)
 			continue
 		}
 		ev := a.evals[control]
@@ -225,6 +243,9 @@ func (a *checker) checkEvidence() {
 			if in, ok := input(ev.grader.job, "candidate-export"); !ok || in.Writable {
 				a.problem("%s: job %s was not given the candidate read-only", ev.grader.entry.Job, ev.grader.job.ID)
 			}
+		}
+		if control != "" && slices.Contains(a.policy.Controls, supervisor.ControlKind(control)) {
+			a.checkControlWorkspace(supervisor.ControlKind(control), ev)
 		}
 	}
 	if ev := a.evals[""]; ev != nil && ev.grader != nil && ev.workspace() != a.idx.WorkspaceDigest {
@@ -351,6 +372,23 @@ func (a *checker) checkGrader(g *verifiedJob) {
 	export, _ := input(g.job, "candidate-export")
 	if err := evaluate.SameJob("grader", g.job, evaluate.GraderJob(m, a.bundle.Digest, a.bundle.LayerDigest, export.Digest, g.job.ID)); err != nil {
 		a.problem("%s: %v", g.entry.Job, err)
+	}
+}
+
+// checkControlWorkspace checks that a control's evaluation judged the
+// control's own workspace, recomputed from the bundle's layer.
+func (a *checker) checkControlWorkspace(kind supervisor.ControlKind, ev *evaluation) {
+	want, err := evaluate.ControlWorkspace(a.ctx, a.scratch, a.bundle, kind)
+	if err != nil {
+		a.problem("control %s: its workspace cannot be rebuilt from the bundle: %v", kind, err)
+		return
+	}
+	if got := ev.workspace(); got != want {
+		j := ev.grader
+		if ev.candidate != nil {
+			j = ev.candidate
+		}
+		a.problem("%s: job %s of control %s judged workspace %s; the bundle's %s is %s", j.entry.Job, j.job.ID, kind, got, evaluate.ControlDir(a.bundle.Manifest, kind), want)
 	}
 }
 
