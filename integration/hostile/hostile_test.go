@@ -378,7 +378,7 @@ func hostileCases() []hostile {
 				want(t, r, sandbox.StatusSucceeded, 0)
 				var rep probe.Report
 				decode(t, r, &rep)
-				props := selfcheck.Evaluate(rep, selfcheck.Expect{CandidateUID: 65534, CandidateGID: 65534,
+				props := selfcheck.Properties(rep, selfcheck.Expect{CandidateUID: 65534, CandidateGID: 65534,
 					Env: map[string]string{"HOME": "/work", "HOSTNAME": "sandbox"}, Hostname: "sandbox"})
 				for _, p := range props {
 					switch p.Name {

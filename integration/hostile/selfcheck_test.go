@@ -113,7 +113,7 @@ func TestSelfcheckNegativeControl(t *testing.T) {
 	if err := json.Unmarshal(out, &rep); err != nil {
 		t.Fatalf("weakened container's report: %v\n%s", err, out)
 	}
-	props := selfcheck.Evaluate(rep, selfcheck.Expect{
+	props := selfcheck.Properties(rep, selfcheck.Expect{
 		CandidateUID: 65534, CandidateGID: 65534,
 		Env: map[string]string{"HOME": "/work", "HOSTNAME": "sandbox"}, Hostname: "sandbox",
 		Connect: true, ReadOnly: []string{"/etc"},

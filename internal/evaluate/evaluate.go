@@ -270,16 +270,17 @@ func Evidence(blobs *store.Store, bundleDigest, imageID string, p supervisor.Pol
 	return ev, done
 }
 
-// Judge assesses one evidence: the supervisor's Assess, which retains the
-// assessment, or a re-check's own judgement of it.
-type Judge func(supervisor.Evidence) (supervisor.Assessment, []byte, error)
+// AssessFunc assesses one evidence: the supervisor's Assess, which
+// retains the assessment, or supervisor.Judge for a re-check that keeps
+// nothing.
+type AssessFunc func(supervisor.Evidence) (supervisor.Assessment, []byte, error)
 
 // AssessRun judges the evaluations of one run: each control the policy
 // declares that has an evaluation, alone (its policy without controls),
 // then the candidate's with the controls' outcomes. A declared control
 // without an evaluation is left to the candidate's assessment, which then
 // finds it missing.
-func AssessRun(blobs *store.Store, bundleDigest, imageID string, p supervisor.Policy, controls map[supervisor.ControlKind]Evaluation, candidate Evaluation, judge Judge) ([]ControlRun, supervisor.Assessment, []byte, error) {
+func AssessRun(blobs *store.Store, bundleDigest, imageID string, p supervisor.Policy, controls map[supervisor.ControlKind]Evaluation, candidate Evaluation, judge AssessFunc) ([]ControlRun, supervisor.Assessment, []byte, error) {
 	var runs []ControlRun
 	var outcomes []supervisor.ControlOutcome
 	cp := p

@@ -515,7 +515,7 @@ func (a *checker) recompute() []byte {
 // judge is the supervisor's judgement without retaining it: a re-check
 // keeps nothing.
 func judge(ev supervisor.Evidence) (supervisor.Assessment, []byte, error) {
-	as, err := supervisor.Evaluate(ev)
+	as, err := supervisor.Judge(ev)
 	if err != nil {
 		return supervisor.Assessment{}, nil, err
 	}

@@ -328,7 +328,7 @@ func (o Options) run(ctx context.Context, key Key) (*Report, error) {
 	for k, v := range env {
 		want[k] = v
 	}
-	r.Properties = append(r.Properties, Evaluate(rep, Expect{
+	r.Properties = append(r.Properties, Properties(rep, Expect{
 		CandidateUID: o.CandidateUID, CandidateGID: o.CandidateGID,
 		Env: want, Hostname: "sandbox", Connect: true, Resolve: true,
 		ReadOnly: []string{sandbox.BundlePath, probeDir},

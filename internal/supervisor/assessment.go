@@ -79,12 +79,12 @@ type Assessment struct {
 	Controls []ControlOutcome `json:"controls"`
 }
 
-// Evaluate applies the verdict rules to the evidence. It reads ev.Report
+// Judge applies the verdict rules to the evidence. It reads ev.Report
 // (at most to the policy's cap) and nothing else; it returns an error only
 // for input that cannot be bound (a bad policy, malformed digests, a
 // candidate result of another job), never for bad evidence, which is an
 // inconclusive assessment.
-func Evaluate(ev Evidence) (Assessment, error) {
+func Judge(ev Evidence) (Assessment, error) {
 	if err := ev.Policy.Validate(); err != nil {
 		return Assessment{}, err
 	}

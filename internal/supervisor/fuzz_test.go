@@ -60,9 +60,9 @@ func fuzzParser(f *testing.F, format Format) {
 		}
 
 		ev := evidence(Policy{Format: format, AllReported: true, MaxReportBytes: lim.MaxBytes}, data, 0)
-		a, err := Evaluate(ev)
+		a, err := Judge(ev)
 		if err != nil {
-			t.Fatalf("Evaluate: %v", err)
+			t.Fatalf("Judge: %v", err)
 		}
 		if a.Verdict == Passed && !allPassed {
 			t.Fatalf("passed a report with checks %+v", rep.Checks)

@@ -58,11 +58,11 @@ func evidence(p Policy, report []byte, exit int) Evidence {
 	}
 }
 
-func mustEvaluate(t *testing.T, ev Evidence) Assessment {
+func mustJudge(t *testing.T, ev Evidence) Assessment {
 	t.Helper()
-	a, err := Evaluate(ev)
+	a, err := Judge(ev)
 	if err != nil {
-		t.Fatalf("Evaluate: %v", err)
+		t.Fatalf("Judge: %v", err)
 	}
 	return a
 }

@@ -91,7 +91,7 @@ func peakHeap(f func()) (peak, total uint64) {
 
 const gib = int64(1) << 30
 
-// TestHostileXML: each document ends in a parser error, which Evaluate
+// TestHostileXML: each document ends in a parser error, which Judge
 // turns into an inconclusive verdict, within a memory bound.
 func TestHostileXML(t *testing.T) {
 	cases := []struct {
@@ -133,7 +133,7 @@ func TestHostileXML(t *testing.T) {
 	}
 }
 
-// TestHugeReportBoundedMemory streams a 1 GiB report through Evaluate: an
+// TestHugeReportBoundedMemory streams a 1 GiB report through Judge: an
 // artifact that says it is 1 GiB is refused unread; one that claims to be
 // small but streams 1 GiB is read only to the cap. Both are inconclusive.
 func TestHugeReportBoundedMemory(t *testing.T) {
@@ -147,7 +147,7 @@ func TestHugeReportBoundedMemory(t *testing.T) {
 		ev.Grader.Artifacts[0].Size = gib
 		g := gen()
 		ev.Report = g
-		a := mustEvaluate(t, ev)
+		a := mustJudge(t, ev)
 		if a.Verdict != Inconclusive || !hasReason(a, RuleReportOverCap) {
 			t.Errorf("got %s %q, want inconclusive by %s", a.Verdict, a.Reasons, RuleReportOverCap)
 		}
@@ -160,7 +160,7 @@ func TestHugeReportBoundedMemory(t *testing.T) {
 		g := gen()
 		ev.Report = g
 		var a Assessment
-		peak, total := peakHeap(func() { a = mustEvaluate(t, ev) })
+		peak, total := peakHeap(func() { a = mustJudge(t, ev) })
 		if a.Verdict != Inconclusive {
 			t.Errorf("verdict: got %s, want inconclusive", a.Verdict)
 		}

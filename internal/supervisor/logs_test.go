@@ -40,13 +40,13 @@ func TestEvidenceTakesNoLogs(t *testing.T) {
 func TestFakePassInLogsChangesNothing(t *testing.T) {
 	report := readFixture(t, "gotest/fakepass.json")
 	pol := Policy{Format: FormatGoTestJSON, AllReported: true}
-	quiet := mustEvaluate(t, evidence(pol, report, 1))
+	quiet := mustJudge(t, evidence(pol, report, 1))
 
 	loud := evidence(pol, report, 1)
 	fake := bytes.Repeat([]byte("--- PASS: TestLiar (0.00s)\nok  \texample.com/fixtures/fakepass\t0.001s\nPASS\n"), 1<<14)
 	loud.Grader.Stdout = sandbox.Log{Digest: sandbox.DigestBytes(fake), Bytes: int64(len(fake)), Total: 50 << 30, Truncated: true}
 	loud.Grader.Stderr = sandbox.Log{Digest: sandbox.DigestBytes(fake), Bytes: int64(len(fake)), Total: int64(len(fake))}
-	got := mustEvaluate(t, loud)
+	got := mustJudge(t, loud)
 
 	if got.Verdict != Failed || quiet.Verdict != Failed {
 		t.Fatalf("verdicts: got %s and %s, want failed for both", got.Verdict, quiet.Verdict)

@@ -122,7 +122,7 @@ func TestRules(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(string(tc.rule), func(t *testing.T) {
 			covered[tc.rule] = true
-			a := mustEvaluate(t, tc.ev)
+			a := mustJudge(t, tc.ev)
 			if a.Verdict != tc.want {
 				t.Errorf("verdict: got %s, want %s (reasons %q, checks %+v)", a.Verdict, tc.want, a.Reasons, a.Checks)
 			}
@@ -154,7 +154,7 @@ func TestInconclusiveNeverPassed(t *testing.T) {
 	pass := readFixture(t, "gotest/pass.json")
 	ev := evidence(Policy{Format: FormatGoTestJSON, AllReported: true}, pass, 0)
 	ev.Grader.LimitsHit = []string{"log_bytes"}
-	a := mustEvaluate(t, ev)
+	a := mustJudge(t, ev)
 	if a.Verdict != Inconclusive {
 		t.Fatalf("verdict: got %s, want inconclusive", a.Verdict)
 	}
@@ -173,13 +173,13 @@ func TestInconclusiveNeverPassed(t *testing.T) {
 func TestFailedAndMissing(t *testing.T) {
 	fail := readFixture(t, "gotest/fail.json")
 	ev := evidence(Policy{Format: FormatGoTestJSON, Required: []string{"example.com/fixtures/fail.TestBad", "example.com/fixtures/fail.TestGone"}}, fail, 1)
-	a := mustEvaluate(t, ev)
+	a := mustJudge(t, ev)
 	if a.Verdict != Inconclusive {
 		t.Errorf("verdict: got %s, want inconclusive", a.Verdict)
 	}
 }
 
-func TestEvaluateRefusesUnboundInput(t *testing.T) {
+func TestJudgeRefusesUnboundInput(t *testing.T) {
 	pass := readFixture(t, "gotest/pass.json")
 	base := func() Evidence {
 		return evidence(Policy{Format: FormatGoTestJSON, AllReported: true}, pass, 0)
@@ -206,7 +206,7 @@ func TestEvaluateRefusesUnboundInput(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			ev := base()
 			mutate(&ev)
-			_, err := Evaluate(ev)
+			_, err := Judge(ev)
 			if !errors.Is(err, sandbox.ErrInvalid) {
 				t.Errorf("got err %v, want one wrapping sandbox.ErrInvalid", err)
 			}
@@ -216,7 +216,7 @@ func TestEvaluateRefusesUnboundInput(t *testing.T) {
 
 func TestReasonsNameRuleAndDetail(t *testing.T) {
 	fail := readFixture(t, "gotest/fail.json")
-	a := mustEvaluate(t, evidence(Policy{Format: FormatGoTestJSON, Required: []string{"example.com/fixtures/fail.TestBad"}}, fail, 1))
+	a := mustJudge(t, evidence(Policy{Format: FormatGoTestJSON, Required: []string{"example.com/fixtures/fail.TestBad"}}, fail, 1))
 	got := a.Checks[0].Reason
 	if !strings.HasPrefix(got, string(RuleCheckFailed)+": ") {
 		t.Errorf("reason: got %q, want it to start with %q", got, RuleCheckFailed)

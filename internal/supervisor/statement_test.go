@@ -21,7 +21,7 @@ func TestStatementRoundTrip(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.fixture, func(t *testing.T) {
-			a := mustEvaluate(t, evidence(Policy{Format: FormatGoTestJSON, AllReported: true}, readFixture(t, tc.fixture), tc.exit))
+			a := mustJudge(t, evidence(Policy{Format: FormatGoTestJSON, AllReported: true}, readFixture(t, tc.fixture), tc.exit))
 			data, err := a.StatementJSON()
 			if tc.want == "" {
 				if !errors.Is(err, ErrInconclusive) || data != nil {

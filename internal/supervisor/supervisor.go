@@ -18,7 +18,7 @@ func New(store Store) *Supervisor { return &Supervisor{store: store} }
 // different evidence for a retained binding is an error wrapping
 // sandbox.ErrConflict, and the retained assessment stands.
 func (s *Supervisor) Assess(ctx context.Context, ev Evidence) (Assessment, []byte, error) {
-	a, err := Evaluate(ev)
+	a, err := Judge(ev)
 	if err != nil {
 		return Assessment{}, nil, err
 	}

@@ -45,7 +45,7 @@ func failedNames(props []Property) []string {
 }
 
 func TestSandboxReportHolds(t *testing.T) {
-	props := Evaluate(fixture(t, "sandbox.json"), sandboxExpect())
+	props := Properties(fixture(t, "sandbox.json"), sandboxExpect())
 	if got := failedNames(props); len(got) != 0 {
 		for _, p := range Failed(props) {
 			t.Errorf("%s: %s", p.Name, p.Detail)
@@ -62,7 +62,7 @@ func TestWeakenedReportFails(t *testing.T) {
 	exp.Resolve = false // the control never resolves: its resolver is the host's
 	exp.ReadOnly = []string{"/etc"}
 	exp.Env = map[string]string{"HOME": "/work", "HOSTNAME": "sandbox"}
-	got := failedNames(Evaluate(fixture(t, "weakened.json"), exp))
+	got := failedNames(Properties(fixture(t, "weakened.json"), exp))
 	for _, want := range []string{"candidate-user", "capabilities-eff", "no-new-privileges", "seccomp-filter",
 		"syscall-unshare", "syscall-clone3", "syscall-open_tree", "root-read-only", "dev-shm", "resolv-conf", "cgroup-namespace"} {
 		if !slices.Contains(got, want) {
@@ -119,7 +119,7 @@ func TestEachWeakeningIsNamed(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			r := fixture(t, "sandbox.json")
 			tc.mutate(&r)
-			got := failedNames(Evaluate(r, sandboxExpect()))
+			got := failedNames(Properties(r, sandboxExpect()))
 			if !slices.Equal(got, tc.want) {
 				t.Fatalf("got failed %v, want %v", got, tc.want)
 			}

@@ -38,9 +38,10 @@ type Expect struct {
 // effective sets the candidate can never use it.
 const helperCaps = 1<<6 | 1<<7
 
-// Evaluate judges a probe report. Every property is listed, held or not, in
-// a fixed order; a missing observation is a failure, never a pass.
-func Evaluate(r probe.Report, exp Expect) []Property {
+// Properties judges a probe report against what the sandbox should show:
+// every isolation property is listed, held or not, in a fixed order; a
+// missing observation is a failure, never a pass.
+func Properties(r probe.Report, exp Expect) []Property {
 	var out []Property
 	add := func(name string, ok bool, format string, args ...any) {
 		out = append(out, Property{Name: name, OK: ok, Detail: fmt.Sprintf(format, args...)})
