@@ -468,11 +468,12 @@ func (a *checker) rehash(name, digest string, size int64, what string, keep bool
 // It returns the candidate's recomputed assessment.
 func (a *checker) recompute() []byte {
 	files := map[string]string{}
+	verdicts := map[string]string{}
 	for _, c := range a.idx.Controls {
 		if files[c.Kind] != "" {
 			a.problem("index.json: control %s is listed twice", c.Kind)
 		}
-		files[c.Kind] = c.Assessment
+		files[c.Kind], verdicts[c.Kind] = c.Assessment, c.Verdict
 	}
 	controls := map[supervisor.ControlKind]evaluate.Evaluation{}
 	for kind, ev := range a.evals {
@@ -492,6 +493,9 @@ func (a *checker) recompute() []byte {
 	}
 	for _, r := range runs {
 		a.compare(files[string(r.Kind)], r.AssessmentJSON, "control "+string(r.Kind))
+		if v := verdicts[string(r.Kind)]; files[string(r.Kind)] != "" && v != string(r.Assessment.Verdict) {
+			a.problem("index.json: control %s verdict is %q, recomputed %q", r.Kind, v, r.Assessment.Verdict)
+		}
 	}
 	for _, kind := range slices.Sorted(maps.Keys(a.evals)) {
 		if kind != "" && !slices.Contains(a.policy.Controls, supervisor.ControlKind(kind)) {

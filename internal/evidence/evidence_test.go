@@ -405,32 +405,29 @@ func TestCheckNamesTampering(t *testing.T) {
 	}{
 		"report artifact changed": {
 			tamper: func(t *testing.T, dir string) {
-				p := filepath.Join(dir, artifactFile(report))
-				b, err := os.ReadFile(p)
-				if err != nil {
-					t.Fatal(err)
-				}
-				b = bytes.Replace(b, []byte(`"Action":"pass"`), []byte(`"Action":"fail"`), 1)
-				if err := os.WriteFile(p, b, 0o644); err != nil {
-					t.Fatal(err)
-				}
+				edit(t, filepath.Join(dir, artifactFile(report)), func(b []byte) []byte {
+					return bytes.Replace(b, []byte(`"Action":"pass"`), []byte(`"Action":"fail"`), 1)
+				})
 			},
 			want: artifactFile(report) + ": report artifact of job run-a-grader (/work/report/test.json) does not hash to " + report,
 		},
 		"verdict changed in assessment.json": {
 			tamper: func(t *testing.T, dir string) {
-				p := filepath.Join(dir, "assessment.json")
-				b, err := os.ReadFile(p)
-				if err != nil {
-					t.Fatal(err)
-				}
-				i := bytes.LastIndex(b, []byte(`"verdict":"passed"`))
-				b = append(b[:i:i], append([]byte(`"verdict":"failed"`), b[i+len(`"verdict":"passed"`):]...)...)
-				if err := os.WriteFile(p, b, 0o644); err != nil {
-					t.Fatal(err)
-				}
+				edit(t, filepath.Join(dir, "assessment.json"), func(b []byte) []byte {
+					i := bytes.LastIndex(b, []byte(`"verdict":"passed"`))
+					return append(b[:i:i], append([]byte(`"verdict":"failed"`), b[i+len(`"verdict":"passed"`):]...)...)
+				})
 			},
 			want:       `assessment.json: verdict: the evidence says "failed", recomputed "passed"`,
+			recomputed: true,
+		},
+		"a control's verdict changed in the index": {
+			tamper: func(t *testing.T, dir string) {
+				edit(t, filepath.Join(dir, "index.json"), func(b []byte) []byte {
+					return bytes.Replace(b, []byte(`"verdict": "failed"`), []byte(`"verdict": "passed"`), 1)
+				})
+			},
+			want:       `index.json: control known-bad verdict is "passed", recomputed "failed"`,
 			recomputed: true,
 		},
 		"an envelope the index does not name": {
@@ -443,16 +440,11 @@ func TestCheckNamesTampering(t *testing.T) {
 		},
 		"a job's role changed in the index": {
 			tamper: func(t *testing.T, dir string) {
-				p := filepath.Join(dir, "index.json")
-				b, err := os.ReadFile(p)
-				if err != nil {
-					t.Fatal(err)
-				}
-				b = bytes.Replace(b, []byte(`"role": "known-bad/grader"`), []byte(`"role": "known-good/grader"`), 1)
-				b = bytes.Replace(b, []byte(`"role": "known-good/grader"`), []byte(`"role": "known-bad/grader"`), 1)
-				if err := os.WriteFile(p, b, 0o644); err != nil {
-					t.Fatal(err)
-				}
+				// The two controls' graders swap roles.
+				edit(t, filepath.Join(dir, "index.json"), func(b []byte) []byte {
+					b = bytes.Replace(b, []byte(`"role": "known-bad/grader"`), []byte(`"role": "known-good/grader"`), 1)
+					return bytes.Replace(b, []byte(`"role": "known-good/grader"`), []byte(`"role": "known-bad/grader"`), 1)
+				})
 			},
 			want: "index.json: job run-a-known-good-grader is listed as the known-bad/grader job; its signed id makes it the known-good/grader job of run run-a",
 		},
@@ -475,5 +467,17 @@ func TestCheckNamesTampering(t *testing.T) {
 				t.Errorf("recomputed %t (assessment %d bytes), want %t", rep.Recomputed, len(rep.Assessment), tc.recomputed)
 			}
 		})
+	}
+}
+
+// edit rewrites a file.
+func edit(t *testing.T, path string, change func([]byte) []byte) {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, change(b), 0o644); err != nil {
+		t.Fatal(err)
 	}
 }
