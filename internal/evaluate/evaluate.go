@@ -114,9 +114,9 @@ func Run(ctx context.Context, d Deps, req Request) (*Outcome, error) {
 	if err != nil {
 		return nil, err
 	}
-	judge := func(ev supervisor.Evidence) (supervisor.Assessment, []byte, error) {
-		d.progress("assessing %s", ev.Grader.JobID)
-		a, raw, err := d.Supervisor.Assess(ctx, ev)
+	judge := func(e supervisor.Evidence) (supervisor.Assessment, []byte, error) {
+		d.progress("assessing %s", e.Grader.JobID)
+		a, raw, err := d.Supervisor.Assess(ctx, e)
 		if err != nil {
 			return supervisor.Assessment{}, nil, fmt.Errorf("assess: %w", err)
 		}

@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	"github.com/sandboxd/sandboxd/internal/bundle"
+	"github.com/sandboxd/sandboxd/internal/store"
+	"github.com/sandboxd/sandboxd/internal/supervisor"
 	"github.com/sandboxd/sandboxd/sandbox"
 )
 
@@ -63,5 +65,44 @@ func TestParseJobIDInvertsJobID(t *testing.T) {
 		if run, control, role, ok := ParseJobID(id); ok {
 			t.Errorf("ParseJobID(%q) = %q, %q, %q; want no job of a run", id, run, control, role)
 		}
+	}
+}
+
+// The supervisor's evidence names the candidate job (the grader's own when
+// it graded the workspace itself) and opens the report artifact, if the
+// store has it.
+func TestEvidence(t *testing.T) {
+	blobs, err := store.Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	report, err := blobs.PutBytes([]byte("{}"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := supervisor.Policy{Format: supervisor.FormatGoTestJSON, ReportPath: "/work/out/report.json", AllReported: true}
+	d := func(c string) string { return "sha256:" + strings.Repeat(c, 64) }
+	grader := sandbox.Result{JobID: "g", JobDigest: d("1"), Artifacts: []sandbox.Artifact{{Path: p.ReportPath, Digest: report, Size: 2}}}
+	cand := sandbox.Result{JobID: "c", JobDigest: d("2")}
+	for name, tc := range map[string]struct {
+		e          Evaluation
+		wantJob    string
+		wantReport bool
+	}{
+		"grader alone":         {Evaluation{Workspace: d("3"), Grader: grader}, d("1"), true},
+		"with a candidate job": {Evaluation{Workspace: d("3"), Grader: grader, Candidate: &cand}, d("2"), true},
+		"report not in the store": {Evaluation{Grader: sandbox.Result{JobDigest: d("1"), Artifacts: []sandbox.Artifact{{Path: p.ReportPath, Digest: d("4")}}}},
+			d("1"), false},
+	} {
+		t.Run(name, func(t *testing.T) {
+			ev, done := Evidence(blobs, d("5"), d("6"), p, tc.e, nil)
+			defer done()
+			if ev.CandidateJobDigest != tc.wantJob || (ev.Candidate != nil) != (tc.e.Candidate != nil) || ev.WorkspaceDigest != tc.e.Workspace {
+				t.Errorf("candidate job %s (result given: %t), workspace %q; want %s, %t, %q", ev.CandidateJobDigest, ev.Candidate != nil, ev.WorkspaceDigest, tc.wantJob, tc.e.Candidate != nil, tc.e.Workspace)
+			}
+			if (ev.Report != nil) != tc.wantReport {
+				t.Errorf("report opened: %t, want %t", ev.Report != nil, tc.wantReport)
+			}
+		})
 	}
 }
