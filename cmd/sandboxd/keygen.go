@@ -10,7 +10,6 @@ import (
 	"os"
 
 	"github.com/sandboxd/sandboxd/internal/receipt"
-	"github.com/sandboxd/sandboxd/sandbox"
 )
 
 // keyPasswordEnv holds the password of a broker's private key. Unset and
@@ -44,36 +43,12 @@ func cmdKeygen(_ context.Context, args []string, stdout, stderr io.Writer) int {
 		fset.Usage()
 		return exitUsage
 	}
-	keyPath, pubPath := o.prefix+".key", o.prefix+".pub"
-	for _, p := range []string{keyPath, pubPath} {
-		if _, err := os.Lstat(p); err == nil {
-			fmt.Fprintf(stderr, "sandboxd: keygen: %s exists; refusing to overwrite it\n", p)
-			return exitBadInput
-		} else if !errors.Is(err, fs.ErrNotExist) {
-			fmt.Fprintf(stderr, "sandboxd: keygen: %v\n", err)
-			return exitInfraError
-		}
-	}
-	priv, pub, err := receipt.GenerateKeyPair([]byte(os.Getenv(keyPasswordEnv)))
+	keyPath, pubPath, keyID, err := receipt.WriteKeyPair(o.prefix, []byte(os.Getenv(keyPasswordEnv)))
 	if err != nil {
-		fmt.Fprintf(stderr, "sandboxd: keygen: %v\n", err)
-		return exitInfraError
-	}
-	keys, err := sandbox.ParseKeySet(pub)
-	if err != nil {
-		fmt.Fprintf(stderr, "sandboxd: keygen: %v\n", err)
-		return exitInfraError
-	}
-	if err := writeKeyFile(keyPath, priv, 0o600); err != nil {
 		fmt.Fprintf(stderr, "sandboxd: keygen: %v\n", err)
 		return keygenWriteExit(err)
 	}
-	if err := writeKeyFile(pubPath, pub, 0o644); err != nil {
-		os.Remove(keyPath) // a private key without its public half is useless
-		fmt.Fprintf(stderr, "sandboxd: keygen: %v\n", err)
-		return keygenWriteExit(err)
-	}
-	fmt.Fprintf(stdout, "private key: %s\npublic key:  %s\nkey id:      %s\n", keyPath, pubPath, keys.KeyIDs()[0])
+	fmt.Fprintf(stdout, "private key: %s\npublic key:  %s\nkey id:      %s\n", keyPath, pubPath, keyID)
 	return exitOK
 }
 
@@ -82,24 +57,4 @@ func keygenWriteExit(err error) int {
 		return exitBadInput
 	}
 	return exitInfraError
-}
-
-// writeKeyFile creates path (failing if it exists, even if it appeared
-// since the check above), writes data and syncs it.
-func writeKeyFile(path string, data []byte, perm os.FileMode) error {
-	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, perm)
-	if err != nil {
-		return err
-	}
-	if _, err := f.Write(data); err != nil {
-		f.Close()
-		os.Remove(path)
-		return err
-	}
-	if err := f.Sync(); err != nil {
-		f.Close()
-		os.Remove(path)
-		return err
-	}
-	return f.Close()
 }
