@@ -12,7 +12,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/sandboxd/sandboxd/internal/broker"
 	"github.com/sandboxd/sandboxd/internal/bundle"
 	"github.com/sandboxd/sandboxd/internal/receipt"
 	"github.com/sandboxd/sandboxd/internal/store"
@@ -23,14 +22,14 @@ import (
 // ExportPath is where a candidate job leaves what the grader should see.
 const ExportPath = "/work/export"
 
-// Broker is what an evaluation needs of the broker: the runtime facts a
-// receipt records, and running one sealed job to its result.
+// Broker is what an evaluation needs of the broker (*broker.Broker): the
+// runtime facts a receipt records, and running one sealed job to its
+// result. Declared here, so that what judges evaluations never links the
+// broker or the engine.
 type Broker interface {
 	Facts(ctx context.Context) (sandbox.RuntimeFacts, error)
 	Run(ctx context.Context, job sandbox.Job) (sandbox.Result, error)
 }
-
-var _ Broker = (*broker.Broker)(nil)
 
 // Deps are the long-lived pieces an evaluation uses.
 type Deps struct {

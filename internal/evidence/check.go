@@ -725,15 +725,10 @@ func (a *checker) checkExport(c, g *verifiedJob) {
 	}
 }
 
-// describe leads with the check that failed, e.g. "signature: …". A
-// wrapped VerifyError keeps its context ("receipt: verify: …").
+// describe leads with the check that failed, e.g. "signature: …".
 func describe(err error) string {
-	ve, ok := err.(*sandbox.VerifyError)
-	if !ok {
-		return err.Error()
+	if ve := (*sandbox.VerifyError)(nil); errors.As(err, &ve) {
+		return ve.Reason()
 	}
-	if ve.Detail == "" {
-		return string(ve.Check)
-	}
-	return string(ve.Check) + ": " + ve.Detail
+	return err.Error()
 }

@@ -25,7 +25,7 @@ func TestErrorsMatchTheirClass(t *testing.T) {
 			return err
 		}, ErrTooLarge, sandbox.ErrTooLarge},
 		{"the statement of an inconclusive verdict", func() error {
-			a := mustEvaluate(t, evidence(Policy{Format: FormatGoTestJSON, AllReported: true}, readFixture(t, "gotest/timeout.json"), 1))
+			a := mustJudge(t, evidence(Policy{Format: FormatGoTestJSON, AllReported: true}, readFixture(t, "gotest/timeout.json"), 1))
 			_, err := a.Statement()
 			return err
 		}, ErrInconclusive, sandbox.ErrNotFound},
