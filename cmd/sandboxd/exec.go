@@ -99,7 +99,14 @@ func cmdExec(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "sandboxd exec:", err)
 		return exitInfraError
 	}
-	res, err := b.Run(ctx, job)
+	state, err := stateDir()
+	if err != nil {
+		fmt.Fprintln(stderr, "sandboxd exec:", err)
+		return exitInfraError
+	}
+	// The job runs only once the isolation selfcheck passed on its image
+	// and runtime (a cached pass, or a check now).
+	res, err := gatedBroker(eng, b, blobs, state).Run(ctx, job)
 	if err != nil {
 		fmt.Fprintln(stderr, "sandboxd exec:", err)
 		if errors.Is(err, sandbox.ErrInvalid) || errors.Is(err, sandbox.ErrImageRefused) || errors.Is(err, sandbox.ErrConflict) {

@@ -16,6 +16,7 @@ import (
 	"github.com/sandboxd/sandboxd/internal/evaluate"
 	"github.com/sandboxd/sandboxd/internal/evidence"
 	"github.com/sandboxd/sandboxd/internal/receipt"
+	"github.com/sandboxd/sandboxd/internal/selfcheck"
 	"github.com/sandboxd/sandboxd/internal/supervisor"
 	"github.com/sandboxd/sandboxd/sandbox"
 )
@@ -126,11 +127,13 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return bad("workspace %s: %v", o.workspace, err)
 	}
 	// No job runs on an engine where the isolation properties do not hold
-	// (cached per engine, profile, image and probe).
+	// (cached per engine, profile, image, runtime and probe). Every job of
+	// the evaluation runs in the bundle's image under runc.
 	if progress != nil {
 		fmt.Fprintln(progress, "sandboxd: checking isolation on this engine (selfcheck)")
 	}
-	if _, err := runSelfcheck(ctx, eng, b, blobs, state, bun.Manifest.Image, false); err != nil {
+	gate := selfcheckGate(eng, b, blobs, state)
+	if err := gate.Check(ctx, selfcheck.GateKey{Engine: eng.DaemonHost(), Image: bun.Manifest.Image, Runtime: sandbox.RuntimeRunc}); err != nil {
 		if errors.Is(err, sandbox.ErrImageRefused) {
 			return bad("bundle %s: evaluator image %s: %v", o.bundle, bun.Manifest.Image, err)
 		}

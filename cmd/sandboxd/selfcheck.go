@@ -10,10 +10,13 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/moby/moby/client"
+
 	"github.com/sandboxd/sandboxd/internal/broker"
 	"github.com/sandboxd/sandboxd/internal/image"
 	"github.com/sandboxd/sandboxd/internal/selfcheck"
 	"github.com/sandboxd/sandboxd/internal/store"
+	"github.com/sandboxd/sandboxd/sandbox"
 )
 
 // cmdSelfcheck proves the isolation properties on this engine: it runs the
@@ -49,7 +52,7 @@ func cmdSelfcheck(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		fmt.Fprintln(stderr, "sandboxd selfcheck:", err)
 		return exitInfraError
 	}
-	r, err := runSelfcheck(ctx, eng, b, blobs, state, img.ID, *force)
+	r, err := runSelfcheck(ctx, eng, b, blobs, state, img.ID, sandbox.RuntimeRunc, *force)
 	if r != nil {
 		printSelfcheck(stdout, r, *asJSON)
 	}
@@ -64,17 +67,32 @@ func cmdSelfcheck(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	return exitOK
 }
 
-// runSelfcheck is what `serve` and `run` call before their first job: the
-// cached pass for this engine, profile, image, probe and helper, or a fresh
-// check. A non-nil error means no job may run.
-func runSelfcheck(ctx context.Context, eng selfcheck.Engine, b *broker.Broker, blobs *store.Store, state, imageID string, force bool) (*selfcheck.Report, error) {
+// selfcheckGate is the gate `serve`, `run` and `exec` put before their
+// jobs: one check per engine, image and runtime for the life of the
+// process, each the cached pass of runSelfcheck or a fresh check.
+func selfcheckGate(eng selfcheck.Engine, b *broker.Broker, blobs *store.Store, state string) *selfcheck.Gate {
+	return selfcheck.NewGate(func(ctx context.Context, k selfcheck.GateKey) error {
+		_, err := runSelfcheck(ctx, eng, b, blobs, state, k.Image, k.Runtime, false)
+		return err
+	})
+}
+
+// gatedBroker is b with every job behind the process's selfcheck gate.
+func gatedBroker(eng *client.Client, b *broker.Broker, blobs *store.Store, state string) selfcheck.GatedBroker {
+	return selfcheck.GatedBroker{Broker: b, Gate: selfcheckGate(eng, b, blobs, state), Engine: eng.DaemonHost()}
+}
+
+// runSelfcheck is what the gate runs: the cached pass for this engine,
+// profile, image, runtime, probe and helper, or a fresh check. A non-nil
+// error means no job may run.
+func runSelfcheck(ctx context.Context, eng selfcheck.Engine, b *broker.Broker, blobs *store.Store, state, imageID, runtime string, force bool) (*selfcheck.Report, error) {
 	probe, err := probeBinary()
 	if err != nil {
 		return nil, err
 	}
 	cfg := broker.Default()
 	o := selfcheck.Options{
-		Broker: b, Blobs: blobs, Engine: eng, Image: imageID, Probe: probe,
+		Broker: b, Blobs: blobs, Engine: eng, Image: imageID, Runtime: runtime, Probe: probe,
 		CandidateUID: cfg.CandidateUID, CandidateGID: cfg.CandidateGID, StateDir: state,
 	}
 	if force {

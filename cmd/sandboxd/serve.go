@@ -12,11 +12,8 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
-	"sync"
 	"syscall"
 	"time"
-
-	"github.com/moby/moby/client"
 
 	"github.com/sandboxd/sandboxd/internal/broker"
 	"github.com/sandboxd/sandboxd/internal/journal"
@@ -24,7 +21,6 @@ import (
 	"github.com/sandboxd/sandboxd/internal/server"
 	"github.com/sandboxd/sandboxd/internal/store"
 	"github.com/sandboxd/sandboxd/internal/supervisor"
-	"github.com/sandboxd/sandboxd/sandbox"
 )
 
 // serveOptions are the flags of `sandboxd serve`.
@@ -161,7 +157,9 @@ func serve(ctx context.Context, o serveOptions, log *slog.Logger) error {
 	cfg.ReapGrace, cfg.DrainTimeout, cfg.MaxBlobBytes = o.reapGrace, o.drainTimeout, o.maxBlob
 	cfg.Logger = log
 	cfg.Preflight = b.Preflight
-	cfg.Broker = selfcheckedBroker{Broker: b, check: selfchecker(eng, b, blobs, o.state)}
+	// No job runs on an image before the isolation selfcheck passed on it
+	// (checked when a job is dispatched, once per image and runtime).
+	cfg.Broker = gatedBroker(eng, b, blobs, o.state)
 	if f := os.Getenv(faultEnv); f != "" {
 		step, id, _ := strings.Cut(f, ":")
 		cfg.Fault = func(s, jobID string) {
@@ -240,43 +238,5 @@ func serve(ctx context.Context, o serveOptions, log *slog.Logger) error {
 func closeAll(lns []net.Listener) {
 	for _, ln := range lns {
 		ln.Close()
-	}
-}
-
-// selfcheckedBroker runs the isolation selfcheck before the first job on
-// each image: no job runs on an image before the probe has shown, in a
-// sandbox of that image on this engine, that every isolation property
-// holds. It runs when a job is dispatched, not in the submit request, so a
-// slow check never makes a submission time out; a job whose image fails
-// the check ends "error" without running.
-type selfcheckedBroker struct {
-	*broker.Broker
-	check func(ctx context.Context, image string) error
-}
-
-func (s selfcheckedBroker) RunWithHooks(ctx context.Context, job sandbox.Job, hooks broker.Hooks) (sandbox.Result, error) {
-	if err := s.check(ctx, job.Image); err != nil {
-		return sandbox.Result{}, err
-	}
-	return s.Broker.RunWithHooks(ctx, job, hooks)
-}
-
-// selfchecker returns a check that passes once per image for the life of
-// the process (the pass is also cached on disk per engine, profile, image
-// and probe).
-func selfchecker(eng *client.Client, b *broker.Broker, blobs *store.Store, state string) func(context.Context, string) error {
-	var mu sync.Mutex
-	checked := map[string]bool{}
-	return func(ctx context.Context, image string) error {
-		mu.Lock()
-		defer mu.Unlock()
-		if checked[image] {
-			return nil
-		}
-		if _, err := runSelfcheck(ctx, eng, b, blobs, state, image, false); err != nil {
-			return fmt.Errorf("isolation selfcheck on image %s did not pass; no job runs on it: %w", image, err)
-		}
-		checked[image] = true
-		return nil
 	}
 }

@@ -7,7 +7,11 @@
 //
 // A passing check is cached in a file under the state directory, keyed by
 // everything that could change the answer: engine and kernel version,
-// seccomp profile, image, probe, helper and broker version. A failure is
-// never cached. selfcheck must never loosen a property to make a check pass,
-// and must never treat a report it could not obtain as a pass.
+// seccomp profile, image, runtime, probe, helper and broker version. A
+// failure is never cached. Gate is the one place `run`, `exec` and `serve`
+// ask for a check: once per engine, image and runtime in a process, with
+// concurrent first jobs of one image sharing the check and other images'
+// jobs never waiting for it. selfcheck must never loosen a property to
+// make a check pass, and must never treat a report it could not obtain as
+// a pass.
 package selfcheck

@@ -50,6 +50,9 @@ type Options struct {
 	// Image is the evaluator image (a local ID) the probe runs in; it needs
 	// /bin/sleep and /bin/true only for bombs, not for the check.
 	Image string
+	// Runtime is the runtime the probe runs under, as the jobs it vouches
+	// for do ("" is sandbox.RuntimeRunc).
+	Runtime string
 	// Probe is the static sandboxd-probe binary.
 	Probe []byte
 	// CandidateUID and CandidateGID are the broker's candidate ids.
@@ -65,6 +68,7 @@ type Key struct {
 	KernelVersion string `json:"kernel_version"`
 	ProfileDigest string `json:"profile_digest"`
 	Image         string `json:"image"`
+	Runtime       string `json:"runtime"`
 	ProbeDigest   string `json:"probe_digest"`
 	ShimDigest    string `json:"shim_digest"`
 	BrokerVersion string `json:"broker_version"`
@@ -152,6 +156,13 @@ func (o Options) validate() error {
 	return nil
 }
 
+func (o Options) runtime() string {
+	if o.Runtime == "" {
+		return sandbox.RuntimeRunc
+	}
+	return o.Runtime
+}
+
 func (o Options) key(ctx context.Context) (Key, error) {
 	if err := o.validate(); err != nil {
 		return Key{}, err
@@ -178,6 +189,7 @@ func (o Options) key(ctx context.Context) (Key, error) {
 		KernelVersion: kernel,
 		ProfileDigest: seccomp.Digest(),
 		Image:         o.Image,
+		Runtime:       o.runtime(),
 		ProbeDigest:   sandbox.DigestBytes(o.Probe),
 		ShimDigest:    facts.ShimDigest,
 		BrokerVersion: facts.BrokerVersion,
@@ -297,7 +309,7 @@ func (o Options) run(ctx context.Context, key Key) (*Report, error) {
 			"-connect", ln.Addr().String(), "-resolve", resolveName,
 			"-readonly", sandbox.BundlePath, "-readonly", probeDir},
 		Env: env, WorkDir: sandbox.WorkPath, Outputs: []string{reportDir},
-		Limits: checkLimits(), Network: sandbox.NetworkNone, Runtime: sandbox.RuntimeRunc,
+		Limits: checkLimits(), Network: sandbox.NetworkNone, Runtime: o.runtime(),
 	}
 	if err := job.Seal(); err != nil {
 		return nil, fmt.Errorf("selfcheck: %w", err)
