@@ -27,6 +27,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/moby/moby/api/types/events"
 	"github.com/moby/moby/client"
 
 	"github.com/sandboxd/sandboxd/internal/broker"
@@ -276,17 +277,14 @@ func (d *daemon) rssKiB() int {
 	return 0
 }
 
-// watchCreations counts container create events of this daemon's jobs,
-// by job id and by job digest, from now until the returned function is
-// called. The engine replays only a short buffer of past events, so the
-// stream is followed live.
-func (d *daemon) watchCreations() (stop func() (byID, byDigest map[string]int)) {
+// followEvents hands each engine event matching f, from a second ago
+// until stop is called, to handle (on one goroutine). The engine replays
+// only a short buffer of past events, so the stream is followed live.
+// stop lets the last events arrive and fails the test if the stream broke.
+func (d *daemon) followEvents(f client.Filters, handle func(events.Message)) (stop func()) {
 	d.t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	f := make(client.Filters).Add("type", "container").Add("event", "create").
-		Add("label", broker.LabelBroker+"="+d.name, broker.LabelRole+"=job")
 	res := env.Eng.Events(ctx, client.EventsListOptions{Since: strconv.FormatInt(time.Now().Add(-time.Second).Unix(), 10), Filters: f})
-	byID, byDigest := map[string]int{}, map[string]int{}
 	var streamErr error
 	done := make(chan struct{})
 	go func() {
@@ -294,8 +292,7 @@ func (d *daemon) watchCreations() (stop func() (byID, byDigest map[string]int)) 
 		for {
 			select {
 			case m := <-res.Messages:
-				byID[m.Actor.Attributes[broker.LabelJob]]++
-				byDigest[m.Actor.Attributes[broker.LabelJobDigest]]++
+				handle(m)
 			case err := <-res.Err:
 				if ctx.Err() == nil {
 					streamErr = err
@@ -311,7 +308,7 @@ func (d *daemon) watchCreations() (stop func() (byID, byDigest map[string]int)) 
 			<-done
 		}
 	})
-	return func() (map[string]int, map[string]int) {
+	return func() {
 		time.Sleep(500 * time.Millisecond) // let the last events arrive
 		stopped = true
 		cancel()
@@ -319,6 +316,23 @@ func (d *daemon) watchCreations() (stop func() (byID, byDigest map[string]int)) 
 		if streamErr != nil && !errors.Is(streamErr, io.EOF) {
 			d.t.Fatalf("events: %v", streamErr)
 		}
+	}
+}
+
+// watchCreations counts container create events of this daemon's jobs,
+// by job id and by job digest, from now until the returned function is
+// called.
+func (d *daemon) watchCreations() (stop func() (byID, byDigest map[string]int)) {
+	d.t.Helper()
+	f := make(client.Filters).Add("type", "container").Add("event", "create").
+		Add("label", broker.LabelBroker+"="+d.name, broker.LabelRole+"=job")
+	byID, byDigest := map[string]int{}, map[string]int{}
+	end := d.followEvents(f, func(m events.Message) {
+		byID[m.Actor.Attributes[broker.LabelJob]]++
+		byDigest[m.Actor.Attributes[broker.LabelJobDigest]]++
+	})
+	return func() (map[string]int, map[string]int) {
+		end()
 		return byID, byDigest
 	}
 }

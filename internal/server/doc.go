@@ -4,6 +4,11 @@
 // previous process left behind, a reaper of labelled containers the
 // journal does not know, and Prometheus metrics.
 //
+// Concurrency is a budget of slots that jobs recovered as running hold
+// as dispatched ones do, so that a daemon restarted while jobs run never
+// runs more than Concurrency at once; the queue is dispatched in
+// acceptance order, across restarts too.
+//
 // The server never runs a job twice and never runs one it cannot prove has
 // not run: a job is handed to the broker only after the journal durably
 // says so, and a job whose outcome cannot be proven ends uncertain.

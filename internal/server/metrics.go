@@ -14,6 +14,7 @@ type metrics struct {
 	duration        prometheus.Histogram
 	queueDepth      prometheus.Gauge
 	running         prometheus.Gauge
+	recovering      prometheus.Gauge
 	createLatency   prometheus.Histogram
 	startLatency    prometheus.Histogram
 	bytesUploaded   prometheus.Counter
@@ -38,7 +39,9 @@ func newMetrics() *metrics {
 		queueDepth: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "sandboxd_queue_depth", Help: "Accepted jobs waiting for a slot."}),
 		running: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "sandboxd_jobs_running", Help: "Jobs running or being recovered."}),
+			Name: "sandboxd_jobs_running", Help: "Jobs this process dispatched that hold a concurrency slot."}),
+		recovering: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "sandboxd_jobs_recovering", Help: "Jobs an earlier process left running, being recovered; they hold concurrency slots too."}),
 		createLatency: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "sandboxd_container_create_seconds", Help: "Time from dispatch to a created container (staging included).",
 			Buckets: prometheus.ExponentialBuckets(0.01, 2, 14)}),
@@ -56,7 +59,7 @@ func newMetrics() *metrics {
 		reconcile: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sandboxd_reconcile_actions_total", Help: "Recovery and reaping actions, by action."}, []string{"action"}),
 	}
-	m.reg.MustRegister(m.accepted, m.rejected, m.jobs, m.duration, m.queueDepth, m.running,
+	m.reg.MustRegister(m.accepted, m.rejected, m.jobs, m.duration, m.queueDepth, m.running, m.recovering,
 		m.createLatency, m.startLatency, m.bytesUploaded, m.bytesStaged, m.bytesCollected,
 		m.envelopesSigned, m.reconcile,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))

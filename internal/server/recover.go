@@ -93,8 +93,11 @@ func (s *Server) recover(ctx context.Context) error {
 func (s *Server) startRecovery(rec journal.Record, job sandbox.Job, containerID string) {
 	log := s.log.With("job_id", rec.ID, "container_id", containerID)
 	s.mu.Lock()
-	s.running[rec.ID] = func() {} // counted against nothing, cancelled by nothing
-	s.m.running.Set(float64(len(s.running)))
+	// Its container runs: it holds a slot from now until it ends, and is
+	// cancelled by nothing (its deadline label still holds).
+	s.running[rec.ID] = func() {}
+	s.recovering++
+	s.setRunningLocked()
 	s.mu.Unlock()
 	s.jobs.Add(1)
 	go func() {
@@ -102,7 +105,8 @@ func (s *Server) startRecovery(rec journal.Record, job sandbox.Job, containerID 
 		defer func() {
 			s.mu.Lock()
 			delete(s.running, rec.ID)
-			s.m.running.Set(float64(len(s.running)))
+			s.recovering--
+			s.setRunningLocked()
 			s.mu.Unlock()
 			s.signal()
 		}()

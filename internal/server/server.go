@@ -43,7 +43,11 @@ type Server struct {
 	queue    []string // accepted job ids, FIFO
 	reserved int      // slots held by submissions being journaled
 	wake     chan struct{}
-	running  map[string]context.CancelFunc
+	// running are the jobs holding a concurrency slot: dispatched by this
+	// process, or recovered from an earlier one (recovering of them),
+	// whose containers run just the same.
+	running    map[string]context.CancelFunc
+	recovering int
 	// bound are the containers open journal records named at start: a
 	// pooled one among them carries no job label, and the reaper keeps it.
 	bound    map[string]bool
@@ -220,12 +224,16 @@ func (s *Server) dequeue(id string) bool {
 	return true
 }
 
-// work runs queued jobs one at a time until ctx is done.
+// work runs queued jobs one at a time until ctx is done. A job is taken
+// from the queue only when a slot is free: jobs recovered as running hold
+// slots as dispatched ones do, so a restart never runs more than
+// Concurrency jobs at once, and a job's wall time (its deadline is set
+// when the broker starts it) is not spent waiting behind them.
 func (s *Server) work(ctx context.Context) {
 	for {
 		s.mu.Lock()
 		var id string
-		if len(s.queue) > 0 && !s.draining {
+		if len(s.queue) > 0 && !s.draining && len(s.running) < s.cfg.Concurrency {
 			id = s.queue[0]
 			s.queue = s.queue[1:]
 			s.m.queueDepth.Set(float64(len(s.queue)))
@@ -246,6 +254,13 @@ func (s *Server) work(ctx context.Context) {
 		s.signal() // another worker may take the next one
 		s.runJob(id)
 	}
+}
+
+// setRunningLocked updates the gauges of slots held, apart for jobs this
+// process dispatched and jobs it recovered.
+func (s *Server) setRunningLocked() {
+	s.m.running.Set(float64(len(s.running) - s.recovering))
+	s.m.recovering.Set(float64(s.recovering))
 }
 
 // notifyChanged wakes every waiter.
@@ -277,12 +292,12 @@ func (s *Server) runJob(id string) {
 	defer cancel(nil)
 	s.mu.Lock()
 	s.running[id] = func() { cancel(errors.New("cancelled through the API")) }
-	s.m.running.Set(float64(len(s.running)))
+	s.setRunningLocked()
 	s.mu.Unlock()
 	defer func() {
 		s.mu.Lock()
 		delete(s.running, id)
-		s.m.running.Set(float64(len(s.running)))
+		s.setRunningLocked()
 		s.mu.Unlock()
 		s.signal()
 	}()

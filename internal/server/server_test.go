@@ -11,6 +11,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -38,6 +39,28 @@ type fakeBroker struct {
 	stale     []broker.JobContainer // pooled containers of an earlier process
 	removed   []string
 	bindings  map[string]broker.Binding
+	// recoverGates hold a recovered job's container "running" until
+	// closed; active counts jobs running or being recovered in the fake,
+	// maxActive the most at once, order the jobs in the order they ran.
+	recoverGates      map[string]chan struct{}
+	active, maxActive int
+	order             []string
+}
+
+func (f *fakeBroker) enter(id string, run bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.active++
+	f.maxActive = max(f.maxActive, f.active)
+	if run {
+		f.order = append(f.order, id)
+	}
+}
+
+func (f *fakeBroker) leave() {
+	f.mu.Lock()
+	f.active--
+	f.mu.Unlock()
 }
 
 func newFake() *fakeBroker {
@@ -59,6 +82,8 @@ func (f *fakeBroker) RunWithHooks(ctx context.Context, job sandbox.Job, h broker
 	f.runs[job.ID]++
 	gate := f.gates[job.ID]
 	f.mu.Unlock()
+	f.enter(job.ID, true)
+	defer f.leave()
 	if err := h.OnCreated(ctx, "c-"+job.ID); err != nil {
 		return sandbox.Result{}, err
 	}
@@ -78,7 +103,13 @@ func (f *fakeBroker) RecoverWithHooks(ctx context.Context, job sandbox.Job, bind
 	f.mu.Lock()
 	f.recovered[job.ID] = bind.ContainerID
 	f.bindings[job.ID] = bind
+	gate := f.recoverGates[job.ID]
 	f.mu.Unlock()
+	f.enter(job.ID, false)
+	defer f.leave()
+	if gate != nil {
+		<-gate
+	}
 	res := f.result(job)
 	if hooks.OnFinished != nil {
 		if err := hooks.OnFinished(ctx, res); err != nil {
@@ -583,5 +614,120 @@ func TestOpenAPIMatchesRoutes(t *testing.T) {
 	slices.Sort(served)
 	if !slices.Equal(documented, served) {
 		t.Errorf("got documented routes\n%v\nwant the served routes\n%v", documented, served)
+	}
+}
+
+// metricValue reads one unlabelled gauge or counter of the server.
+func (f *fixture) metricValue(t *testing.T, name string) float64 {
+	t.Helper()
+	_, b := f.do(t, "GET", "/metrics", nil)
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := parser.TextToMetricFamilies(bytes.NewReader(b))
+	if err != nil {
+		t.Fatalf("metrics do not parse: %v", err)
+	}
+	fam := fams[name]
+	if fam == nil || len(fam.Metric) != 1 {
+		t.Fatalf("no single series %s", name)
+	}
+	if m := fam.Metric[0]; m.Gauge != nil {
+		return m.Gauge.GetValue()
+	}
+	return fam.Metric[0].Counter.GetValue()
+}
+
+// Jobs a previous process left running hold concurrency slots from the
+// moment recovery finds them: with every slot held by one, no queued job
+// starts; as they end, the queued jobs start one slot at a time, in the
+// order they were accepted.
+func TestRecoveredJobsHoldConcurrencySlots(t *testing.T) {
+	signer, _ := receipt.NewEphemeralSigner()
+	at := time.Now().Add(-time.Minute)
+	// In acceptance order, which is not the journal's key order.
+	queued := []string{"q-3", "q-1", "q-0", "q-2"}
+	seed := func(jr *journal.Journal) {
+		accept := func(id string, when time.Time) {
+			j := newJob(t, id, "true")
+			canon, _ := j.CanonicalJSON()
+			env, err := signer.SignAccepted(j, sandbox.RuntimeFacts{}, when)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, _, err := jr.Accept(j, canon, env, when); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for _, id := range []string{"r-0", "r-1"} {
+			accept(id, at)
+			jr.Dispatched(id)
+			jr.Created(id, "c-"+id)
+			jr.Started(id, at)
+		}
+		for i, id := range queued {
+			accept(id, at.Add(time.Duration(i+1)*time.Millisecond))
+		}
+	}
+	fb := newFake()
+	release := map[string]chan struct{}{"r-0": make(chan struct{}), "r-1": make(chan struct{})}
+	fb.recoverGates = release
+	freed := map[string]bool{}
+	free := func(ids ...string) {
+		for _, id := range ids {
+			if !freed[id] {
+				freed[id] = true
+				close(release[id])
+			}
+		}
+	}
+	releaseAll := func() { free("r-0", "r-1") }
+	f := newFixture(t, func(c *Config) { c.Broker, c.Signer, c.Concurrency = fb, signer, 2 }, seed)
+	t.Cleanup(releaseAll) // before the fixture's Shutdown waits for them
+	active := func() int {
+		fb.mu.Lock()
+		defer fb.mu.Unlock()
+		return fb.active
+	}
+	for active() < 2 {
+		runtime.Gosched()
+	}
+	// Both slots are held by recovered jobs. Give the workers every
+	// chance to start a queued job anyway: none may.
+	for range 50 {
+		time.Sleep(time.Millisecond)
+		runtime.Gosched()
+	}
+	fb.mu.Lock()
+	ran := slices.Clone(fb.order)
+	fb.mu.Unlock()
+	if len(ran) != 0 {
+		t.Fatalf("jobs %v started while both slots were held by recovered jobs", ran)
+	}
+	for _, c := range []struct {
+		name string
+		want float64
+	}{{"sandboxd_jobs_recovering", 2}, {"sandboxd_jobs_running", 0}, {"sandboxd_queue_depth", 4}} {
+		if got := f.metricValue(t, c.name); got != c.want {
+			t.Errorf("%s: got %v, want %v", c.name, got, c.want)
+		}
+	}
+
+	free("r-0")
+	for _, id := range queued {
+		if v := f.wait(t, id); v.Status != sandbox.StatusSucceeded {
+			t.Errorf("%s: got %s, want succeeded", id, v.Status)
+		}
+	}
+	if got := f.metricValue(t, "sandboxd_jobs_recovering"); got != 1 {
+		t.Errorf("sandboxd_jobs_recovering with r-1 still held: got %v, want 1", got)
+	}
+	releaseAll()
+	f.wait(t, "r-1")
+	fb.mu.Lock()
+	defer fb.mu.Unlock()
+	if !slices.Equal(fb.order, queued) {
+		t.Errorf("queued jobs ran in order %v, want acceptance order %v", fb.order, queued)
+	}
+	if fb.maxActive > 2 {
+		t.Errorf("got %d jobs running or recovered at once, want at most --concurrency 2", fb.maxActive)
 	}
 }

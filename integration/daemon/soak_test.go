@@ -1,0 +1,206 @@
+package daemon
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/moby/moby/api/types/events"
+	"github.com/moby/moby/client"
+
+	"github.com/sandboxd/sandboxd/internal/broker"
+	"github.com/sandboxd/sandboxd/internal/testharness"
+	"github.com/sandboxd/sandboxd/sandbox"
+)
+
+// runWatch follows the engine's events for one daemon's containers and
+// keeps the set of job containers running: a container labelled as a job
+// counts from its start, a pooled sandbox from its rename to a job's name
+// (the moment a job takes it), and either until it dies.
+type runWatch struct {
+	mu      sync.Mutex
+	running map[string]bool // container id -> counted
+	peak    int
+	// runs counts, per container name, the times a job began running in
+	// a container of that name (a start or a take by rename); first is
+	// when the first did.
+	runs  map[string]int
+	first map[string]time.Time
+	taken int // pooled sandboxes taken by a job
+}
+
+func (w *runWatch) began(id, name string, at time.Time, pooled bool) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if pooled {
+		w.taken++
+	}
+	name = strings.TrimPrefix(name, "/")
+	w.running[id] = true
+	w.peak = max(w.peak, len(w.running))
+	if w.runs[name] == 0 {
+		w.first[name] = at
+	}
+	w.runs[name]++
+}
+
+func (w *runWatch) died(id string) {
+	w.mu.Lock()
+	delete(w.running, id)
+	w.mu.Unlock()
+}
+
+// now returns how many job containers run now.
+func (w *runWatch) now() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.running)
+}
+
+// watchRunning starts a runWatch from now; stop ends it and returns it.
+func (d *daemon) watchRunning() (w *runWatch, stop func() *runWatch) {
+	d.t.Helper()
+	f := make(client.Filters).Add("type", "container").Add("event", "start", "rename", "die").
+		Add("label", broker.LabelBroker+"="+d.name)
+	w = &runWatch{running: map[string]bool{}, runs: map[string]int{}, first: map[string]time.Time{}}
+	end := d.followEvents(f, func(m events.Message) {
+		at, a := time.Unix(0, m.TimeNano), m.Actor.Attributes
+		switch {
+		case m.Action == "start" && a[broker.LabelRole] == "job":
+			w.began(m.Actor.ID, a["name"], at, false)
+		case m.Action == "rename" && a[broker.LabelRole] == "pool" && !strings.Contains(a["name"], "-pool-"):
+			w.began(m.Actor.ID, a["name"], at, true) // a pooled sandbox taken by a job
+		case m.Action == "die":
+			w.died(m.Actor.ID)
+		}
+	})
+	return w, func() *runWatch {
+		end()
+		return w
+	}
+}
+
+// TestSoakConcurrencyLimitAcrossSIGKILLs runs jobs through a daemon that
+// is SIGKILLed and restarted while they run: no job is lost or run twice,
+// every result verifies, accepted jobs run in acceptance order, and the
+// job containers running at once, as the engine saw them, never exceed
+// --concurrency (jobs recovered as running count against it).
+func TestSoakConcurrencyLimitAcrossSIGKILLs(t *testing.T) {
+	const (
+		n     = 20
+		kills = 5
+		limit = 2
+	)
+	d := newDaemon(t, "--concurrency", strconv.Itoa(limit), "--pool", "2")
+	watch, stopWatch := d.watchRunning()
+	d.start()
+	ctx := ctxFor(t, 3*time.Minute)
+	jobs := make([]sandbox.Job, n)
+	for i := range jobs {
+		// Each job proves its result is its own: it writes its id. Its
+		// wall time is far shorter than the soak, so a job charged for
+		// the time it waited behind others would time out.
+		jobs[i] = env.NewJob(t, nil, func(j *sandbox.Job) {
+			j.Argv = testharness.Sh(fmt.Sprintf("sleep 3; mkdir -p /work/out; printf %s > /work/out/id", j.ID))
+			j.Limits.WallTimeMS = 15_000
+		})
+	}
+	// Accepted in this order, one after the other.
+	for _, j := range jobs {
+		if _, err := d.client.Submit(ctx, j); err != nil {
+			t.Fatalf("submit %s: %v", j.ID, err)
+		}
+	}
+	recoveredRunning := 0.0
+	for k := range kills {
+		// Killed while every slot runs a job, so that the next start
+		// recovers them with seconds of their run left; a little apart,
+		// so that jobs get dispatched between the kills too.
+		time.Sleep(1500 * time.Millisecond)
+		for deadline := time.Now().Add(time.Minute); watch.now() < limit; time.Sleep(20 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("kill %d: %d job containers were never running at once within a minute", k+1, limit)
+			}
+		}
+		time.Sleep(300 * time.Millisecond)
+		t.Logf("kill %d with %d job containers running", k+1, watch.now())
+		d.kill()
+		d.start()
+		// Ready means recovered: the jobs found running already hold
+		// their slots, and the gauges say which are which.
+		rec, run, queued := d.metric("sandboxd_jobs_recovering"), d.metric("sandboxd_jobs_running"), d.metric("sandboxd_queue_depth")
+		t.Logf("restart %d: %v recovered running, %v running, %v queued", k+1, rec, run, queued)
+		if rec+run > limit {
+			t.Errorf("restart %d: %v recovered and %v new jobs hold slots, want at most %d", k+1, rec, run, limit)
+		}
+		recoveredRunning += rec
+	}
+	if recoveredRunning == 0 {
+		t.Errorf("no restart found a job running: the soak did not test what it is for")
+	}
+
+	statuses := map[sandbox.Status]int{}
+	statusOf := map[string]sandbox.Status{}
+	for _, j := range jobs {
+		sr, err := d.client.Wait(ctx, j)
+		switch {
+		case errors.Is(err, sandbox.ErrUncertain) && sr.Result.Status == sandbox.StatusUncertain:
+			// Verified, and honest: a kill between its dispatch and its
+			// helper's config leaves nothing to prove it ran.
+		case err != nil:
+			t.Errorf("job %s: %v", j.ID, err)
+			continue
+		case sr.Result.Status != sandbox.StatusSucceeded:
+			t.Errorf("job %s: got %s (%s), want succeeded or uncertain", j.ID, sr.Result.Status, sr.Result.Cause)
+		default:
+			art, ok := sr.Result.Artifact("/work/out/id")
+			if !ok {
+				t.Errorf("job %s: no artifact /work/out/id", j.ID)
+				break
+			}
+			if b, err := d.client.Blob(ctx, art.Digest, 1<<10); err != nil || string(b) != j.ID {
+				t.Errorf("job %s: artifact %q, %v, want its own id", j.ID, b, err)
+			}
+		}
+		statuses[sr.Result.Status]++
+		statusOf[j.ID] = sr.Result.Status
+	}
+	d.stop()
+	w := stopWatch()
+
+	t.Logf("%d jobs, %d kills, --concurrency %d: peak %d job containers running at once (%d jobs took a pooled sandbox); statuses %v", n, kills, limit, w.peak, w.taken, statuses)
+	if w.taken == 0 {
+		t.Errorf("no job took a pooled sandbox: the soak did not see the limit hold for jobs in pooled sandboxes")
+	}
+	if w.peak > limit {
+		t.Errorf("got %d job containers running at once, want at most --concurrency %d", w.peak, limit)
+	}
+	var order []int // job indexes in the order they began running
+	for i, j := range jobs {
+		name := broker.ContainerName(d.name, j.ID, j.Digest)
+		switch runs := w.runs[name]; {
+		case runs > 1:
+			t.Errorf("job %s began running %d times, want at most once", j.ID, runs)
+		case runs == 0 && statusOf[j.ID] == sandbox.StatusSucceeded:
+			t.Errorf("job %s succeeded but no container of it ever ran", j.ID)
+		case runs == 1:
+			order = append(order, i)
+		}
+	}
+	// Jobs are dispatched in acceptance order, across restarts; with
+	// --concurrency slots, those dispatched close together may start in
+	// either order, but never a job two rounds of slots behind another.
+	for a := range order {
+		for b := a + 1; b < len(order); b++ {
+			i, j := order[a], order[b]
+			ti, tj := w.first[broker.ContainerName(d.name, jobs[i].ID, jobs[i].Digest)], w.first[broker.ContainerName(d.name, jobs[j].ID, jobs[j].Digest)]
+			if j-i >= 2*limit && tj.Before(ti) {
+				t.Errorf("job %d (accepted %d later) began running before job %d", j, j-i, i)
+			}
+		}
+	}
+}
