@@ -2,6 +2,7 @@ package journal
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -49,6 +50,10 @@ type Record struct {
 	Status          sandbox.Status `json:"status,omitempty"`
 	FinishedAt      time.Time      `json:"finished_at,omitzero"`
 	CancelRequested bool           `json:"cancel_requested,omitempty"`
+	// Seq numbers acceptances 1, 2, … in the order the journal made them
+	// (0 in records of a journal from before it was kept): the queue's
+	// order after a restart, whatever the clock did.
+	Seq uint64 `json:"seq,omitempty"`
 }
 
 // DecodeJob returns the record's sealed job.
@@ -115,13 +120,27 @@ func (j *Journal) Accept(job sandbox.Job, canonical, receipt []byte, at time.Tim
 			existing = true
 			return nil
 		}
-		rec = Record{ID: job.ID, Digest: job.Digest, Job: bytes.Clone(canonical), State: Accepted, Receipt: bytes.Clone(receipt), AcceptedAt: at.UTC()}
+		seq, err := b.NextSequence()
+		if err != nil {
+			return err
+		}
+		rec = Record{ID: job.ID, Digest: job.Digest, Job: bytes.Clone(canonical), State: Accepted, Receipt: bytes.Clone(receipt), AcceptedAt: at.UTC(), Seq: seq}
 		return put(b, &rec)
 	})
 	if err != nil {
 		return Record{}, false, err
 	}
 	return rec, existing, nil
+}
+
+// AcceptanceOrder compares two records by when the journal accepted
+// them, for slices.SortFunc: by Seq, with records of an older journal
+// (no Seq, all accepted before any numbered one) first, by their time.
+func AcceptanceOrder(a, b Record) int {
+	if a.Seq != 0 || b.Seq != 0 {
+		return cmp.Compare(a.Seq, b.Seq)
+	}
+	return cmp.Or(a.AcceptedAt.Compare(b.AcceptedAt), cmp.Compare(a.ID, b.ID))
 }
 
 // Get returns the record of a job, or an error wrapping sandbox.ErrNotFound.

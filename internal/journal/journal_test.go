@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
@@ -133,5 +134,57 @@ func TestTransitions(t *testing.T) {
 				t.Errorf("got state %s, want %s", rec.State, tc.final)
 			}
 		})
+	}
+}
+
+// The order of acceptance is the journal's own, not the clock's: a clock
+// stepped back between two acceptances does not reorder them, a reopen
+// keeps it, and an idempotent resubmission keeps its place.
+func TestAcceptanceOrderIsTheJournals(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "journal.db")
+	jr, err := Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	at := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	ids := []string{"o-c", "o-a", "o-b"} // accepted in this order, each an hour "earlier"
+	for i, id := range ids {
+		job, canon := testJob(t, id, "true")
+		if _, _, err := jr.Accept(job, canon, []byte("r"), at.Add(-time.Duration(i)*time.Hour)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	job, canon := testJob(t, "o-c", "true")
+	if _, existing, err := jr.Accept(job, canon, []byte("r"), at.Add(time.Hour)); err != nil || !existing {
+		t.Fatalf("resubmit: existing=%v err=%v, want true nil", existing, err)
+	}
+	jr.Close()
+	if jr, err = Open(path); err != nil {
+		t.Fatal(err)
+	}
+	defer jr.Close()
+	recs, err := jr.List()
+	if err != nil {
+		t.Fatal(err)
+	}
+	slices.SortFunc(recs, AcceptanceOrder)
+	var got []string
+	for _, r := range recs {
+		got = append(got, r.ID)
+	}
+	if !slices.Equal(got, ids) {
+		t.Errorf("got acceptance order %v, want %v", got, ids)
+	}
+}
+
+func TestAcceptanceOrderOfRecordsWithoutSeq(t *testing.T) {
+	at := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	old1 := Record{ID: "z", AcceptedAt: at}
+	old2 := Record{ID: "y", AcceptedAt: at.Add(time.Second)}
+	seq1 := Record{ID: "x", Seq: 1, AcceptedAt: at.Add(-time.Hour)}
+	recs := []Record{seq1, old2, old1}
+	slices.SortFunc(recs, AcceptanceOrder)
+	if got := []string{recs[0].ID, recs[1].ID, recs[2].ID}; !slices.Equal(got, []string{"z", "y", "x"}) {
+		t.Errorf("got %v, want records of an older journal (by time) before numbered ones", got)
 	}
 }

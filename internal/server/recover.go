@@ -80,7 +80,7 @@ func (s *Server) recover(ctx context.Context) error {
 			s.startRecovery(rec, job, cid)
 		}
 	}
-	slices.SortStableFunc(requeue, func(a, b journal.Record) int { return a.AcceptedAt.Compare(b.AcceptedAt) })
+	slices.SortFunc(requeue, journal.AcceptanceOrder)
 	for _, rec := range requeue {
 		s.m.reconcile.WithLabelValues("requeued").Inc()
 		s.log.Info("requeued accepted job", "job_id", rec.ID)
