@@ -1,12 +1,13 @@
 // Command sandboxd-shim is the in-container helper of sandboxd (see
-// internal/shim). It is built statically (CGO_ENABLED=0) and installed next
-// to the sandboxd binary, which copies it into a read-only engine volume.
+// internal/shim/helper). It is built statically (CGO_ENABLED=0) and
+// installed next to the sandboxd binary, which copies it into a read-only
+// engine volume.
 package main
 
 import (
 	"os"
 
-	"github.com/sandboxd/sandboxd/internal/shim"
+	"github.com/sandboxd/sandboxd/internal/shim/helper"
 )
 
-func main() { os.Exit(shim.Main(os.Args)) }
+func main() { os.Exit(helper.Main(os.Args)) }

@@ -7,6 +7,10 @@ import (
 	"io"
 )
 
+// FrameConfig is the type of the first (and only) frame on the helper's
+// stdin; the input tars follow it, each after WriteInputHeader.
+const FrameConfig byte = 'c'
+
 // Frame types on the helper's stdout.
 const (
 	FrameHello     byte = 'H' // Hello payload: the first frame
@@ -153,7 +157,8 @@ func (fr *FrameReader) Next() (byte, []byte, error) {
 	return hdr[0], p, nil
 }
 
-// WriteInput writes one length-delimited input tar to the helper's stdin.
+// WriteInputHeader writes the length that precedes one input tar on the
+// helper's stdin.
 func WriteInputHeader(w io.Writer, size int64) error {
 	var hdr [8]byte
 	binary.BigEndian.PutUint64(hdr[:], uint64(size))

@@ -1,4 +1,4 @@
-package shim
+package helper
 
 import (
 	"encoding/json"
@@ -15,10 +15,9 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
-)
 
-// FrameConfig is the type of the first frame on the helper's stdin.
-const FrameConfig byte = 'c'
+	"github.com/sandboxd/sandboxd/internal/shim"
+)
 
 // Main is the helper's entry point; it returns the process exit code.
 func Main(args []string) int {
@@ -44,7 +43,7 @@ type out struct {
 func (o *out) frame(typ byte, p []byte) error {
 	o.mu.Lock()
 	defer o.mu.Unlock()
-	return WriteFrame(o.w, typ, p)
+	return shim.WriteFrame(o.w, typ, p)
 }
 
 func (o *out) json(typ byte, v any) error {
@@ -57,32 +56,32 @@ func (o *out) json(typ byte, v any) error {
 
 func parentMain() int {
 	o := &out{w: os.Stdout}
-	nonce := os.Getenv(NonceEnv)
-	os.Unsetenv(NonceEnv)
-	if err := o.frame(FrameHello, []byte(Hello+nonce)); err != nil {
+	nonce := os.Getenv(shim.NonceEnv)
+	os.Unsetenv(shim.NonceEnv)
+	if err := o.frame(shim.FrameHello, []byte(shim.Hello+nonce)); err != nil {
 		return 1
 	}
 	st, err := runJob(o)
 	if err != nil {
-		o.frame(FrameError, []byte(err.Error()))
+		o.frame(shim.FrameError, []byte(err.Error()))
 		return 1
 	}
-	if err := o.json(FrameStatus, st); err != nil {
+	if err := o.json(shim.FrameStatus, st); err != nil {
 		return 1
 	}
 	return 0
 }
 
-func readConfig(r io.Reader) (*Config, error) {
-	fr := NewFrameReader(r)
+func readConfig(r io.Reader) (*shim.Config, error) {
+	fr := shim.NewFrameReader(r)
 	typ, p, err := fr.Next()
 	if err != nil {
 		return nil, fmt.Errorf("read config: %w", err)
 	}
-	if typ != FrameConfig {
+	if typ != shim.FrameConfig {
 		return nil, fmt.Errorf("first frame is %q, want config", typ)
 	}
-	var c Config
+	var c shim.Config
 	dec := json.NewDecoder(strings.NewReader(string(p)))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(&c); err != nil {
@@ -97,7 +96,7 @@ func readConfig(r io.Reader) (*Config, error) {
 	return &c, nil
 }
 
-func candidateCred(c *Config) *syscall.SysProcAttr {
+func candidateCred(c *shim.Config) *syscall.SysProcAttr {
 	return &syscall.SysProcAttr{
 		Credential: &syscall.Credential{Uid: uint32(c.UID), Gid: uint32(c.GID), Groups: []uint32{}},
 		Setsid:     true,
@@ -113,7 +112,7 @@ func self() string {
 	return p
 }
 
-func runJob(o *out) (*Status, error) {
+func runJob(o *out) (*shim.Status, error) {
 	cfg, err := readConfig(os.Stdin)
 	if err != nil {
 		return nil, err
@@ -136,7 +135,7 @@ func runJob(o *out) (*Status, error) {
 		}
 	}
 
-	st := &Status{ScratchUsed: map[string]int64{}, LimitsHit: []string{}}
+	st := &shim.Status{ScratchUsed: map[string]int64{}, LimitsHit: []string{}}
 	start := time.Now()
 	cmd, err := command(cfg)
 	if err != nil {
@@ -176,8 +175,8 @@ func runJob(o *out) (*Status, error) {
 		}
 	}
 	relays.Add(2)
-	go relay(outR, FrameStdout, &st.StdoutTotal)
-	go relay(errR, FrameStderr, &st.StderrTotal)
+	go relay(outR, shim.FrameStdout, &st.StdoutTotal)
+	go relay(errR, shim.FrameStderr, &st.StderrTotal)
 
 	var svc *execService
 	if cfg.CodeUID > 0 {
@@ -196,7 +195,7 @@ func runJob(o *out) (*Status, error) {
 		st.ExitCode = 127
 		msg := fmt.Sprintf("sandboxd: cannot start %q: %v\n", cfg.Argv[0], startErr)
 		startMsg = int64(len(msg))
-		o.frame(FrameStderr, []byte(msg))
+		o.frame(shim.FrameStderr, []byte(msg))
 	} else {
 		done := make(chan error, 1)
 		go func() { done <- cmd.Wait() }()
@@ -269,7 +268,7 @@ func runJob(o *out) (*Status, error) {
 	return st, nil
 }
 
-func command(cfg *Config) (*exec.Cmd, error) {
+func command(cfg *shim.Config) (*exec.Cmd, error) {
 	path := cfg.Argv[0]
 	if !strings.Contains(path, "/") {
 		path = lookPath(path, cfg.Env)
@@ -316,7 +315,7 @@ func exitStatus(ps *os.ProcessState, err error) (int, string) {
 // uid), through a child that takes that uid (kill(-1) from it reaches
 // exactly those processes), and waits until none is alive. It reports
 // false if some survived.
-func killCandidates(cfg *Config, codeUsed bool) bool {
+func killCandidates(cfg *shim.Config, codeUsed bool) bool {
 	deadline := time.Now().Add(5 * time.Second)
 	ids := [][2]int{{cfg.UID, cfg.GID}}
 	if cfg.CodeUID > 0 && codeUsed {
@@ -396,8 +395,8 @@ func anyAlive(uid int) bool {
 	return false
 }
 
-func childConfig() (*Config, error) {
-	var c Config
+func childConfig() (*shim.Config, error) {
+	var c shim.Config
 	if err := json.Unmarshal([]byte(os.Getenv("SANDBOXD_SHIM_CONFIG")), &c); err != nil {
 		return nil, fmt.Errorf("child config: %w", err)
 	}

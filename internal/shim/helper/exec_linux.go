@@ -1,4 +1,4 @@
-package shim
+package helper
 
 import (
 	"encoding/json"
@@ -12,6 +12,8 @@ import (
 	"syscall"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/sandboxd/sandboxd/internal/shim"
 )
 
 // ExecSocket is the abstract unix socket of the exec service. Abstract
@@ -43,7 +45,7 @@ const maxExecInFlight = 64
 // open the grader's descriptors or signal it. Anyone in the sandbox may
 // use the service; it only ever starts code-uid processes.
 type execService struct {
-	cfg  *Config
+	cfg  *shim.Config
 	ln   *net.UnixListener
 	wg   sync.WaitGroup
 	sem  chan struct{}
@@ -54,7 +56,7 @@ type execService struct {
 	started bool // some program was (or is being) started as the code uid
 }
 
-func startExecService(cfg *Config) (*execService, error) {
+func startExecService(cfg *shim.Config) (*execService, error) {
 	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: ExecSocket, Net: "unix"})
 	if err != nil {
 		return nil, fmt.Errorf("exec service: %w", err)

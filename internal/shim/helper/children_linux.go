@@ -1,4 +1,4 @@
-package shim
+package helper
 
 import (
 	"archive/tar"
@@ -15,6 +15,8 @@ import (
 	"unicode/utf8"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/sandboxd/sandboxd/internal/shim"
 )
 
 // stageMain runs as the candidate user and extracts the writable inputs
@@ -205,20 +207,20 @@ func collectFrames(w io.Writer) int {
 		c.limits["file_size_bytes"] = true
 	}
 	if c.overCount > 0 {
-		c.o.json(FrameRejected, Rejected{Path: "", Reason: fmt.Sprintf("%d regular files not collected: file_count limit reached", c.overCount)})
+		c.o.json(shim.FrameRejected, shim.Rejected{Path: "", Reason: fmt.Sprintf("%d regular files not collected: file_count limit reached", c.overCount)})
 	}
 	if c.overBytes > 0 {
-		c.o.json(FrameRejected, Rejected{Path: "", Reason: fmt.Sprintf("%d regular files not collected: output_bytes limit reached", c.overBytes)})
+		c.o.json(shim.FrameRejected, shim.Rejected{Path: "", Reason: fmt.Sprintf("%d regular files not collected: output_bytes limit reached", c.overBytes)})
 	}
 	if c.dropped > 0 {
-		c.o.json(FrameRejected, Rejected{Path: "", Reason: fmt.Sprintf("%d more rejected entries not listed", c.dropped)})
+		c.o.json(shim.FrameRejected, shim.Rejected{Path: "", Reason: fmt.Sprintf("%d more rejected entries not listed", c.dropped)})
 	}
-	sum := CollectSummary{Files: c.files, Bytes: c.bytes, LimitsHit: []string{}}
+	sum := shim.CollectSummary{Files: c.files, Bytes: c.bytes, LimitsHit: []string{}}
 	for l := range c.limits {
 		sum.LimitsHit = append(sum.LimitsHit, l)
 	}
 	sort.Strings(sum.LimitsHit)
-	if err := c.o.json(FrameCollected, sum); err != nil {
+	if err := c.o.json(shim.FrameCollected, sum); err != nil {
 		return 1
 	}
 	return 0
@@ -230,7 +232,7 @@ func (c *collector) reject(path, reason string) {
 		return
 	}
 	c.rejected++
-	c.o.json(FrameRejected, Rejected{Path: path, Reason: reason})
+	c.o.json(shim.FrameRejected, shim.Rejected{Path: path, Reason: reason})
 }
 
 const maxDepth = 64
@@ -314,15 +316,15 @@ func (c *collector) file(dirfd int, name, p string, st *unix.Stat_t) error {
 		c.reject(p, "changed while being collected")
 		return nil
 	}
-	hdr, _ := json.Marshal(FileHeader{Path: p, Size: st.Size})
-	if err := c.o.frame(FrameFileBegin, hdr); err != nil {
+	hdr, _ := json.Marshal(shim.FileHeader{Path: p, Size: st.Size})
+	if err := c.o.frame(shim.FrameFileBegin, hdr); err != nil {
 		return err
 	}
 	var sent int64
 	for sent < st.Size {
 		n, err := readFD(fd, c.buf[:min(int64(len(c.buf)), st.Size-sent)])
 		if n > 0 {
-			if err := c.o.frame(FrameFileData, c.buf[:n]); err != nil {
+			if err := c.o.frame(shim.FrameFileData, c.buf[:n]); err != nil {
 				return err
 			}
 			sent += int64(n)
@@ -333,7 +335,7 @@ func (c *collector) file(dirfd int, name, p string, st *unix.Stat_t) error {
 			return fmt.Errorf("read %s: %w", p, err)
 		}
 	}
-	if err := c.o.frame(FrameFileEnd, nil); err != nil {
+	if err := c.o.frame(shim.FrameFileEnd, nil); err != nil {
 		return err
 	}
 	c.left--

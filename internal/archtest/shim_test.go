@@ -1,0 +1,59 @@
+package archtest
+
+import (
+	"bytes"
+	"os/exec"
+	"slices"
+	"strings"
+	"testing"
+)
+
+const (
+	shimProtocol = "github.com/sandboxd/sandboxd/internal/shim"
+	shimHelper   = "github.com/sandboxd/sandboxd/internal/shim/helper"
+)
+
+// goList runs go list with a template and returns its output lines.
+func goListFields(t *testing.T, args ...string) []string {
+	t.Helper()
+	cmd := exec.Command("go", append([]string{"list"}, args...)...)
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	if err := cmd.Run(); err != nil {
+		t.Fatalf("go list %v: %v\n%s", args, err, errb.String())
+	}
+	return strings.Fields(out.String())
+}
+
+// The daemon speaks the helper's protocol but never links the helper: the
+// in-container program (which sets uids, kills by uid and walks candidate
+// files) has no business in the process that holds the signing key.
+func TestDaemonDoesNotLinkTheHelper(t *testing.T) {
+	deps := goListFields(t, "-deps", "github.com/sandboxd/sandboxd/cmd/sandboxd")
+	var sawProtocol bool
+	for _, d := range deps {
+		if d == shimHelper || strings.HasPrefix(d, shimHelper+"/") {
+			t.Errorf("cmd/sandboxd links %s", d)
+		}
+		sawProtocol = sawProtocol || d == shimProtocol
+	}
+	// The check above means nothing if the list is not the daemon's.
+	if !sawProtocol {
+		t.Errorf("cmd/sandboxd does not link %s; got deps %v", shimProtocol, deps)
+	}
+	helperDeps := goListFields(t, "-deps", "github.com/sandboxd/sandboxd/cmd/sandboxd-shim")
+	if !slices.Contains(helperDeps, shimHelper) {
+		t.Errorf("cmd/sandboxd-shim does not link %s", shimHelper)
+	}
+}
+
+// The protocol package only encodes and decodes: it can neither start a
+// process nor open a file nor dial anything.
+func TestShimProtocolDoesNoIO(t *testing.T) {
+	imports := goListFields(t, "-f", "{{join .Imports \" \"}}", shimProtocol)
+	for _, forbidden := range []string{"os", "os/exec", "syscall", "net", "golang.org/x/sys/unix", shimHelper} {
+		if slices.Contains(imports, forbidden) {
+			t.Errorf("%s imports %s; got imports %v", shimProtocol, forbidden, imports)
+		}
+	}
+}
