@@ -160,8 +160,13 @@ func collectMain() int {
 	// Frames are buffered: the engine turns every write on the container's
 	// stdout into at least one log record, and unbuffered, a small file
 	// cost six writes (two per frame).
+	cfg, err := childConfig()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "sandboxd-shim collect:", err)
+		return 1
+	}
 	w := bufio.NewWriterSize(os.Stdout, 1<<20)
-	code := collectFrames(w)
+	code := collectFrames(w, cfg)
 	if err := w.Flush(); err != nil && code == 0 {
 		fmt.Fprintln(os.Stderr, "sandboxd-shim collect:", err)
 		return 1
@@ -169,12 +174,9 @@ func collectMain() int {
 	return code
 }
 
-func collectFrames(w io.Writer) int {
-	cfg, err := childConfig()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "sandboxd-shim collect:", err)
-		return 1
-	}
+// collectFrames writes the frames of the output directories cfg names to
+// w and returns the collector's exit code.
+func collectFrames(w io.Writer, cfg *shim.Config) int {
 	c := &collector{
 		o:         &out{w: w},
 		remaining: cfg.OutputBytes,

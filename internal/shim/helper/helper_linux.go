@@ -317,10 +317,7 @@ func exitStatus(ps *os.ProcessState, err error) (int, string) {
 // false if some survived.
 func killCandidates(cfg *shim.Config, codeUsed bool) bool {
 	deadline := time.Now().Add(5 * time.Second)
-	ids := [][2]int{{cfg.UID, cfg.GID}}
-	if cfg.CodeUID > 0 && codeUsed {
-		ids = append(ids, [2]int{cfg.CodeUID, cfg.CodeGID})
-	}
+	ids := killTargets(cfg, codeUsed)
 	for {
 		alive := false
 		// One child per uid, one after the other: a fork bomb leaves the
@@ -346,6 +343,17 @@ func killCandidates(cfg *shim.Config, codeUsed bool) bool {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// killTargets is the uid and gid pairs whose processes the kill ends: the
+// candidate's, and the code uid's only if the exec service started a
+// program: nothing else can become that uid, so otherwise it has none.
+func killTargets(cfg *shim.Config, codeUsed bool) [][2]int {
+	ids := [][2]int{{cfg.UID, cfg.GID}}
+	if cfg.CodeUID > 0 && codeUsed {
+		ids = append(ids, [2]int{cfg.CodeUID, cfg.CodeGID})
+	}
+	return ids
 }
 
 // allDirs reports whether every path is a directory already, reached

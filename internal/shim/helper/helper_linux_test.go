@@ -1,0 +1,318 @@
+package helper
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"reflect"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/sandboxd/sandboxd/internal/shim"
+)
+
+func configFrame(t *testing.T, typ byte, v any) []byte {
+	t.Helper()
+	var p []byte
+	switch v := v.(type) {
+	case string:
+		p = []byte(v)
+	default:
+		var err error
+		if p, err = json.Marshal(v); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var buf bytes.Buffer
+	if err := shim.WriteFrame(&buf, typ, p); err != nil {
+		t.Fatal(err)
+	}
+	return buf.Bytes()
+}
+
+func TestReadConfig(t *testing.T) {
+	good := shim.Config{Argv: []string{"true"}, UID: 65534, GID: 65534, CodeUID: 65533, CodeGID: 65533}
+	with := func(f func(*shim.Config)) shim.Config { c := good; f(&c); return c }
+	tests := []struct {
+		name    string
+		stream  []byte
+		wantErr string // "" means accepted
+	}{
+		{"accepted", configFrame(t, shim.FrameConfig, good), ""},
+		{"without a code uid", configFrame(t, shim.FrameConfig, with(func(c *shim.Config) { c.CodeUID, c.CodeGID = 0, 0 })), ""},
+		{"empty stdin", nil, "read config"},
+		{"truncated frame", configFrame(t, shim.FrameConfig, good)[:20], "read config"},
+		{"not a config frame", configFrame(t, shim.FrameStatus, good), "want config"},
+		{"not JSON", configFrame(t, shim.FrameConfig, "argv=true"), "decode config"},
+		{"unknown field", configFrame(t, shim.FrameConfig, `{"argv":["true"],"uid":1,"gid":1,"privileged":true}`), "unknown field"},
+		{"empty argv", configFrame(t, shim.FrameConfig, with(func(c *shim.Config) { c.Argv = nil })), "empty argv"},
+		{"root candidate", configFrame(t, shim.FrameConfig, with(func(c *shim.Config) { c.UID = 0 })), "root candidate"},
+		{"root group", configFrame(t, shim.FrameConfig, with(func(c *shim.Config) { c.GID = 0 })), "root candidate"},
+		{"negative uid", configFrame(t, shim.FrameConfig, with(func(c *shim.Config) { c.UID = -1 })), "root candidate"},
+		{"code uid is the candidate's", configFrame(t, shim.FrameConfig, with(func(c *shim.Config) { c.CodeUID = c.UID })), "code uid"},
+		{"code gid root", configFrame(t, shim.FrameConfig, with(func(c *shim.Config) { c.CodeGID = 0 })), "code uid"},
+		{"negative code uid", configFrame(t, shim.FrameConfig, with(func(c *shim.Config) { c.CodeUID = -1 })), "code uid"},
+		{"negative code gid", configFrame(t, shim.FrameConfig, with(func(c *shim.Config) { c.CodeUID, c.CodeGID = 0, -1 })), "code uid"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			c, err := readConfig(bytes.NewReader(tt.stream))
+			switch {
+			case tt.wantErr == "" && err != nil:
+				t.Fatalf("got error %v, want the config accepted", err)
+			case tt.wantErr == "":
+				if c.UID != good.UID || !reflect.DeepEqual(c.Argv, good.Argv) {
+					t.Errorf("got config %+v, want %+v", c, good)
+				}
+			case err == nil:
+				t.Fatalf("got config %+v, want an error naming %q", c, tt.wantErr)
+			case !strings.Contains(err.Error(), tt.wantErr):
+				t.Errorf("got error %q, want it to name %q", err, tt.wantErr)
+			}
+		})
+	}
+}
+
+func TestLookPath(t *testing.T) {
+	dir1, dir2 := t.TempDir(), t.TempDir()
+	write := func(p string, mode os.FileMode) {
+		if err := os.WriteFile(p, []byte("#!/bin/sh\n"), mode); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write(filepath.Join(dir1, "plain"), 0o644) // not executable: skipped
+	write(filepath.Join(dir2, "plain"), 0o755)
+	write(filepath.Join(dir2, "tool"), 0o755)
+	if err := os.Mkdir(filepath.Join(dir1, "tool"), 0o755); err != nil { // a directory: skipped
+		t.Fatal(err)
+	}
+	if err := os.Symlink(filepath.Join(dir2, "tool"), filepath.Join(dir1, "linked")); err != nil {
+		t.Fatal(err)
+	}
+	path := "PATH=" + dir1 + ":" + dir2
+	tests := []struct {
+		name, cmd string
+		env       []string
+		want      string // "" for sh in the default PATH
+	}{
+		{"first executable regular file", "tool", []string{path}, filepath.Join(dir2, "tool")},
+		{"skips a non-executable file", "plain", []string{path}, filepath.Join(dir2, "plain")},
+		{"a link to an executable counts", "linked", []string{path}, filepath.Join(dir1, "linked")},
+		{"not found is left to the start to refuse", "missing", []string{path}, "missing"},
+		{"the last PATH wins, as in the command's environment", "tool", []string{"PATH=/nonexistent", path}, filepath.Join(dir2, "tool")},
+		{"default PATH without one", "sh", []string{"HOME=/"}, ""},
+	}
+	for _, tt := range tests {
+		got := lookPath(tt.cmd, tt.env)
+		if tt.want == "" {
+			// /usr/local/bin, /usr/bin, /bin in that order; which one holds sh varies.
+			if got != "/usr/local/bin/sh" && got != "/usr/bin/sh" && got != "/bin/sh" {
+				t.Errorf("%s: got %q, want sh in the default PATH", tt.name, got)
+			}
+			continue
+		}
+		if got != tt.want {
+			t.Errorf("%s: got %q, want %q", tt.name, got, tt.want)
+		}
+	}
+}
+
+func TestCommandResolvesOnlyBareNames(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "prog"), nil, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		argv0, want string
+	}{
+		{"prog", filepath.Join(dir, "prog")},
+		{"./prog", "./prog"}, // relative to the workdir, never searched
+		{"/bin/prog", "/bin/prog"},
+	}
+	for _, tt := range tests {
+		cfg := &shim.Config{Argv: []string{tt.argv0, "x"}, Env: []string{"PATH=" + dir}, WorkDir: "/work", UID: 65534, GID: 65534}
+		cmd, err := command(cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if cmd.Path != tt.want {
+			t.Errorf("argv0 %q: got path %q, want %q", tt.argv0, cmd.Path, tt.want)
+		}
+		cred := cmd.SysProcAttr.Credential
+		if cred == nil || cred.Uid != 65534 || cred.Gid != 65534 || len(cred.Groups) != 0 {
+			t.Errorf("argv0 %q: got credential %+v, want uid/gid 65534 and no groups", tt.argv0, cred)
+		}
+		if !cmd.SysProcAttr.Setsid || cmd.SysProcAttr.Pdeathsig != syscall.SIGKILL {
+			t.Errorf("argv0 %q: got setsid %v, pdeathsig %v, want a new session killed with the helper", tt.argv0, cmd.SysProcAttr.Setsid, cmd.SysProcAttr.Pdeathsig)
+		}
+		if !reflect.DeepEqual(cmd.Env, cfg.Env) || cmd.Dir != "/work" {
+			t.Errorf("argv0 %q: got env %v dir %q, want exactly the config's", tt.argv0, cmd.Env, cmd.Dir)
+		}
+	}
+}
+
+func TestExitStatus(t *testing.T) {
+	tests := []struct {
+		script   string
+		wantCode int
+		wantSig  string
+	}{
+		{"exit 0", 0, ""},
+		{"exit 3", 3, ""},
+		{"kill -KILL $$", 137, "SIGKILL"},
+		{"kill -XFSZ $$", 128 + int(syscall.SIGXFSZ), "SIGXFSZ"},
+		{"kill -TERM $$", 143, "SIGTERM"},
+	}
+	for _, tt := range tests {
+		cmd := exec.Command("/bin/sh", "-c", tt.script)
+		err := cmd.Run()
+		code, sig := exitStatus(cmd.ProcessState, err)
+		if code != tt.wantCode || sig != tt.wantSig {
+			t.Errorf("%q: got %d %q, want %d %q", tt.script, code, sig, tt.wantCode, tt.wantSig)
+		}
+	}
+	// A command that never started has no process state: 127, like a shell.
+	if code, sig := exitStatus(nil, exec.ErrNotFound); code != 127 || sig != "" {
+		t.Errorf("not started: got %d %q, want 127 \"\"", code, sig)
+	}
+}
+
+func TestKillTargets(t *testing.T) {
+	tests := []struct {
+		name     string
+		cfg      shim.Config
+		codeUsed bool
+		want     [][2]int
+	}{
+		{"candidate only", shim.Config{UID: 65534, GID: 65534}, false, [][2]int{{65534, 65534}}},
+		{"code uid configured, never used", shim.Config{UID: 65534, GID: 65534, CodeUID: 65533, CodeGID: 65533}, false, [][2]int{{65534, 65534}}},
+		{"code uid used", shim.Config{UID: 65534, GID: 65534, CodeUID: 65533, CodeGID: 65533}, true, [][2]int{{65534, 65534}, {65533, 65533}}},
+		{"used without a code uid", shim.Config{UID: 65534, GID: 65534}, true, [][2]int{{65534, 65534}}},
+	}
+	for _, tt := range tests {
+		if got := killTargets(&tt.cfg, tt.codeUsed); !reflect.DeepEqual(got, tt.want) {
+			t.Errorf("%s: got %v, want %v", tt.name, got, tt.want)
+		}
+	}
+}
+
+// anyAlive decides whether the kill is done: a live process of the uid
+// means no, a zombie (dead, not yet reaped) means yes.
+func TestAnyAlive(t *testing.T) {
+	if os.Getuid() != 0 {
+		t.Skip("needs root to start processes as another uid")
+	}
+	// uids no one on this host uses: the test must not see others' processes.
+	const live, zombie, none = 3999917, 3999918, 3999919
+	start := func(uid uint32) *exec.Cmd {
+		cmd := exec.Command("/bin/sleep", "600")
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uid, Gid: uid, Groups: []uint32{}}}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		return cmd
+	}
+	running := start(live)
+	t.Cleanup(func() { running.Process.Kill(); running.Wait() })
+	dead := start(zombie)
+	if err := dead.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	// Not reaped until the end: it stays a zombie while anyAlive looks.
+	t.Cleanup(func() { dead.Wait() })
+	waitZombie(t, dead.Process.Pid)
+
+	tests := []struct {
+		name string
+		uid  int
+		want bool
+	}{
+		{"a running process", live, true},
+		{"only a zombie", zombie, false},
+		{"no process", none, false},
+	}
+	for _, tt := range tests {
+		if got := anyAlive(tt.uid); got != tt.want {
+			t.Errorf("%s (uid %d): got %v, want %v", tt.name, tt.uid, got, tt.want)
+		}
+	}
+}
+
+// waitZombie waits until pid is a zombie (the kill is asynchronous).
+func waitZombie(t *testing.T, pid int) {
+	t.Helper()
+	for {
+		b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "stat"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:])); len(f) > 0 && f[0] == "Z" {
+			return
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+func TestAllDirs(t *testing.T) {
+	root := t.TempDir()
+	mk := func(p string) string {
+		if err := os.MkdirAll(filepath.Join(root, p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		return filepath.Join(root, p)
+	}
+	a, ab := mk("a"), mk("a/b")
+	if err := os.WriteFile(filepath.Join(root, "file"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(a, filepath.Join(root, "link")); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name  string
+		paths []string
+		want  bool
+	}{
+		{"none", nil, true},
+		{"existing directories", []string{a, ab}, true},
+		{"missing", []string{a, filepath.Join(root, "c")}, false},
+		{"a regular file", []string{filepath.Join(root, "file")}, false},
+		{"a link to a directory", []string{filepath.Join(root, "link")}, false},
+		{"below a link", []string{filepath.Join(root, "link", "b")}, false},
+	}
+	for _, tt := range tests {
+		if got := allDirs(tt.paths); got != tt.want {
+			t.Errorf("%s: got %v, want %v", tt.name, got, tt.want)
+		}
+	}
+}
+
+func TestAcceptableName(t *testing.T) {
+	tests := []struct {
+		name      string
+		want      bool
+		sanitized string
+	}{
+		{"report.json", true, "report.json"},
+		{"café ü", true, "café ü"},
+		{"a\nb", false, "a?b"},
+		{"tab\there", false, "tab?here"},
+		{"del\x7f", false, "del?"},
+		{"c1\u0085", false, "c1?"},
+		{"bad\xffutf8", false, "bad?utf8"},
+		{"\x1b[31mred", false, "?[31mred"},
+	}
+	for _, tt := range tests {
+		if got := acceptableName(tt.name); got != tt.want {
+			t.Errorf("acceptableName(%q): got %v, want %v", tt.name, got, tt.want)
+		}
+		if got := sanitizeName(tt.name); got != tt.sanitized {
+			t.Errorf("sanitizeName(%q): got %q, want %q", tt.name, got, tt.sanitized)
+		}
+	}
+}
