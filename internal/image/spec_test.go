@@ -1,0 +1,71 @@
+package image
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func TestLoadSpecRefuses(t *testing.T) {
+	tests := []struct {
+		name, spec, wantErr string
+	}{
+		{"wrong schema", `{"schema":"sandboxd.image/v0","name":"a","contents":[]}`, `schema: "sandboxd.image/v0" is not`},
+		{"bad name", `{"schema":"sandboxd.image/v1","name":"A B","contents":[]}`, `name: "A B" is not a valid repository name`},
+		{"unknown field", `{"schema":"sandboxd.image/v1","name":"a","pull":"alpine"}`, `unknown field "pull"`},
+		{"relative dst", `{"schema":"sandboxd.image/v1","name":"a","contents":[{"type":"dir","dst":"work"}]}`, `contents[0].dst: "work" is not a clean absolute path`},
+		{"unclean dst", `{"schema":"sandboxd.image/v1","name":"a","contents":[{"type":"dir","dst":"/a/../etc"}]}`, `contents[0].dst`},
+		{"root dst", `{"schema":"sandboxd.image/v1","name":"a","contents":[{"type":"dir","dst":"/"}]}`, `contents[0].dst`},
+		{"unknown type", `{"schema":"sandboxd.image/v1","name":"a","contents":[{"type":"dir","dst":"/a"},{"type":"url","dst":"/b"}]}`, `contents[1].type: unknown type "url"`},
+		{"file without src", `{"schema":"sandboxd.image/v1","name":"a","contents":[{"type":"file","dst":"/a"}]}`, `contents[0].src: required for file`},
+		{"tree without src", `{"schema":"sandboxd.image/v1","name":"a","contents":[{"type":"tree","dst":"/a"}]}`, `contents[0].src: required for tree`},
+		{"symlink without target", `{"schema":"sandboxd.image/v1","name":"a","contents":[{"type":"symlink","dst":"/a"}]}`, `contents[0].target: required`},
+		{"mode not octal", `{"schema":"sandboxd.image/v1","name":"a","contents":[{"type":"dir","dst":"/a","mode":"0789"}]}`, `contents[0].mode: "0789" is not octal`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			dir := t.TempDir()
+			if err := os.WriteFile(filepath.Join(dir, "image.json"), []byte(tt.spec), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			s, err := LoadSpec(dir)
+			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+				t.Fatalf("got spec %+v, error %v; want an error naming %q", s, err, tt.wantErr)
+			}
+		})
+	}
+}
+
+// Nothing is placed twice and nothing is placed below a file: the layer
+// never depends on which of two entries wins.
+func TestCollectRefusesConflicts(t *testing.T) {
+	dir := t.TempDir()
+	src := filepath.Join(dir, "f")
+	if err := os.WriteFile(src, []byte("x"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(filepath.Join(dir, "sub"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name     string
+		contents []Content
+		wantErr  string
+	}{
+		{"a file twice", []Content{{Type: "text", Dst: "/a"}, {Type: "file", Src: src, Dst: "/a"}}, "/a is placed twice"},
+		{"a link over a file", []Content{{Type: "text", Dst: "/a"}, {Type: "symlink", Dst: "/a", Target: "b"}}, "/a is placed twice"},
+		{"below a file", []Content{{Type: "text", Dst: "/a"}, {Type: "text", Dst: "/a/b"}}, "/a is not a directory"},
+		{"a directory as a file source", []Content{{Type: "file", Src: filepath.Join(dir, "sub"), Dst: "/a"}}, "is not a regular file"},
+		{"a missing source", []Content{{Type: "file", Src: filepath.Join(dir, "none"), Dst: "/a"}}, "no such file"},
+	}
+	for _, tt := range tests {
+		if _, err := collect(&Spec{Name: "t", Contents: tt.contents}); err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+			t.Errorf("%s: got error %v, want one naming %q", tt.name, err, tt.wantErr)
+		}
+	}
+	// A directory placed twice is one directory.
+	if _, err := collect(&Spec{Name: "t", Contents: []Content{{Type: "dir", Dst: "/a"}, {Type: "dir", Dst: "/a"}, {Type: "text", Dst: "/a/b"}}}); err != nil {
+		t.Errorf("a directory twice: got %v, want it accepted", err)
+	}
+}
