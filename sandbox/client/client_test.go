@@ -287,6 +287,8 @@ func TestSubmitConflict(t *testing.T) {
 	c := d.client(t)
 	ctx := context.Background()
 	job := newJob(t, "job-1", "true")
+	gate := make(chan struct{})
+	d.fb.gates[job.ID] = gate
 	if _, err := c.Submit(ctx, job); err != nil {
 		t.Fatal(err)
 	}
@@ -299,14 +301,23 @@ func TestSubmitConflict(t *testing.T) {
 	if !strings.Contains(err.Error(), job.Digest) {
 		t.Errorf("got %q, want it to name the digest the id is bound to (%s)", err, job.Digest)
 	}
-	// Waiting with the other job's content is refused too: its result is
-	// not the other job's.
-	if _, err := c.Wait(ctx, other); !errors.Is(err, sandbox.ErrConflict) {
-		t.Errorf("Wait for the other content: got %v, want ErrConflict", err)
+	// Waiting with the other content is refused too, while the job runs
+	// (short polls, so that the daemon answers before the job ends) and
+	// after it ended: its result is not the other content's.
+	c.PollTimeout = 10 * time.Millisecond
+	shortCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if _, err := c.Wait(shortCtx, other); !errors.Is(err, sandbox.ErrConflict) {
+		t.Errorf("Wait for the other content while the job runs: got %v, want ErrConflict", err)
 	}
+	close(gate)
+	c.PollTimeout = 30 * time.Second
 	res, err := c.Wait(ctx, job)
 	if err != nil || res.Result.JobDigest != job.Digest {
 		t.Errorf("the first job: got %v, digest %s, want its own result", err, res.Result.JobDigest)
+	}
+	if _, err := c.Wait(ctx, other); !errors.Is(err, sandbox.ErrConflict) {
+		t.Errorf("Wait for the other content after the end: got %v, want ErrConflict", err)
 	}
 	if n := d.fb.runCount(job.ID); n != 1 {
 		t.Errorf("got %d runs, want 1", n)
