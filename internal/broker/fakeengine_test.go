@@ -1,0 +1,568 @@
+package broker
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/moby/moby/api/types/container"
+	"github.com/moby/moby/api/types/mount"
+	"github.com/moby/moby/client"
+
+	"github.com/sandboxd/sandboxd/internal/broker/enginefake"
+	"github.com/sandboxd/sandboxd/internal/shim"
+	"github.com/sandboxd/sandboxd/internal/store"
+	"github.com/sandboxd/sandboxd/sandbox"
+)
+
+var _ Engine = (*enginefake.Engine)(nil)
+
+var fakeImage = "sha256:" + strings.Repeat("c", 64)
+
+// newFakeBroker is a broker on an in-memory engine whose containers run a
+// fake helper that answers every job with "hi" on stdout and exit 0.
+func newFakeBroker(t *testing.T, poolSize int) (*Broker, *enginefake.Engine) {
+	t.Helper()
+	dir := t.TempDir()
+	shimPath := filepath.Join(dir, "sandboxd-shim")
+	if err := os.WriteFile(shimPath, enginefake.ShimBinary(), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	blobs, err := store.Open(filepath.Join(dir, "blobs"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	eng := enginefake.New()
+	eng.AddImage(fakeImage)
+	eng.Program = enginefake.Helper("hi", shim.Status{}, nil)
+	cfg := Default()
+	cfg.ShimPath = shimPath
+	cfg.EngineTimeout = 10 * time.Second
+	cfg.PoolSize = poolSize
+	b, err := New(eng, blobs, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(b.ClosePool)
+	return b, eng
+}
+
+func fakeJob(t *testing.T, id string, mod ...func(*sandbox.Job)) sandbox.Job {
+	t.Helper()
+	j := sandbox.Job{Schema: sandbox.JobSchema, ID: id, Image: fakeImage, Argv: []string{"true"}, WorkDir: sandbox.WorkPath,
+		Limits: sandbox.DefaultLimits(), Network: sandbox.NetworkNone, Runtime: sandbox.RuntimeRunc}
+	for _, m := range mod {
+		m(&j)
+	}
+	if err := j.Seal(); err != nil {
+		t.Fatal(err)
+	}
+	return j
+}
+
+// runJob runs a job and returns its result and the container it got.
+func runJob(t *testing.T, b *Broker, job sandbox.Job) (sandbox.Result, string) {
+	t.Helper()
+	var mu sync.Mutex
+	var id string
+	res, err := b.RunWithHooks(context.Background(), job, Hooks{OnCreated: func(_ context.Context, cid string) error {
+		mu.Lock()
+		id = cid
+		mu.Unlock()
+		return nil
+	}})
+	if err != nil {
+		t.Fatalf("RunWithHooks: %v", err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	return res, id
+}
+
+// The fake engine carries a job through the real broker: this is what the
+// tests below change one thing of.
+func TestFakeEngineRunsAJob(t *testing.T) {
+	b, eng := newFakeBroker(t, 0)
+	res, id := runJob(t, b, fakeJob(t, "job-1"))
+	if res.Status != sandbox.StatusSucceeded || res.Stdout.Bytes != 2 {
+		t.Fatalf("got %s (%s) with %d stdout bytes, want succeeded with 2", res.Status, res.Cause, res.Stdout.Bytes)
+	}
+	if eng.Called("ContainerStart", id) != 1 {
+		t.Errorf("container %s started %d times, want once", id, eng.Called("ContainerStart", id))
+	}
+	if eng.Container(id) != nil {
+		t.Errorf("container %s still exists after the job", id)
+	}
+	if res.Security.Privileged || !res.Security.NoNewPrivs || res.Security.NetworkMode != "none" {
+		t.Errorf("got security %+v, want what was inspected", res.Security)
+	}
+}
+
+// inspectChange is one way an engine could report a container other than
+// the broker asked for: each must refuse the job before it starts.
+type inspectChange struct {
+	setting string
+	change  func(*container.InspectResponse)
+}
+
+func securityChanges() []inspectChange {
+	hc := func(f func(*container.HostConfig)) func(*container.InspectResponse) {
+		return func(r *container.InspectResponse) { f(r.HostConfig) }
+	}
+	cfg := func(f func(*container.Config)) func(*container.InspectResponse) {
+		return func(r *container.InspectResponse) { f(r.Config) }
+	}
+	other := int64(1)
+	no := false
+	return []inspectChange{
+		{"Privileged", hc(func(h *container.HostConfig) { h.Privileged = true })},
+		{"CapDrop", hc(func(h *container.HostConfig) { h.CapDrop = nil })},
+		{"CapAdd", hc(func(h *container.HostConfig) { h.CapAdd = append(h.CapAdd, "SYS_ADMIN") })},
+		{"SecurityOpt", hc(func(h *container.HostConfig) { h.SecurityOpt = h.SecurityOpt[1:] })}, // no no-new-privileges
+		{"SecurityOpt", hc(func(h *container.HostConfig) {
+			h.SecurityOpt = []string{"no-new-privileges:true", "seccomp=unconfined"}
+		})},
+		{"ReadonlyRootfs", hc(func(h *container.HostConfig) { h.ReadonlyRootfs = false })},
+		{"NetworkMode", hc(func(h *container.HostConfig) { h.NetworkMode = "host" })},
+		{"Dns", hc(func(h *container.HostConfig) { h.DNS = []netip.Addr{netip.MustParseAddr("8.8.8.8")} })},
+		{"DnsOptions", hc(func(h *container.HostConfig) { h.DNSOptions = []string{"ndots:1"} })},
+		{"DnsSearch", hc(func(h *container.HostConfig) { h.DNSSearch = []string{"example.com"} })},
+		{"ExtraHosts", hc(func(h *container.HostConfig) { h.ExtraHosts = []string{"host:10.0.0.1"} })},
+		{"IpcMode", hc(func(h *container.HostConfig) { h.IpcMode = "host" })},
+		{"CgroupnsMode", hc(func(h *container.HostConfig) { h.CgroupnsMode = "host" })},
+		{"PidMode", hc(func(h *container.HostConfig) { h.PidMode = "host" })},
+		{"UTSMode", hc(func(h *container.HostConfig) { h.UTSMode = "host" })},
+		{"UsernsMode", hc(func(h *container.HostConfig) { h.UsernsMode = "host" })},
+		{"Memory", hc(func(h *container.HostConfig) { h.Memory = 0 })},
+		{"MemorySwap", hc(func(h *container.HostConfig) { h.MemorySwap = -1 })},
+		{"NanoCPUs", hc(func(h *container.HostConfig) { h.NanoCPUs = 0 })},
+		{"PidsLimit", hc(func(h *container.HostConfig) { h.PidsLimit = nil })},
+		{"PidsLimit", hc(func(h *container.HostConfig) { h.PidsLimit = &other })},
+		{"OomScoreAdj", hc(func(h *container.HostConfig) { h.OomScoreAdj = -1000 })},
+		{"Ulimits", hc(func(h *container.HostConfig) { h.Ulimits = h.Ulimits[1:] })},
+		{"Init", hc(func(h *container.HostConfig) { h.Init = &no })},
+		{"Init", hc(func(h *container.HostConfig) { h.Init = nil })},
+		{"RestartPolicy", hc(func(h *container.HostConfig) { h.RestartPolicy.Name = container.RestartPolicyAlways })},
+		{"AutoRemove", hc(func(h *container.HostConfig) { h.AutoRemove = true })},
+		{"LogConfig", hc(func(h *container.HostConfig) { h.LogConfig.Type = "json-file" })},
+		{"Devices", hc(func(h *container.HostConfig) {
+			h.Devices = []container.DeviceMapping{{PathOnHost: "/dev/kmsg", PathInContainer: "/dev/kmsg", CgroupPermissions: "rwm"}}
+		})},
+		{"DeviceRequests", hc(func(h *container.HostConfig) { h.DeviceRequests = []container.DeviceRequest{{Count: -1}} })},
+		{"DeviceCgroupRules", hc(func(h *container.HostConfig) { h.DeviceCgroupRules = []string{"c *:* rwm"} })},
+		{"PublishAllPorts", hc(func(h *container.HostConfig) { h.PublishAllPorts = true })},
+		{"Binds", hc(func(h *container.HostConfig) { h.Binds = []string{"/:/host"} })},
+		{"VolumesFrom", hc(func(h *container.HostConfig) { h.VolumesFrom = []string{"other"} })},
+		{"Links", hc(func(h *container.HostConfig) { h.Links = []string{"other:other"} })},
+		{"Sysctls", hc(func(h *container.HostConfig) { h.Sysctls = map[string]string{"net.ipv4.ip_forward": "1"} })},
+		{"GroupAdd", hc(func(h *container.HostConfig) { h.GroupAdd = []string{"0"} })},
+		{"Tmpfs", hc(func(h *container.HostConfig) { h.Tmpfs[sandbox.TmpPath] = "rw,exec,size=1g" })},
+		{"Mounts", hc(func(h *container.HostConfig) { h.Mounts[0].ReadOnly = false })},
+		{"Mounts", func(r *container.InspectResponse) { // an image VOLUME: an extra, writable mount
+			r.Mounts = append(r.Mounts, container.MountPoint{Type: mount.TypeVolume, Name: "anon", Destination: "/data", RW: true})
+		}},
+		{"Mounts", func(r *container.InspectResponse) { r.Mounts[0].RW = true }},
+		{"MaskedPaths", hc(func(h *container.HostConfig) { h.MaskedPaths = nil })},
+		{"ReadonlyPaths", hc(func(h *container.HostConfig) { h.ReadonlyPaths = []string{} })},
+		{"Runtime", hc(func(h *container.HostConfig) { h.Runtime = "crun" })},
+		{"User", cfg(func(c *container.Config) { c.User = "1000" })},
+		{"Entrypoint", cfg(func(c *container.Config) { c.Entrypoint = []string{"/bin/sh"} })},
+		{"Tty", cfg(func(c *container.Config) { c.Tty = true })},
+		{"Image", func(r *container.InspectResponse) { r.Image = "sha256:" + strings.Repeat("d", 64) }},
+		{"HostConfig", func(r *container.InspectResponse) { r.HostConfig = nil }},
+	}
+}
+
+// A container whose inspected settings differ from the job's spec in any
+// security-relevant field is refused before it starts, and removed.
+func TestSpecMismatchIsRefusedBeforeStart(t *testing.T) {
+	for _, tc := range securityChanges() {
+		t.Run(tc.setting, func(t *testing.T) {
+			b, eng := newFakeBroker(t, 0)
+			eng.Inspect = func(r *container.InspectResponse) {
+				if r.Config.Labels[LabelRole] == roleJob {
+					tc.change(r)
+				}
+			}
+			res, id := runJob(t, b, fakeJob(t, "job-1"))
+			if id == "" {
+				t.Fatal("no container was created")
+			}
+			want := "inspected container setting " + tc.setting + " "
+			if res.Status != sandbox.StatusError || !strings.Contains(res.Cause, want) {
+				t.Errorf("got %s (%s), want error naming %q", res.Status, res.Cause, want)
+			}
+			if n := eng.Called("ContainerStart", id); n != 0 {
+				t.Errorf("the refused container was started %d times", n)
+			}
+			if n := eng.Called("ContainerAttach", id); n != 0 {
+				t.Errorf("the refused container was attached %d times", n)
+			}
+			if eng.Container(id) != nil {
+				t.Errorf("the refused container %s was not removed", id)
+			}
+		})
+	}
+}
+
+// waitPool waits until the pool has finished starting sandboxes.
+func waitPool(b *Broker) { b.pool.fills.Wait() }
+
+func TestPoolTakesAMatchingSandbox(t *testing.T) {
+	b, eng := newFakeBroker(t, 1)
+	if _, first := runJob(t, b, fakeJob(t, "job-1")); first == "" {
+		t.Fatal("no container")
+	}
+	waitPool(b)
+	ready, _, _ := b.PoolCounts()
+	if ready != 1 {
+		t.Fatalf("got %d sandboxes ready after a job of the shape ran, want 1", ready)
+	}
+	pooledID := b.pool.shapes[onlyKey(t, b)].ready[0].id
+
+	job := fakeJob(t, "job-2", func(j *sandbox.Job) { j.Argv = []string{"echo", "other command, same shape"} })
+	res, id := runJob(t, b, job)
+	if res.Status != sandbox.StatusSucceeded {
+		t.Fatalf("got %s (%s), want succeeded", res.Status, res.Cause)
+	}
+	if id != pooledID {
+		t.Errorf("the job ran in %s, want the pooled %s", id, pooledID)
+	}
+	if n := eng.Called("ContainerRename", pooledID); n != 1 {
+		t.Errorf("the pooled sandbox was renamed %d times, want once (to the job's name)", n)
+	}
+	if _, _, used := b.PoolCounts(); used != 1 {
+		t.Errorf("got %d jobs in pooled sandboxes, want 1", used)
+	}
+	if b.stats.PoolDiscarded.Load() != 0 {
+		t.Errorf("got %d discarded, want 0", b.stats.PoolDiscarded.Load())
+	}
+}
+
+// A job of another shape never takes a pooled sandbox.
+func TestPoolIgnoresAnotherShape(t *testing.T) {
+	b, _ := newFakeBroker(t, 1)
+	runJob(t, b, fakeJob(t, "job-1"))
+	waitPool(b)
+	pooledID := b.pool.shapes[onlyKey(t, b)].ready[0].id
+	other := fakeJob(t, "job-2", func(j *sandbox.Job) { j.Limits.MemoryBytes /= 2 })
+	if _, id := runJob(t, b, other); id == pooledID {
+		t.Errorf("a job with another memory limit ran in the pooled sandbox %s", id)
+	}
+	if _, _, used := b.PoolCounts(); used != 0 {
+		t.Errorf("got %d jobs in pooled sandboxes, want 0", used)
+	}
+}
+
+func onlyKey(t *testing.T, b *Broker) string {
+	t.Helper()
+	b.pool.mu.Lock()
+	defer b.pool.mu.Unlock()
+	if len(b.pool.shapes) != 1 {
+		t.Fatalf("got %d pool shapes, want 1", len(b.pool.shapes))
+	}
+	for k := range b.pool.shapes {
+		return k
+	}
+	return ""
+}
+
+// A pooled sandbox that changed since it was pooled is discarded, and the
+// job runs in a cold container checked in turn.
+func TestPoolDiscardsAChangedSandbox(t *testing.T) {
+	tests := []struct {
+		name   string
+		change func(eng *enginefake.Engine, c *enginefake.Container)
+	}{
+		{"exited", func(eng *enginefake.Engine, c *enginefake.Container) {
+			eng.ContainerKill(context.Background(), c.ID, client.ContainerKillOptions{Signal: "SIGKILL"})
+		}},
+		{"oom killed", func(_ *enginefake.Engine, c *enginefake.Container) {
+			s := c.State()
+			s.OOMKilled = true
+			c.SetState(s)
+		}},
+		{"removed", func(eng *enginefake.Engine, c *enginefake.Container) {
+			eng.ContainerRemove(context.Background(), c.ID, client.ContainerRemoveOptions{Force: true})
+		}},
+		{"settings changed", func(eng *enginefake.Engine, c *enginefake.Container) {
+			eng.Inspect = func(r *container.InspectResponse) {
+				if r.ID == c.ID {
+					r.HostConfig.Privileged = true
+				}
+			}
+		}},
+		{"labels changed", func(eng *enginefake.Engine, c *enginefake.Container) {
+			eng.Inspect = func(r *container.InspectResponse) {
+				if r.ID == c.ID {
+					r.Config.Labels[LabelStream] = "another stream"
+				}
+			}
+		}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			b, eng := newFakeBroker(t, 1)
+			runJob(t, b, fakeJob(t, "job-1"))
+			waitPool(b)
+			pooledID := b.pool.shapes[onlyKey(t, b)].ready[0].id
+			tt.change(eng, eng.Container(pooledID))
+
+			res, id := runJob(t, b, fakeJob(t, "job-2"))
+			if id == pooledID {
+				t.Fatalf("the job ran in the changed pooled sandbox")
+			}
+			if tt.name == "settings changed" {
+				// The cold container is inspected with the same engine: it
+				// is fine; only the pooled one was changed.
+				if res.Status != sandbox.StatusSucceeded {
+					t.Errorf("got %s (%s), want the cold container to run it", res.Status, res.Cause)
+				}
+			} else if res.Status != sandbox.StatusSucceeded {
+				t.Errorf("got %s (%s), want succeeded in a cold container", res.Status, res.Cause)
+			}
+			if got := b.stats.PoolDiscarded.Load(); got != 1 {
+				t.Errorf("got %d discarded, want 1", got)
+			}
+			if eng.Container(pooledID) != nil {
+				t.Errorf("the changed pooled sandbox %s still exists", pooledID)
+			}
+			if n := eng.Called("ContainerRename", pooledID); n != 0 {
+				t.Errorf("the changed pooled sandbox was renamed to the job's name")
+			}
+			if _, _, used := b.PoolCounts(); used != 0 {
+				t.Errorf("got %d jobs in pooled sandboxes, want 0", used)
+			}
+		})
+	}
+}
+
+// jobContainer makes the container a broker would have created for job,
+// as found after a restart: labelled, with the deadline label given.
+func jobContainer(t *testing.T, b *Broker, eng *enginefake.Engine, job sandbox.Job, deadline time.Time) *enginefake.Container {
+	t.Helper()
+	labels := map[string]string{
+		LabelJob: job.ID, LabelJobDigest: job.Digest, LabelDeadline: strconv.FormatInt(deadline.UnixMilli(), 10),
+		LabelBroker: b.cfg.Name, LabelRole: roleJob, LabelStream: "fedcba9876543210",
+	}
+	// The helper volume first, as a run makes it: a named mount of a
+	// missing volume would make the engine create it empty and unlabelled.
+	if _, err := b.ensureShim(context.Background(), job.Image); err != nil {
+		t.Fatal(err)
+	}
+	spec := b.containerSpec(b.planFor(&job, labels))
+	created, err := eng.ContainerCreate(context.Background(), spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return eng.Container(created.ID)
+}
+
+func exitedState(code int) container.State {
+	now := time.Now().UTC()
+	return container.State{Status: container.StateExited, ExitCode: code,
+		StartedAt: now.Add(-time.Second).Format(time.RFC3339Nano), FinishedAt: now.Format(time.RFC3339Nano)}
+}
+
+func TestRecoveryDecisions(t *testing.T) {
+	whole := func(c *enginefake.Container, code int) []byte {
+		return enginefake.Mux(1, enginefake.Stream(enginefake.Nonce(c), "out", shim.Status{ExitCode: code}))
+	}
+	tests := []struct {
+		name       string
+		setup      func(t *testing.T, b *Broker, eng *enginefake.Engine, job sandbox.Job) string // the container id to recover
+		wantStatus sandbox.Status
+		wantCause  string
+		wantKept   bool // the container is not removed
+	}{
+		{"exited with a whole stream: collected", func(t *testing.T, b *Broker, eng *enginefake.Engine, job sandbox.Job) string {
+			c := jobContainer(t, b, eng, job, time.Now().Add(time.Hour))
+			c.SetState(exitedState(0))
+			c.SetLog(whole(c, 3))
+			return c.ID
+		}, sandbox.StatusFailed, "", false},
+		{"exited, stream cut short: uncertain", func(t *testing.T, b *Broker, eng *enginefake.Engine, job sandbox.Job) string {
+			c := jobContainer(t, b, eng, job, time.Now().Add(time.Hour))
+			c.SetState(exitedState(0))
+			w := whole(c, 0)
+			c.SetLog(w[:len(w)-10])
+			return c.ID
+		}, sandbox.StatusUncertain, "could not be recovered whole", false},
+		{"no container: uncertain", func(t *testing.T, b *Broker, eng *enginefake.Engine, job sandbox.Job) string {
+			return strings.Repeat("e", 64)
+		}, sandbox.StatusUncertain, "container is gone", false},
+		{"created, never started: uncertain, never run", func(t *testing.T, b *Broker, eng *enginefake.Engine, job sandbox.Job) string {
+			return jobContainer(t, b, eng, job, time.Now().Add(time.Hour)).ID
+		}, sandbox.StatusUncertain, "not run again", false},
+		{"another job's container: refused, not removed", func(t *testing.T, b *Broker, eng *enginefake.Engine, job sandbox.Job) string {
+			c := jobContainer(t, b, eng, fakeJob(t, "other-job"), time.Now().Add(time.Hour))
+			c.SetState(exitedState(0))
+			return c.ID
+		}, sandbox.StatusUncertain, "does not carry this job's labels", true},
+		{"settings changed: uncertain", func(t *testing.T, b *Broker, eng *enginefake.Engine, job sandbox.Job) string {
+			c := jobContainer(t, b, eng, job, time.Now().Add(time.Hour))
+			c.SetState(exitedState(0))
+			c.SetLog(whole(c, 0))
+			eng.Inspect = func(r *container.InspectResponse) { r.HostConfig.Privileged = true }
+			return c.ID
+		}, sandbox.StatusUncertain, "inspected container setting Privileged", false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			b, eng := newFakeBroker(t, 0)
+			job := fakeJob(t, "job-1")
+			id := tt.setup(t, b, eng, job)
+			var finished []sandbox.Result
+			res, err := b.RecoverWithHooks(context.Background(), job, Binding{ContainerID: id}, Hooks{
+				OnFinished: func(_ context.Context, r sandbox.Result) error { finished = append(finished, r); return nil },
+			})
+			if err != nil {
+				t.Fatalf("RecoverWithHooks: %v", err)
+			}
+			if res.Status != tt.wantStatus || !strings.Contains(res.Cause, tt.wantCause) {
+				t.Errorf("got %s (%s), want %s naming %q", res.Status, res.Cause, tt.wantStatus, tt.wantCause)
+			}
+			if tt.wantStatus == sandbox.StatusFailed && (res.ExitCode != 3 || res.Stdout.Bytes != 3) {
+				t.Errorf("got exit %d with %d stdout bytes, want the stream's exit 3 and 3 bytes", res.ExitCode, res.Stdout.Bytes)
+			}
+			if len(finished) != 1 || finished[0].Status != res.Status {
+				t.Errorf("OnFinished saw %d results, want the one returned", len(finished))
+			}
+			if kept := eng.Container(id) != nil; kept != tt.wantKept {
+				t.Errorf("container kept: got %v, want %v", kept, tt.wantKept)
+			}
+			if n := eng.Called("ContainerStart", id); n != 0 {
+				t.Errorf("recovery started the container %d times; it never starts anything", n)
+			}
+		})
+	}
+}
+
+// A container still running at recovery is waited for, up to the deadline
+// its label carries; past it, it is killed and the job timed out.
+func TestRecoveryReattachesWithTheDeadline(t *testing.T) {
+	tests := []struct {
+		name       string
+		deadline   time.Duration // from now
+		wantKilled bool
+		wantStatus sandbox.Status
+	}{
+		{"within its deadline: waited for", time.Hour, false, sandbox.StatusSucceeded},
+		{"past its deadline: killed", -time.Second, true, sandbox.StatusTimedOut},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			b, eng := newFakeBroker(t, 0)
+			job := fakeJob(t, "job-1")
+			c := jobContainer(t, b, eng, job, time.Now().Add(tt.deadline))
+			// The helper wrote its whole stream and has not exited yet:
+			// only the end of the container decides.
+			release := make(chan struct{})
+			eng.Program = func(c *enginefake.Container, _ io.Reader, out, _ io.Writer) int {
+				out.Write(enginefake.Stream(enginefake.Nonce(c), "", shim.Status{}))
+				select {
+				case <-release:
+				case <-c.Exited():
+				}
+				return 0
+			}
+			if _, err := eng.ContainerStart(context.Background(), c.ID, client.ContainerStartOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			done := make(chan sandbox.Result, 1)
+			go func() {
+				res, err := b.Recover(context.Background(), job, c.ID)
+				if err != nil {
+					t.Errorf("Recover: %v", err)
+				}
+				done <- res
+			}()
+			if !tt.wantKilled {
+				waitForCall(t, eng, "ContainerWait", c.ID)
+				if n := eng.Called("ContainerKill", c.ID); n != 0 {
+					t.Fatalf("killed %d times within its deadline", n)
+				}
+				close(release)
+			}
+			res := <-done
+			if res.Status != tt.wantStatus {
+				t.Errorf("got %s (%s), want %s", res.Status, res.Cause, tt.wantStatus)
+			}
+			if killed := eng.Called("ContainerKill", c.ID) > 0; killed != tt.wantKilled {
+				t.Errorf("killed: got %v, want %v", killed, tt.wantKilled)
+			}
+			if eng.Container(c.ID) != nil {
+				t.Errorf("the recovered container was not removed")
+			}
+		})
+	}
+}
+
+// waitForCall waits until the broker has made a call (it runs in another
+// goroutine); the test's own timeout bounds it.
+func waitForCall(t *testing.T, eng *enginefake.Engine, method, id string) {
+	t.Helper()
+	for eng.Called(method, id) == 0 {
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// What the reaper decides from: every labelled job container, known or
+// not, with its creation time and deadline label; pooled sandboxes of
+// another process, never this one's live ones.
+func TestListingForTheReaper(t *testing.T) {
+	b, eng := newFakeBroker(t, 1)
+	deadline := time.UnixMilli(time.Now().Add(time.Hour).UnixMilli())
+	unknown := jobContainer(t, b, eng, fakeJob(t, "nobody-knows"), deadline)
+	old := time.Unix(time.Now().Add(-3*time.Hour).Unix(), 0)
+	unknown.SetCreated(old)
+	cs, err := b.ListJobContainers(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cs) != 1 || cs[0].ID != unknown.ID || cs[0].JobID != "nobody-knows" || !cs[0].Deadline.Equal(deadline) || !cs[0].Created.Equal(old) {
+		t.Fatalf("got %+v, want the unknown container with its deadline %v and creation %v", cs, deadline, old)
+	}
+
+	runJob(t, b, fakeJob(t, "job-1"))
+	waitPool(b)
+	live := b.pool.shapes[onlyKey(t, b)].ready[0].id
+	// A pooled sandbox of an earlier process of the same broker.
+	foreign := eng.Container(live)
+	spec := b.containerSpec(b.planFor(&sandbox.Job{Image: fakeImage, Limits: sandbox.DefaultLimits(), Runtime: sandbox.RuntimeRunc}, map[string]string{
+		LabelBroker: b.cfg.Name, LabelRole: rolePool, LabelPool: "an-earlier-generation", LabelPoolKey: "k", LabelStream: "s",
+	}))
+	spec.Name = "sandboxd-pool-earlier"
+	created, err := eng.ContainerCreate(context.Background(), spec)
+	if err != nil || foreign == nil {
+		t.Fatal(err)
+	}
+	stale, err := b.ListStalePoolContainers(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(stale) != 1 || stale[0].ID != created.ID {
+		t.Errorf("got stale %+v, want only the earlier process's %s (never the live %s)", stale, created.ID, live)
+	}
+}
+
+func TestFakeEngineRefusesAConflictingJob(t *testing.T) {
+	b, eng := newFakeBroker(t, 0)
+	job := fakeJob(t, "job-1")
+	c := jobContainer(t, b, eng, job, time.Now().Add(time.Hour))
+	_, err := b.Run(context.Background(), job)
+	if !errors.Is(err, sandbox.ErrConflict) {
+		t.Fatalf("got %v, want the job refused: a container of it exists", err)
+	}
+	if eng.Container(c.ID) == nil {
+		t.Errorf("the existing container was removed")
+	}
+}
