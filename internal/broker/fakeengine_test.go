@@ -465,9 +465,10 @@ func TestRecoveryReattachesWithTheDeadline(t *testing.T) {
 			c := jobContainer(t, b, eng, job, time.Now().Add(tt.deadline))
 			// The helper wrote its whole stream and has not exited yet:
 			// only the end of the container decides.
-			release := make(chan struct{})
+			release, wrote := make(chan struct{}), make(chan struct{})
 			eng.Program = func(c *enginefake.Container, _ io.Reader, out, _ io.Writer) int {
 				out.Write(enginefake.Stream(enginefake.Nonce(c), "", shim.Status{}))
+				close(wrote)
 				select {
 				case <-release:
 				case <-c.Exited():
@@ -477,6 +478,7 @@ func TestRecoveryReattachesWithTheDeadline(t *testing.T) {
 			if _, err := eng.ContainerStart(context.Background(), c.ID, client.ContainerStartOptions{}); err != nil {
 				t.Fatal(err)
 			}
+			<-wrote
 			done := make(chan sandbox.Result, 1)
 			go func() {
 				res, err := b.Recover(context.Background(), job, c.ID)
