@@ -65,16 +65,22 @@ func (f *fakeBroker) RunWithHooks(ctx context.Context, job sandbox.Job, h broker
 func (f *fakeBroker) RecoverWithHooks(ctx context.Context, job sandbox.Job, _ broker.Binding, _ broker.Hooks) (sandbox.Result, error) {
 	return sandbox.Result{}, errors.New("nothing to recover in these tests")
 }
-func (f *fakeBroker) ListJobContainers(context.Context) ([]broker.JobContainer, error) { return nil, nil }
+func (f *fakeBroker) ListJobContainers(context.Context) ([]broker.JobContainer, error) {
+	return nil, nil
+}
 func (f *fakeBroker) ListStalePoolContainers(context.Context) ([]broker.JobContainer, error) {
 	return nil, nil
 }
 func (f *fakeBroker) RemoveJobContainer(string) {}
 
-func (f *fakeBroker) runCount(id string) int {
+// ranOnce fails the test unless the job was run exactly once.
+func (f *fakeBroker) ranOnce(t *testing.T, id string) {
+	t.Helper()
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return f.runs[id]
+	if n := f.runs[id]; n != 1 {
+		t.Errorf("job %s: got %d runs, want 1", id, n)
+	}
 }
 
 // daemon is the real server handler on a unix socket, as sandboxd serve
@@ -223,9 +229,7 @@ func TestSubmitAndWait(t *testing.T) {
 	if err != nil || !bytes.Equal(again.Envelope, res.Envelope) {
 		t.Errorf("Result after the end: got %v, a different envelope %v; want the same signed result", err, !bytes.Equal(again.Envelope, res.Envelope))
 	}
-	if n := d.fb.runCount(job.ID); n != 1 {
-		t.Errorf("got %d runs, want 1", n)
-	}
+	d.fb.ranOnce(t, job.ID)
 }
 
 // Submitting the same job again is answered with the receipt it already
@@ -249,9 +253,7 @@ func TestResubmitIsIdempotent(t *testing.T) {
 	if !bytes.Equal(first.Envelope, second.Envelope) {
 		t.Errorf("resubmit: got a new receipt, want the one the job was accepted with")
 	}
-	if n := d.fb.runCount(job.ID); n != 1 {
-		t.Errorf("got %d runs, want 1", n)
-	}
+	d.fb.ranOnce(t, job.ID)
 }
 
 // An answer lost after the daemon accepted the job is asked for again
@@ -276,9 +278,7 @@ func TestSubmitRetriesALostAnswer(t *testing.T) {
 	if _, err := c.Wait(ctx, job); err != nil {
 		t.Fatal(err)
 	}
-	if n := d.fb.runCount(job.ID); n != 1 {
-		t.Errorf("got %d runs, want 1", n)
-	}
+	d.fb.ranOnce(t, job.ID)
 }
 
 // The same id with other content is a conflict, and the first job stands.
@@ -319,9 +319,7 @@ func TestSubmitConflict(t *testing.T) {
 	if _, err := c.Wait(ctx, other); !errors.Is(err, sandbox.ErrConflict) {
 		t.Errorf("Wait for the other content after the end: got %v, want ErrConflict", err)
 	}
-	if n := d.fb.runCount(job.ID); n != 1 {
-		t.Errorf("got %d runs, want 1", n)
-	}
+	d.fb.ranOnce(t, job.ID)
 }
 
 func TestWaitUnknownJob(t *testing.T) {
@@ -373,9 +371,7 @@ func TestSubmitUncertain(t *testing.T) {
 	if _, err := c.Wait(context.Background(), job); err != nil {
 		t.Fatal(err)
 	}
-	if n := d.fb.runCount(job.ID); n != 1 {
-		t.Errorf("got %d runs, want 1", n)
-	}
+	d.fb.ranOnce(t, job.ID)
 }
 
 // A receipt signed by a key the client does not pin is refused.
