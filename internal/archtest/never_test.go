@@ -56,6 +56,8 @@ var neverEdges = []edge{
 	// The programs that run inside a sandbox carry nothing of the host.
 	{"internal/shim/...", "internal/...", "the in-container helper links nothing of the host"},
 	{"internal/shim/...", engineClient, "the in-container helper never links the engine"},
+	{"cmd/sandboxd", "internal/shim/helper", "the daemon speaks the helper's protocol (internal/shim) but never links the in-container program"},
+	{"internal/broker", "internal/shim/helper", "the broker speaks the helper's protocol but never links the in-container program"},
 	{"internal/selfcheck/probe", "internal/...", "the in-container probe links nothing of the host"},
 	{"internal/selfcheck/probe", engineClient, "the in-container probe never links the engine"},
 	// Layering: nothing reaches up to the daemon or the command.
@@ -64,6 +66,7 @@ var neverEdges = []edge{
 	{"profiles/seccomp/...", "internal/...", "the profile is a published artifact, built from upstream's alone"},
 	// The engine test harness is for tests only.
 	{"...", "internal/testharness", "only tests use the test harness"},
+	{"...", "internal/broker/enginefake", "only tests use the in-memory engine"},
 }
 
 // match reports whether the package path p matches pattern.
