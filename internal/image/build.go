@@ -122,13 +122,17 @@ func configJSON(spec *Spec, diffID string) ([]byte, error) {
 	if env == nil {
 		env = []string{}
 	}
+	labels := map[string]string{"org.opencontainers.image.title": spec.Name}
+	if pins := packagesLabel(spec); pins != "" {
+		labels[PackagesLabel] = pins
+	}
 	cfg := map[string]any{
 		"architecture": "amd64",
 		"os":           "linux",
 		"config": map[string]any{
 			"Env":        env,
 			"WorkingDir": "/",
-			"Labels":     map[string]string{"org.opencontainers.image.title": spec.Name},
+			"Labels":     labels,
 		},
 		"rootfs":  map[string]any{"type": "layers", "diff_ids": []string{diffID}},
 		"history": []map[string]any{{"created_by": "sandboxd image build", "comment": spec.Name}},
@@ -215,6 +219,8 @@ func collect(spec *Spec) (map[string]*entry, error) {
 			err = addBusyboxLinks(c, dst, add)
 		case "gocache":
 			err = addGoCache(spec, c, dst, add)
+		case "debs":
+			err = addDebs(c, add)
 		}
 		if err != nil {
 			return nil, err

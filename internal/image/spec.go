@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strconv"
+	"strings"
 )
 
 // SpecSchema is the image spec version this release reads.
@@ -28,10 +29,11 @@ type Spec struct {
 
 // Content is one thing placed in the image.
 type Content struct {
-	// Type is "file", "tree", "dir", "symlink", "text", "busybox-links" or
+	// Type is "file", "tree", "dir", "symlink", "text", "busybox-links",
 	// "gocache" (a Go build cache warmed by testing the module at Src with
 	// this machine's toolchain, so sandboxes need not compile the standard
-	// library again).
+	// library again) or "debs" (the files of pinned Debian packages; see
+	// debs.go).
 	Type string `json:"type"`
 	// Src is a host path: absolute, or relative to the spec's directory.
 	Src string `json:"src,omitempty"`
@@ -39,8 +41,12 @@ type Content struct {
 	Dst string `json:"dst"`
 	// Mode is an octal permission string for file, dir and text ("0755").
 	Mode string `json:"mode,omitempty"`
-	// Exclude lists paths relative to Src left out of a tree.
+	// Exclude lists paths relative to Src left out of a tree, or paths in
+	// the packages' file systems left out of debs (with all below them).
 	Exclude []string `json:"exclude,omitempty"`
+	// Packages are the Debian packages of a debs content, each pinned as
+	// name=version; nothing they depend on is added unless pinned too.
+	Packages []string `json:"packages,omitempty"`
 	// Target is a symlink's target.
 	Target string `json:"target,omitempty"`
 	// Text is the content of a text file.
@@ -78,7 +84,7 @@ func (s *Spec) validate(dir string) error {
 	for i := range s.Contents {
 		c := &s.Contents[i]
 		f := fmt.Sprintf("contents[%d]", i)
-		if !path.IsAbs(c.Dst) || path.Clean(c.Dst) != c.Dst || c.Dst == "/" {
+		if !path.IsAbs(c.Dst) || path.Clean(c.Dst) != c.Dst || (c.Dst == "/" && c.Type != "debs") {
 			return fmt.Errorf("%s.dst: %q is not a clean absolute path", f, c.Dst)
 		}
 		if c.Src != "" && !filepath.IsAbs(c.Src) {
@@ -92,6 +98,18 @@ func (s *Spec) validate(dir string) error {
 		case "symlink":
 			if c.Target == "" {
 				return fmt.Errorf("%s.target: required for symlink", f)
+			}
+		case "debs":
+			if len(c.Packages) == 0 {
+				return fmt.Errorf("%s.packages: required for debs", f)
+			}
+			seen := map[string]bool{}
+			for _, pin := range c.Packages {
+				name, _, _ := strings.Cut(pin, "=")
+				if !pinRE.MatchString(pin) || seen[name] {
+					return fmt.Errorf("%s.packages: %q is not a name=version pin of a package pinned once", f, pin)
+				}
+				seen[name] = true
 			}
 		case "dir", "text":
 		default:
