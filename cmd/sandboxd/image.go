@@ -5,14 +5,18 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"os"
 
 	"github.com/sandboxd/sandboxd/internal/broker"
 	"github.com/sandboxd/sandboxd/internal/image"
 )
 
 func cmdImage(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) > 0 && args[0] == "import" {
+		return cmdImageImport(ctx, args[1:], os.Stdin, stdout, stderr)
+	}
 	if len(args) == 0 || args[0] != "build" {
-		fmt.Fprintln(stderr, "usage: sandboxd image build DIR")
+		fmt.Fprintln(stderr, "usage: sandboxd image build DIR | sandboxd image import FILE|-")
 		return exitUsage
 	}
 	fs := flag.NewFlagSet("image build", flag.ContinueOnError)
