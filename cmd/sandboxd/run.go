@@ -122,7 +122,7 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if err := lim.Validate(); err != nil {
 		return bad("%v", err)
 	}
-	ws, err := bundle.Ingest(ctx, blobs, o.workspace, bundle.Options{Limits: lim})
+	ws, err := bundle.Ingest(ctx, blobs, o.workspace, bundle.Options{Limits: lim, Refuse: bun.Manifest.Refused()})
 	if err != nil {
 		return bad("workspace %s: %v", o.workspace, err)
 	}

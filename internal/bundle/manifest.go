@@ -58,6 +58,9 @@ type Manifest struct {
 	Candidate *Command `json:"candidate,omitempty"`
 	// Controls, if set, name control workspaces inside the bundle.
 	Controls *Controls `json:"controls,omitempty"`
+	// Workspace, if set, are the workspace rules (rules.go): paths the
+	// bundle refuses in a candidate's workspace.
+	Workspace *WorkspaceRules `json:"workspace,omitempty"`
 }
 
 // Command is a command run directly, without a shell.
@@ -198,6 +201,11 @@ func (m *Manifest) Validate() error {
 		}
 		if c.KnownGood != "" && c.KnownGood == c.KnownBad {
 			return manifestErr("controls.known_bad", "same directory as known_good")
+		}
+	}
+	if m.Workspace != nil {
+		if err := m.Workspace.validate(); err != nil {
+			return err
 		}
 	}
 	return nil

@@ -47,6 +47,9 @@ type Options struct {
 	// is checked, never used as the identity: a mismatch is
 	// ErrDigestMismatch and nothing is stored.
 	Expect string
+	// Refuse are a bundle's workspace rules (rules.go): a path one of them
+	// matches is ErrRefusedPath and nothing is stored.
+	Refuse []string
 }
 
 func (o Options) limits() Limits {
@@ -62,11 +65,18 @@ func WriteDir(ctx context.Context, dir string, w io.Writer, lim Limits) (Summary
 }
 
 func writeDir(ctx context.Context, dir string, w io.Writer, lim Limits, skip ...string) (Summary, error) {
+	return writeDirRefusing(ctx, dir, w, lim, nil, skip...)
+}
+
+func writeDirRefusing(ctx context.Context, dir string, w io.Writer, lim Limits, refuse []string, skip ...string) (Summary, error) {
 	entries, recheck, closeRoot, err := scanDir(ctx, dir, lim, skip...)
 	if err != nil {
 		return Summary{}, err
 	}
 	defer closeRoot()
+	if err := refuseEntries(entries, refuse); err != nil {
+		return Summary{}, err
+	}
 	sum, err := writeTree(w, entries)
 	if err != nil {
 		return Summary{}, err
@@ -81,6 +91,10 @@ func writeDir(ctx context.Context, dir string, w io.Writer, lim Limits, skip ...
 // reader rules and writes the tree to w in the canonical form. Nothing is
 // written to w unless the whole input was accepted.
 func WriteTar(ctx context.Context, r io.Reader, w io.Writer, lim Limits) (Summary, error) {
+	return writeTarRefusing(ctx, r, w, lim, nil)
+}
+
+func writeTarRefusing(ctx context.Context, r io.Reader, w io.Writer, lim Limits, refuse []string) (Summary, error) {
 	if err := lim.Validate(); err != nil {
 		return Summary{}, err
 	}
@@ -97,6 +111,9 @@ func WriteTar(ctx context.Context, r io.Reader, w io.Writer, lim Limits) (Summar
 	}
 	entries, err := nodes.entries(spool, lim)
 	if err != nil {
+		return Summary{}, err
+	}
+	if err := refuseEntries(entries, refuse); err != nil {
 		return Summary{}, err
 	}
 	return writeTree(w, entries)
@@ -274,7 +291,9 @@ func Ingest(ctx context.Context, st *store.Store, src string, opt Options) (Summ
 	}
 	switch {
 	case fi.IsDir():
-		return toStore(st, opt, func(w io.Writer) (Summary, error) { return WriteDir(ctx, src, w, opt.limits()) })
+		return toStore(st, opt, func(w io.Writer) (Summary, error) {
+			return writeDirRefusing(ctx, src, w, opt.limits(), opt.Refuse)
+		})
 	case fi.Mode().IsRegular():
 		f, err := os.Open(src)
 		if err != nil {
@@ -288,7 +307,9 @@ func Ingest(ctx context.Context, st *store.Store, src string, opt Options) (Summ
 
 // IngestTar ingests a workspace given as a tar stream into st.
 func IngestTar(ctx context.Context, st *store.Store, r io.Reader, opt Options) (Summary, error) {
-	return toStore(st, opt, func(w io.Writer) (Summary, error) { return WriteTar(ctx, r, w, opt.limits()) })
+	return toStore(st, opt, func(w io.Writer) (Summary, error) {
+		return writeTarRefusing(ctx, r, w, opt.limits(), opt.Refuse)
+	})
 }
 
 // toStore runs write into a new blob of st and commits it only if write

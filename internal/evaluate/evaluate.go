@@ -174,6 +174,9 @@ func (d Deps) runEvaluation(ctx context.Context, out *Outcome, req Request, cont
 	m := req.Bundle.Manifest
 	ev := Evaluation{Workspace: workspace}
 	export := workspace
+	if err := CheckRules(d.Blobs, m, workspace); err != nil {
+		return Evaluation{}, fmt.Errorf("workspace %s: %w", workspace, err)
+	}
 	if m.Candidate != nil {
 		rec, err := d.runJob(ctx, Role(control, RoleCandidate), CandidateJob(m, req.Bundle.Digest, workspace, JobID(req.RunID, control, RoleCandidate)))
 		if err != nil {
@@ -183,6 +186,9 @@ func (d Deps) runEvaluation(ctx context.Context, out *Outcome, req Request, cont
 		ev.Candidate = &rec.Result
 		if export, err = ExportOf(ctx, d.Blobs, rec.Result, m.DefaultLimits); err != nil {
 			return Evaluation{}, fmt.Errorf("candidate export: %w", err)
+		}
+		if err := CheckRules(d.Blobs, m, export); err != nil {
+			return Evaluation{}, fmt.Errorf("candidate export: %w: %w", ErrCandidateExport, err)
 		}
 	}
 	g := GraderJob(m, req.Bundle.Digest, req.Bundle.LayerDigest, export, JobID(req.RunID, control, RoleGrader))
@@ -434,6 +440,22 @@ func ExportOf(ctx context.Context, blobs *store.Store, res sandbox.Result, l san
 		return "", fmt.Errorf("%w: %w", ErrCandidateExport, err)
 	}
 	return sum.Digest, nil
+}
+
+// CheckRules refuses a stored workspace or export that holds a path the
+// bundle's workspace rules refuse (bundle.ErrRefusedPath): what a grader
+// is given must satisfy them, whoever ingested it.
+func CheckRules(blobs *store.Store, m bundle.Manifest, digest string) error {
+	refuse := m.Refused()
+	if len(refuse) == 0 {
+		return nil
+	}
+	f, err := blobs.Open(digest)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	return bundle.CheckRefused(f, refuse)
 }
 
 // ErrCandidateExport marks a candidate export the reader rules refuse: the

@@ -503,6 +503,10 @@ func (s *Server) assess(w http.ResponseWriter, r *http.Request) {
 		notTheBundles(err)
 		return
 	}
+	if err := evaluate.CheckRules(s.cfg.Blobs, bm, export); err != nil {
+		notTheBundles(fmt.Errorf("what the grader was given: %w", err))
+		return
+	}
 	ev, done := evaluate.Evidence(s.cfg.Blobs, gjob.Bundle, gjob.Image, policy, judged, nil)
 	defer done()
 	_, retained, err := s.cfg.Supervisor.Assess(r.Context(), ev)
