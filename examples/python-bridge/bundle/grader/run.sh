@@ -1,0 +1,23 @@
+#!/bin/sh
+# The grader: pytest runs the hidden tests in this (the grader's) process,
+# as the grader's uid, and writes the JUnit report itself. The tests reach
+# the candidate's calc.py only through the bridge (/bundle/bridge), whose
+# workers run as the code uid through the helper's exec service. The code
+# uid can read neither /bundle nor the candidate's export, so the worker
+# script and the candidate's files are copied where it can (read-only to it).
+set -u
+mkdir -p "$(dirname "$SANDBOXD_REPORT")" /work/bridge /work/candidate
+cp /bundle/bridge/worker.py /work/bridge/worker.py
+cp -r "$SANDBOXD_CANDIDATE"/. /work/candidate/
+export BRIDGE_CANDIDATE=/work/candidate
+cd /work
+export HOME=/work
+python3 -I -m pytest -p no:cacheprovider -q --rootdir=/bundle/tests \
+  --junitxml="$SANDBOXD_REPORT" -o junit_family=xunit2 /bundle/tests
+code=$?
+# What the workers printed, for people (the log is never evidence).
+if [ -s /work/bridge/worker.log ]; then
+  echo "--- the workers' output (last 4 KiB)" >&2
+  tail -c 4096 /work/bridge/worker.log >&2
+fi
+exit $code
