@@ -1,0 +1,19 @@
+#!/bin/sh
+# The in-process grader: pytest imports the candidate's calc.py, so pytest
+# runs as the code uid, through the helper's exec service, with an empty
+# environment; the JUnit file it writes is the candidate's to forge. This
+# grader, as its own uid, then writes the report the supervisor reads
+# (report.py: only the expected tests, each from pytest's file, checked
+# against pytest's exit code) in a directory the code uid cannot write.
+set -u
+mkdir -p "$(dirname "$SANDBOXD_REPORT")" /work/candidate /work/run /tmp/pytest
+chmod 0777 /tmp/pytest
+cp -r "$SANDBOXD_CANDIDATE"/. /work/candidate/
+cp /bundle/tests/conftest.py /bundle/tests/test_calc.py /work/run/
+cd /work/run
+env -i PATH=/usr/bin:/bin LANG=C.UTF-8 HOME=/tmp PYTHONDONTWRITEBYTECODE=1 \
+  timeout 20 /.sandboxd/shim exec /usr/bin/python3 -I -m pytest -p no:cacheprovider -q \
+  --rootdir=/work/run --junitxml=/tmp/pytest/junit.xml -o junit_family=xunit2 /work/run
+code=$?
+exec python3 -I /bundle/grader/report.py "$code" /tmp/pytest/junit.xml "$SANDBOXD_REPORT" \
+  test_calc.test_add test_calc.test_fib test_calc.test_fib_large test_calc.test_fib_negative
