@@ -84,7 +84,7 @@ func setupScripts() (func() error, error) {
 		}
 	}
 	ids := map[string]string{}
-	for _, name := range []string{"minimal", "go"} {
+	for _, name := range []string{"minimal", "go", "python"} {
 		b, err := image.Build(ctx, eng, filepath.Join(repo, "images", name), tmp, nil)
 		if err != nil {
 			return nil, fmt.Errorf("build image %s: %w", name, err)
@@ -101,13 +101,21 @@ func setupScripts() (func() error, error) {
 		if err != nil {
 			return err
 		}
-		return os.WriteFile(filepath.Join(out, "bundle.json"), []byte(strings.ReplaceAll(string(tmpl), "@GO_IMAGE@", ids["go"])), 0o644)
+		r := strings.NewReplacer("@GO_IMAGE@", ids["go"], "@PYTHON_IMAGE@", ids["python"])
+		return os.WriteFile(filepath.Join(out, "bundle.json"), []byte(r.Replace(string(tmpl))), 0o644)
 	}
 	bundle, cliBundle := filepath.Join(tmp, "example-bundle"), filepath.Join(tmp, "example-cli-bundle")
 	if err := render("go", bundle); err != nil {
 		return nil, err
 	}
 	if err := render("go-cli", cliBundle); err != nil {
+		return nil, err
+	}
+	pyBundle, pyBridgeBundle := filepath.Join(tmp, "example-python-bundle"), filepath.Join(tmp, "example-python-bridge-bundle")
+	if err := render("python", pyBundle); err != nil {
+		return nil, err
+	}
+	if err := render("python-bridge", pyBridgeBundle); err != nil {
 		return nil, err
 	}
 	var r [4]byte
@@ -124,6 +132,10 @@ func setupScripts() (func() error, error) {
 		"EXAMPLES="+filepath.Join(repo, "examples", "go"),
 		"EXAMPLE_CLI_BUNDLE="+cliBundle,
 		"EXAMPLES_CLI="+filepath.Join(repo, "examples", "go-cli"),
+		"PYTHON_IMAGE="+ids["python"],
+		"PYTHON_BUNDLE="+pyBundle,
+		"PYTHON_BRIDGE_BUNDLE="+pyBridgeBundle,
+		"PYTHON_CANDIDATES="+filepath.Join(repo, "examples", "python", "candidates"),
 		"REPO="+repo,
 	)
 	return func() error {
