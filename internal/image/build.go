@@ -221,6 +221,8 @@ func collect(spec *Spec) (map[string]*entry, error) {
 			err = addGoCache(spec, c, dst, add)
 		case "debs":
 			err = addDebs(c, add)
+		case "pycompile":
+			err = addPyCompile(c, dst, m, add)
 		}
 		if err != nil {
 			return nil, err

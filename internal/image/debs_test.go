@@ -2,6 +2,7 @@ package image
 
 import (
 	"archive/tar"
+	"bytes"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -97,5 +98,47 @@ func TestDebPins(t *testing.T) {
 		if err := s.validate("."); (err == nil) != c.ok {
 			t.Errorf("pins %q: got error %v, want ok=%v", c.pins, err, c.ok)
 		}
+	}
+}
+
+// pycompile places each source's .pyc where the interpreter looks for it,
+// the same bytes every time, and refuses an interpreter of another version.
+func TestPyCompile(t *testing.T) {
+	const py = "/usr/bin/python3.11"
+	out, err := exec.Command(py, "-c", "import platform; print(platform.python_version())").Output()
+	if err != nil {
+		t.Skip(py, "is not installed")
+	}
+	version := strings.TrimSpace(string(out))
+	compile := func(c Content) (map[string]*entry, error) {
+		m := map[string]*entry{
+			"usr/lib/x/mod.py": {name: "usr/lib/x/mod.py", typ: tar.TypeReg, text: []byte("def f():\n    return 1\n")},
+			"usr/lib/x/py2.py": {name: "usr/lib/x/py2.py", typ: tar.TypeReg, text: []byte("print 'python 2'\n")},
+			"usr/lib/other.py": {name: "usr/lib/other.py", typ: tar.TypeReg, text: []byte("x = 1\n")},
+		}
+		got := map[string]*entry{}
+		err := addPyCompile(c, "usr/lib/x", m, func(e *entry) error { got[e.name] = e; return nil })
+		return got, err
+	}
+	c := Content{Type: "pycompile", Src: py, Python: version, Dst: "/usr/lib/x"}
+	first, err := compile(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	again, err := compile(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tag := "cpython-" + strings.ReplaceAll(version[:strings.LastIndex(version, ".")], ".", "")
+	want := "usr/lib/x/__pycache__/mod." + tag + ".pyc"
+	if len(first) != 1 || first[want] == nil {
+		t.Fatalf("got %d entries %v, want only %s", len(first), first, want)
+	}
+	if !bytes.Equal(first[want].text, again[want].text) {
+		t.Error("two compilations of the same source differ")
+	}
+	c.Python = "2.7.0"
+	if _, err := compile(c); err == nil || !strings.Contains(err.Error(), "the image's is 2.7.0") {
+		t.Errorf("another version: got %v", err)
 	}
 }

@@ -25,7 +25,7 @@ func inputsKey(spec *Spec) (string, error) {
 	fmt.Fprintf(h, "spec %s\n", js)
 	for _, c := range spec.Contents {
 		switch c.Type {
-		case "file", "busybox-links":
+		case "file", "busybox-links", "pycompile":
 			if err := hashFile(h, c.Src); err != nil {
 				return "", err
 			}

@@ -32,8 +32,9 @@ type Content struct {
 	// Type is "file", "tree", "dir", "symlink", "text", "busybox-links",
 	// "gocache" (a Go build cache warmed by testing the module at Src with
 	// this machine's toolchain, so sandboxes need not compile the standard
-	// library again) or "debs" (the files of pinned Debian packages; see
-	// debs.go).
+	// library again), "debs" (the files of pinned Debian packages; see
+	// debs.go) or "pycompile" (the Python sources placed so far below Dst,
+	// byte-compiled by the host interpreter Src; see pycompile.go).
 	Type string `json:"type"`
 	// Src is a host path: absolute, or relative to the spec's directory.
 	Src string `json:"src,omitempty"`
@@ -47,6 +48,9 @@ type Content struct {
 	// Packages are the Debian packages of a debs content, each pinned as
 	// name=version; nothing they depend on is added unless pinned too.
 	Packages []string `json:"packages,omitempty"`
+	// Python is the exact version (platform.python_version()) the
+	// interpreter of a pycompile content must be: the image's.
+	Python string `json:"python,omitempty"`
 	// Target is a symlink's target.
 	Target string `json:"target,omitempty"`
 	// Text is the content of a text file.
@@ -91,6 +95,10 @@ func (s *Spec) validate(dir string) error {
 			c.Src = filepath.Join(dir, c.Src)
 		}
 		switch c.Type {
+		case "pycompile":
+			if c.Src == "" || c.Python == "" {
+				return fmt.Errorf("%s: src and python are required for pycompile", f)
+			}
 		case "file", "tree", "busybox-links", "gocache":
 			if c.Src == "" {
 				return fmt.Errorf("%s.src: required for %s", f, c.Type)
