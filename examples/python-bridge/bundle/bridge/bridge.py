@@ -9,7 +9,8 @@ helper's exec service as the code uid; the worker imports the candidate's
 module and answers. Requests and replies are JSON objects in frames (a
 4-byte big-endian length, then that many bytes of UTF-8 JSON) over a
 socket that is the worker's standard input, never its stdout; the worker's
-stdout and stderr go to a log file only. A reply is decoded with
+stdout and stderr go to a pipe whose tail is copied to the grader's stderr
+for people, and never read as an answer. A reply is decoded with
 json.loads and nothing else (no pickle, no eval, no object hooks), so what
 comes back is only None, bool, int, float, str, list and dict. See
 BRIDGE.md for the protocol.
@@ -20,25 +21,27 @@ request; the worker is then abandoned and the next call starts a new one.
 A candidate exception arrives as RemoteError(type name, message).
 """
 
+import collections
 import json
 import math
 import os
 import socket
 import struct
 import subprocess
+import threading
 import time
 
 PROTOCOL = 1
 MAX_FRAME = 1 << 20  # bytes of one frame's JSON, either way
 CALL_TIMEOUT = 5.0  # seconds for one call's reply
-START_TIMEOUT = 30.0  # seconds for a worker to import the module and say hello
+START_TIMEOUT = 10.0  # seconds for a worker to import the module and say hello
 MAX_STARTS = 8  # workers started per module; then every call fails at once
 
 # How a worker is started: through the helper's exec service, as the code
 # uid. The worker script is copied by the grader to where that uid can read.
 LAUNCHER = ["/.sandboxd/shim", "exec"]
 WORKER = os.environ.get("BRIDGE_WORKER", "/work/bridge/worker.py")
-LOG = os.environ.get("BRIDGE_LOG", "/work/bridge/worker.log")
+LOG_CHUNKS = 4  # of 4 KiB: the tail of a worker's output kept for the grader's stderr
 # The worker's environment: nothing of the grader's (no report path).
 WORKER_ENV = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "HOME": "/tmp", "PYTHONDONTWRITEBYTECODE": "1"}
 
@@ -102,20 +105,23 @@ def _plain(value, depth=0):
 class _Worker:
     def __init__(self, directory, module):
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-        log = open(LOG, "ab")
         try:
             self.proc = subprocess.Popen(
                 LAUNCHER + ["/usr/bin/python3", "-I", WORKER, directory, module],
-                stdin=theirs, stdout=log, stderr=log, env=WORKER_ENV, cwd=directory,
-                close_fds=True,
+                stdin=theirs, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=WORKER_ENV,
+                cwd=directory, close_fds=True,
             )
         except OSError as e:
             ours.close()
             raise WorkerFailure(f"the worker could not be started: {e}") from None
         finally:
             theirs.close()
-            log.close()
         self.sock = ours
+        # What the worker prints is drained and only its tail kept, for
+        # people: it is never read as an answer, and cannot fill a disk.
+        self.output = collections.deque(maxlen=LOG_CHUNKS)
+        self.drain = threading.Thread(target=self._drain, daemon=True)
+        self.drain.start()
         self.next_id = 1
         try:
             hello = self._read(START_TIMEOUT)
@@ -174,11 +180,20 @@ class _Worker:
             raise RemoteError(err["type"][:200], err["message"][:2000])
         raise WorkerFailure(f"a malformed reply: {str(reply)[:200]}")
 
+    def _drain(self):
+        for chunk in iter(lambda: self.proc.stdout.read1(4096), b""):
+            self.output.append(chunk)
+
     def close(self):
         self.sock.close()
         if self.proc.poll() is None:
             self.proc.kill()  # the exec client; the worker sees its channel close and exits
         self.proc.wait()
+        self.drain.join(1.0)  # a worker that outlives its watchdog keeps the pipe open
+        tail = b"".join(list(self.output))
+        if tail:
+            # fd 2 itself: pytest captures sys.stderr.
+            os.write(2, b"--- a bridge worker's output (tail)\n" + tail[-LOG_CHUNKS * 4096:] + b"\n")
 
 
 class Module:

@@ -12,12 +12,5 @@ cp -r "$SANDBOXD_CANDIDATE"/. /work/candidate/
 export BRIDGE_CANDIDATE=/work/candidate
 cd /work
 export HOME=/work
-python3 -I -m pytest -p no:cacheprovider -q --rootdir=/bundle/tests \
+exec python3 -I -m pytest -p no:cacheprovider -q --rootdir=/bundle/tests \
   --junitxml="$SANDBOXD_REPORT" -o junit_family=xunit2 /bundle/tests
-code=$?
-# What the workers printed, for people (the log is never evidence).
-if [ -s /work/bridge/worker.log ]; then
-  echo "--- the workers' output (last 4 KiB)" >&2
-  tail -c 4096 /work/bridge/worker.log >&2
-fi
-exit $code
