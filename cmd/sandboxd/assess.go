@@ -23,7 +23,7 @@ type assessOptions struct {
 // and is bound, every artifact used re-hashes, and the supervisor's
 // recomputed assessments are byte-identical to the evidence's; exitFailed
 // (1) when anything of that does not hold (the evidence is tampered,
-// incomplete, about another bundle, or judged differently); exitUsage (2);
+// incomplete, about another bundle, or judged differently); exitUsage (64);
 // exitBadInput (3) when the key, the bundle or the directory cannot be used
 // at all (unreadable, not a key, a bundle that does not verify, no
 // index.json).

@@ -35,7 +35,7 @@ type bundlePackOptions struct {
 
 // cmdBundle packs, inspects and verifies evaluator bundles.
 func cmdBundle(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+	if len(args) == 0 || isHelp(args[0]) {
 		io.WriteString(stderr, bundleUsage)
 		if len(args) == 0 {
 			return exitUsage
@@ -140,11 +140,8 @@ func exitForInput(err error) int {
 func parseInterleaved(fset *flag.FlagSet, args []string) ([]string, int) {
 	var pos []string
 	for {
-		if err := fset.Parse(args); err != nil {
-			if errors.Is(err, flag.ErrHelp) {
-				return nil, exitOK
-			}
-			return nil, exitUsage
+		if code := parseFlags(fset, args); code >= 0 {
+			return nil, code
 		}
 		args = fset.Args()
 		if len(args) == 0 {

@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"sort"
@@ -11,13 +13,14 @@ import (
 )
 
 // Exit codes shared by every command; `sandboxd run` documents its verdict
-// codes in run.go.
+// codes in run.go. A usage error has a code no verdict uses (EX_USAGE of
+// sysexits.h), so a CI step can tell a typo from an inconclusive verdict.
 const (
 	exitOK         = 0
-	exitFailed     = 1 // the command's subject did not hold (e.g. verify failed)
-	exitUsage      = 2 // bad flags or arguments
-	exitBadInput   = 3 // an input was refused
-	exitInfraError = 4 // the engine or the host failed
+	exitFailed     = 1  // the command's subject did not hold (e.g. verify failed)
+	exitBadInput   = 3  // an input was refused
+	exitInfraError = 4  // the engine or the host failed
+	exitUsage      = 64 // bad flags or arguments
 )
 
 type command struct {
@@ -47,7 +50,7 @@ func commands() map[string]command {
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	cmds := commands()
-	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+	if len(args) == 0 || isHelp(args[0]) {
 		usage(stderr, cmds)
 		if len(args) == 0 {
 			return exitUsage
@@ -80,9 +83,37 @@ func usage(w io.Writer, cmds map[string]command) {
 // version is set at link time for releases.
 var version = "0.1.0-dev"
 
-func cmdVersion(_ context.Context, _ []string, stdout, _ io.Writer) int {
+func cmdVersion(_ context.Context, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("version", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	if code := parseFlags(fs, args); code >= 0 {
+		return code
+	}
+	if fs.NArg() != 0 {
+		fmt.Fprintln(stderr, "usage: sandboxd version")
+		return exitUsage
+	}
 	fmt.Fprintln(stdout, version)
 	return exitOK
+}
+
+// parseFlags parses a command's flags: -1 to go on, exitOK after --help,
+// exitUsage for a flag the command does not know (the flag package has
+// already said which).
+func parseFlags(fs *flag.FlagSet, args []string) int {
+	err := fs.Parse(args)
+	switch {
+	case err == nil:
+		return -1
+	case errors.Is(err, flag.ErrHelp):
+		return exitOK
+	}
+	return exitUsage
+}
+
+// isHelp reports whether a command's first argument asks for its usage.
+func isHelp(arg string) bool {
+	return arg == "-h" || arg == "-help" || arg == "--help" || arg == "help"
 }
 
 // exitForStatus is the exit code of a command that reports one job's end:

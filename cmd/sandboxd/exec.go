@@ -44,8 +44,8 @@ func cmdExec(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "usage: sandboxd exec --image ID|DIR [flags] -- COMMAND [ARG...]")
 		fs.PrintDefaults()
 	}
-	if err := fs.Parse(args); err != nil {
-		return exitUsage
+	if code := parseFlags(fs, args); code >= 0 {
+		return code
 	}
 	if *img == "" || fs.NArg() == 0 {
 		fs.Usage()

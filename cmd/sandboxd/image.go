@@ -16,14 +16,17 @@ func cmdImage(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		return cmdImageImport(ctx, args[1:], os.Stdin, stdout, stderr)
 	}
 	if len(args) == 0 || args[0] != "build" {
-		fmt.Fprintln(stderr, "usage: sandboxd image build DIR | sandboxd image import FILE|-")
+		fmt.Fprintln(stderr, "usage: sandboxd image build [-q] DIR | sandboxd image import FILE|-")
+		if len(args) > 0 && isHelp(args[0]) {
+			return exitOK
+		}
 		return exitUsage
 	}
 	fs := flag.NewFlagSet("image build", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	quiet := fs.Bool("q", false, "print only the image ID")
-	if err := fs.Parse(args[1:]); err != nil {
-		return exitUsage
+	if code := parseFlags(fs, args[1:]); code >= 0 {
+		return code
 	}
 	if fs.NArg() != 1 {
 		fmt.Fprintln(stderr, "usage: sandboxd image build [-q] DIR")

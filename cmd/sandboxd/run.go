@@ -53,10 +53,10 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: sandboxd run --bundle DIR|LAYOUT --workspace DIR|TAR --key FILE|--ephemeral-key [--out DIR] [--json]")
 		fs.PrintDefaults()
-		fmt.Fprintln(stderr, "exit: 0 passed, 1 failed, 2 inconclusive, 3 bad input, 4 infrastructure error")
+		fmt.Fprintln(stderr, "exit: 0 passed, 1 failed, 2 inconclusive, 3 bad input, 4 infrastructure error, 64 usage")
 	}
-	if err := fs.Parse(args); err != nil {
-		return exitUsage
+	if code := parseFlags(fs, args); code >= 0 {
+		return code
 	}
 	if o.bundle == "" || o.workspace == "" || fs.NArg() != 0 {
 		fs.Usage()

@@ -28,7 +28,11 @@ func cmdSelfcheck(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	imageDir := fs.String("image", "images/minimal", "images/<name> directory of the image to check in")
 	force := fs.Bool("force", false, "ignore a cached pass and check again")
 	asJSON := fs.Bool("json", false, "print the full report as JSON")
-	if err := fs.Parse(args); err != nil || fs.NArg() != 0 {
+	if code := parseFlags(fs, args); code >= 0 {
+		return code
+	}
+	if fs.NArg() != 0 {
+		fmt.Fprintln(stderr, "usage: sandboxd selfcheck [--image DIR] [--force] [--json]")
 		return exitUsage
 	}
 	eng, err := broker.NewEngine()

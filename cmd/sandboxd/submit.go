@@ -76,8 +76,8 @@ func cmdSubmit(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	fs.SetOutput(stderr)
 	o.register(fs, true)
 	fs.Var(&blobs, "blob", "input blob `FILE` to upload first (repeatable)")
-	if err := fs.Parse(args); err != nil {
-		return exitUsage
+	if code := parseFlags(fs, args); code >= 0 {
+		return code
 	}
 	if fs.NArg() != 1 || len(o.keys) == 0 {
 		fmt.Fprintln(stderr, "usage: sandboxd submit --socket PATH --key PUB [--blob FILE]... JOBFILE")
@@ -123,8 +123,8 @@ func cmdWait(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	o.register(fs, true)
 	timeout := fs.Duration("timeout", 0, "give up after this long (0: wait as long as it takes)")
-	if err := fs.Parse(args); err != nil {
-		return exitUsage
+	if code := parseFlags(fs, args); code >= 0 {
+		return code
 	}
 	if fs.NArg() != 1 || len(o.keys) == 0 {
 		fmt.Fprintln(stderr, "usage: sandboxd wait --socket PATH --key PUB [--timeout D] JOBFILE")
@@ -165,8 +165,8 @@ func cmdStatus(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	fs := flag.NewFlagSet("status", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	o.register(fs, false)
-	if err := fs.Parse(args); err != nil {
-		return exitUsage
+	if code := parseFlags(fs, args); code >= 0 {
+		return code
 	}
 	if fs.NArg() != 1 {
 		fmt.Fprintln(stderr, "usage: sandboxd status --socket PATH JOBID")

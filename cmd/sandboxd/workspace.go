@@ -28,7 +28,7 @@ type workspaceIngestOptions struct {
 
 // cmdWorkspace ingests candidate workspaces.
 func cmdWorkspace(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+	if len(args) == 0 || isHelp(args[0]) {
 		io.WriteString(stderr, workspaceUsage)
 		if len(args) == 0 {
 			return exitUsage
