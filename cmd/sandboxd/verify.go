@@ -22,6 +22,7 @@ func (k *verifyKeyFlags) Set(v string) error { *k = append(*k, v); return nil }
 type verifyOptions struct {
 	keys    verifyKeyFlags // public key files, all pinned
 	jobFile string         // sealed job the envelopes must be about
+	expect  string         // the verdict every test-result must have: "", passed or failed
 }
 
 // verified is one envelope given on the command line and what became of it.
@@ -74,15 +75,18 @@ func verifyTestResult(keys sandbox.KeySet, envelope []byte) (*testResultStatemen
 // cmdVerify checks receipts and results offline against pinned keys. It
 // prints one line per envelope and exits 0 only if every envelope verifies,
 // is about --job when one is given, and every result is chained to the
-// receipt of its job when that receipt is among the envelopes.
+// receipt of its job when that receipt is among the envelopes. A signed
+// test-result says its verdict first: a well-signed FAILED verdict is a
+// fact that verifies, so only --expect makes the verdict an exit code.
 func cmdVerify(_ context.Context, args []string, stdout, stderr io.Writer) int {
 	var o verifyOptions
 	fset := flag.NewFlagSet("verify", flag.ContinueOnError)
 	fset.SetOutput(stderr)
 	fset.Var(&o.keys, "key", "pinned public key `PEM` file (repeat for key rotation)")
 	fset.StringVar(&o.jobFile, "job", "", "sealed job `FILE` every envelope must be bound to")
+	fset.StringVar(&o.expect, "expect", "", "exit 1 unless a test-result is given and every test-result's verdict is `VERDICT` (passed or failed)")
 	fset.Usage = func() {
-		fmt.Fprintln(stderr, "usage: sandboxd verify --key PUB [--key PUB2] [--job JOBFILE] ENVELOPE...")
+		fmt.Fprintln(stderr, "usage: sandboxd verify --key PUB [--key PUB2] [--job JOBFILE] [--expect passed|failed] ENVELOPE...")
 		fset.PrintDefaults()
 	}
 	if err := fset.Parse(args); err != nil {
@@ -93,6 +97,10 @@ func cmdVerify(_ context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	if len(o.keys) == 0 || fset.NArg() == 0 {
 		fset.Usage()
+		return exitUsage
+	}
+	if o.expect != "" && o.expect != "passed" && o.expect != "failed" {
+		fmt.Fprintf(stderr, "sandboxd verify: --expect %q: want passed or failed\n", o.expect)
 		return exitUsage
 	}
 
@@ -157,15 +165,32 @@ func cmdVerify(_ context.Context, args []string, stdout, stderr io.Writer) int {
 			chainResult(keys, job, v, envs)
 		}
 	}
+	testResults := 0
+	for _, v := range envs {
+		if v.err == nil && v.testResult != nil {
+			testResults++
+			if got := v.testResult.Predicate.Result; o.expect != "" && !strings.EqualFold(got, o.expect) {
+				v.err = fmt.Errorf("verdict: the signed verdict is %s, --expect %s (signature verified; %d passed, %d failed)",
+					got, o.expect, len(v.testResult.Predicate.PassedTests), len(v.testResult.Predicate.FailedTests))
+			}
+		}
+	}
 
 	code := exitOK
 	for _, v := range envs {
-		if v.err != nil {
+		switch {
+		case v.err != nil:
 			fmt.Fprintf(stdout, "%s: FAILED: %s\n", v.path, describeFailure(v.err))
 			code = exitFailed
-			continue
+		case v.testResult != nil:
+			fmt.Fprintf(stdout, "%s: verdict %s: %s\n", v.path, v.testResult.Predicate.Result, describe(v))
+		default:
+			fmt.Fprintf(stdout, "%s: ok: %s\n", v.path, describe(v))
 		}
-		fmt.Fprintf(stdout, "%s: ok: %s\n", v.path, describe(v))
+	}
+	if o.expect != "" && testResults == 0 {
+		fmt.Fprintf(stdout, "sandboxd verify: FAILED: verdict: --expect %s, but no test-result statement was given\n", o.expect)
+		code = exitFailed
 	}
 	return code
 }
@@ -207,8 +232,8 @@ func chainResult(keys sandbox.KeySet, job *sandbox.Job, res *verified, envs []*v
 func describe(v *verified) string {
 	var b strings.Builder
 	if tr := v.testResult; tr != nil {
-		fmt.Fprintf(&b, "test-result: %s (%d passed, %d failed) for %s; signed by %s",
-			tr.Predicate.Result, len(tr.Predicate.PassedTests), len(tr.Predicate.FailedTests), tr.Subject[0].Name, strings.Join(tr.keyIDs, ", "))
+		fmt.Fprintf(&b, "test-result (%d passed, %d failed) for %s; signed by %s",
+			len(tr.Predicate.PassedTests), len(tr.Predicate.FailedTests), tr.Subject[0].Name, strings.Join(tr.keyIDs, ", "))
 		return b.String()
 	}
 	var broker sandbox.Broker

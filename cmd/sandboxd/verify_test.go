@@ -101,6 +101,7 @@ type verifyFixture struct {
 	job1, job2              string
 	acc1, comp1, acc2       string
 	comp2, tampered, byKey2 string
+	passed, failed          string // signed test-result statements
 }
 
 func newVerifyFixture(t *testing.T) verifyFixture {
@@ -164,6 +165,17 @@ func newVerifyFixture(t *testing.T) verifyFixture {
 	sig[len(sig)-1] ^= 1
 	env.Signatures[0].Sig = base64.StdEncoding.EncodeToString(sig)
 	f.tampered = write("tampered.intoto.json", must(sandbox.CanonicalEnvelope(env)))
+	testResult := func(result string, passed, failed []string) []byte {
+		pred := must(json.Marshal(map[string]any{"result": result, "passedTests": passed, "warnedTests": []string{}, "failedTests": failed}))
+		return must(s.SignStatement(sandbox.Statement{
+			Type:          sandbox.StatementType,
+			Subject:       []sandbox.Subject{{Name: "candidate-workspace", Digest: map[string]string{"sha256": strings.Repeat("cd", 32)}}},
+			PredicateType: sandbox.PredicateTestResult,
+			Predicate:     pred,
+		}))
+	}
+	f.passed = write("passed.intoto.json", testResult("PASSED", []string{"a", "b"}, []string{}))
+	f.failed = write("failed.intoto.json", testResult("FAILED", []string{"a"}, []string{"b"}))
 	return f
 }
 
@@ -212,6 +224,29 @@ func TestVerifyCommand(t *testing.T) {
 		{"job file is an envelope", []string{"--key", f.pub, "--job", f.acc1, f.acc1}, exitBadInput, nil},
 		{"key file is not a key", []string{"--key", f.job1, f.acc1}, exitBadInput, nil},
 		{"missing key file", []string{"--key", filepath.Join(f.dir, "nope.pub"), f.acc1}, exitBadInput, nil},
+		// A well-signed test-result says its verdict, never a bare "ok";
+		// --expect makes a verdict other than the expected one fail.
+		{"test-result passed", []string{"--key", f.pub, f.passed}, exitOK, []string{
+			`passed.intoto.json: verdict PASSED: test-result \(2 passed, 0 failed\) for candidate-workspace; signed by SHA256:\S+$`,
+		}},
+		{"test-result failed", []string{"--key", f.pub, f.failed}, exitOK, []string{
+			`failed.intoto.json: verdict FAILED: test-result \(1 passed, 1 failed\) for candidate-workspace; signed by SHA256:\S+$`,
+		}},
+		{"expect passed, got passed", []string{"--key", f.pub, "--expect", "passed", f.passed}, exitOK, []string{
+			`passed.intoto.json: verdict PASSED: `,
+		}},
+		{"expect passed, got failed", []string{"--key", f.pub, "--expect", "passed", f.failed}, exitFailed, []string{
+			`failed.intoto.json: FAILED: verdict: the signed verdict is FAILED, --expect passed \(signature verified; 1 passed, 1 failed\)$`,
+		}},
+		{"expect failed, got passed", []string{"--key", f.pub, "--expect", "failed", f.passed, f.failed}, exitFailed, []string{
+			`passed.intoto.json: FAILED: verdict: the signed verdict is PASSED, --expect failed`,
+			`failed.intoto.json: verdict FAILED: `,
+		}},
+		{"expect without a test-result", []string{"--key", f.pub, "--expect", "passed", f.acc1}, exitFailed, []string{
+			`acc1.intoto.json: ok: receipt`,
+			`FAILED: verdict: --expect passed, but no test-result statement was given`,
+		}},
+		{"expect, bad value", []string{"--key", f.pub, "--expect", "PASS", f.passed}, exitUsage, nil},
 		{"no key", []string{f.acc1}, exitUsage, nil},
 		{"no envelope", []string{"--key", f.pub}, exitUsage, nil},
 		{"unknown flag", []string{"--keys", f.pub, f.acc1}, exitUsage, nil},
