@@ -59,6 +59,10 @@ type Check struct {
 type Report struct {
 	Format Format  `json:"format"`
 	Checks []Check `json:"checks"`
+	// Incomplete says why the report itself shows it was cut short (a TAP
+	// "Bail out!", a plan the tests did not meet); such a report decides
+	// nothing, whichever checks a policy requires.
+	Incomplete string `json:"incomplete,omitempty"`
 }
 
 // Limits bound what a parser reads and keeps. The zero value of a field

@@ -62,8 +62,15 @@ var goldenCases = []goldenCase{
 	{file: "tap/perl-mixed.tap", format: FormatTAP, exit: 1, variant: "required", want: Failed, wantRule: RuleCheckFailed,
 		required: []string{"loads", "adds wrongly", "grouped checks/inner one"}},
 	{file: "tap/perl-pass.tap", format: FormatTAP, exit: 0, want: Passed},
-	{file: "tap/perl-bail.tap", format: FormatTAP, exit: 255, want: Inconclusive, wantRule: RuleCheckErrored},
-	{file: "tap/perl-short.tap", format: FormatTAP, exit: 255, want: Inconclusive, wantRule: RuleCheckErrored},
+	{file: "tap/perl-bail.tap", format: FormatTAP, exit: 255, want: Inconclusive, wantRule: RuleReportIncomplete},
+	{file: "tap/perl-short.tap", format: FormatTAP, exit: 255, want: Inconclusive, wantRule: RuleReportIncomplete},
+	// A report cut short is inconclusive even when every required check it
+	// did report passed and the grader's non-zero exit agrees with its
+	// synthetic error checks.
+	{file: "tap/perl-bail.tap", format: FormatTAP, exit: 255, variant: "required", want: Inconclusive, wantRule: RuleReportIncomplete,
+		required: []string{"before bail"}},
+	{file: "tap/perl-short.tap", format: FormatTAP, exit: 255, variant: "required", want: Inconclusive, wantRule: RuleReportIncomplete,
+		required: []string{"one", "two"}},
 	{file: "tap/tap14.tap", format: FormatTAP, exit: 0, want: Inconclusive, wantRule: RuleExitCodeDisagrees},
 	{file: "tap/node-tap-mixed.tap", format: FormatTAP, exit: 1, want: Inconclusive, wantRule: RuleRequiredSkipped},
 	{file: "tap/node-tap-pass.tap", format: FormatTAP, exit: 0, want: Passed},

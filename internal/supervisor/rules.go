@@ -44,6 +44,7 @@ const (
 	RuleReportDigestMismatch Rule = "report_digest_mismatch"  // the bytes are not the collected artifact
 	RuleReportUnparseable    Rule = "report_unparseable"      // not a well-formed report, or refused
 	RuleReportEmpty          Rule = "report_empty"            // zero checks
+	RuleReportIncomplete     Rule = "report_incomplete"       // cut short: a TAP bail-out or a plan not met
 	RuleDuplicateCheck       Rule = "duplicate_check"         // a check name reported more than once
 	RuleExitCodeDisagrees    Rule = "exit_code_disagrees"     // all passed ⇔ exit 0 does not hold
 	RuleControlMissing       Rule = "control_missing"         // a declared control has no outcome
@@ -221,6 +222,12 @@ var evidenceRules = []evidenceRule{
 			return "", false
 		}
 		return s.rep.parseErr.Error(), true
+	}},
+	{RuleReportIncomplete, func(s *evalState) (string, bool) {
+		if !s.parsed() || s.rep.report.Incomplete == "" {
+			return "", false
+		}
+		return "the report was cut short: " + s.rep.report.Incomplete, true
 	}},
 	{RuleReportEmpty, func(s *evalState) (string, bool) {
 		return "the report has no checks", s.parsed() && len(s.rep.report.Checks) == 0

@@ -39,6 +39,8 @@ type tapFrame struct {
 // "# Subtest: name") become "parent/child" checks. "Bail out!" ends the
 // stream with an error check named "Bail out!". A missing plan, or a plan
 // that disagrees with the points read, is an error check named "(plan)".
+// Either marks the report Incomplete: the tests it did not run may be the
+// ones a policy requires, so it is inconclusive (RuleReportIncomplete).
 // YAML diagnostics, comments and unknown lines are skipped unread.
 func ParseTAP(r io.Reader, lim Limits) (Report, error) {
 	lim = lim.withDefaults()
@@ -54,6 +56,7 @@ func ParseTAP(r io.Reader, lim Limits) (Report, error) {
 		lineNo     int
 		seenLine   bool
 		bailed     bool
+		incomplete []string // why the stream shows it was cut short
 	)
 	held := 0 // checks held in frames, counted against MaxChecks
 	hold := func(f *tapFrame, c Check) error {
@@ -70,7 +73,7 @@ func ParseTAP(r io.Reader, lim Limits) (Report, error) {
 		f := stack[len(stack)-1]
 		stack = stack[:len(stack)-1]
 		parent := stack[len(stack)-1]
-		all := frameChecks(f)
+		all := frameChecks(f, &incomplete)
 		parent.children = append(parent.children, all...)
 		parent.childHdr = f.header
 	}
@@ -107,6 +110,7 @@ func ParseTAP(r io.Reader, lim Limits) (Report, error) {
 			if err := col.add(Check{Name: "Bail out!", Status: CheckError, Message: reason}); err != nil {
 				return Report{}, cr.overOr(err)
 			}
+			incomplete = append(incomplete, strings.TrimSpace("Bail out! "+reason))
 			bailed = true
 			break
 		}
@@ -223,17 +227,17 @@ func ParseTAP(r io.Reader, lim Limits) (Report, error) {
 		top.checks = append(top.checks, ch)
 	}
 	top.children = nil
-	for _, c := range frameChecks(top) {
+	for _, c := range frameChecks(top, &incomplete) {
 		if err := col.add(c); err != nil {
 			return Report{}, cr.overOr(err)
 		}
 	}
-	return Report{Format: FormatTAP, Checks: nonNil(col.checks)}, nil
+	return Report{Format: FormatTAP, Checks: nonNil(col.checks), Incomplete: strings.Join(incomplete, "; ")}, nil
 }
 
 // frameChecks returns a frame's checks plus an error check for a missing or
-// broken plan, prefixing nothing.
-func frameChecks(f *tapFrame) []Check {
+// broken plan, prefixing nothing; the plan's problem is added to incomplete.
+func frameChecks(f *tapFrame, incomplete *[]string) []Check {
 	out := f.checks
 	for _, ch := range f.children {
 		name := ch.Name
@@ -243,12 +247,20 @@ func frameChecks(f *tapFrame) []Check {
 		ch.Name = name
 		out = append(out, ch)
 	}
+	var problem string
 	switch {
 	case f.planned < 0:
-		out = append(out, Check{Name: tapPlanCheck, Status: CheckError, Message: fmt.Sprintf("no plan; %d tests ran (truncated report?)", f.count)})
+		problem = fmt.Sprintf("no plan; %d tests ran (truncated report?)", f.count)
 	case f.planned != f.count:
-		out = append(out, Check{Name: tapPlanCheck, Status: CheckError, Message: fmt.Sprintf("planned %d tests, %d ran", f.planned, f.count)})
+		problem = fmt.Sprintf("planned %d tests, %d ran", f.planned, f.count)
+	default:
+		return out
 	}
+	out = append(out, Check{Name: tapPlanCheck, Status: CheckError, Message: problem})
+	if f.header != "" {
+		problem = fmt.Sprintf("subtest %q: %s", f.header, problem)
+	}
+	*incomplete = append(*incomplete, problem)
 	return out
 }
 
