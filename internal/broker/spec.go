@@ -216,7 +216,7 @@ func (b *Broker) checkInspected(want client.ContainerCreateOptions, got containe
 		CgroupnsMode:   string(hc.CgroupnsMode),
 		PidMode:        privateIfEmpty(string(hc.PidMode)),
 		UTSMode:        privateIfEmpty(string(hc.UTSMode)),
-		UsernsMode:     privateIfEmpty(string(hc.UsernsMode)),
+		UsernsMode:     hostIfEmpty(string(hc.UsernsMode)),
 		Memory:         hc.Memory,
 		MemorySwap:     hc.MemorySwap,
 		NanoCPUs:       hc.NanoCPUs,
@@ -290,6 +290,19 @@ func nonEmpty(s []string) string {
 	return "non-empty"
 }
 
+// hostIfEmpty names the user namespace an empty UsernsMode gives: the
+// engine's own, with the identity uid map (a daemon started with
+// --userns-remap would remap it; the record would then say less than the
+// truth, never more: the container's root is the host's root or weaker).
+func hostIfEmpty(s string) string {
+	if s == "" {
+		return "host"
+	}
+	return s
+}
+
+// privateIfEmpty names the namespace an empty PidMode or UTSMode gives: a
+// new one of the container's own.
 func privateIfEmpty(s string) string {
 	if s == "" {
 		return "private"

@@ -92,7 +92,65 @@ func Gather(opts Options, fds map[string]string) Report {
 		r.ResolvConf = string(b)
 	}
 	r.DevShm = Attempt{Name: "/dev/shm", Errno: errnoName(create("/dev/shm"))}
+	r.Namespaces = map[string]string{}
+	for _, ns := range []string{"cgroup", "ipc", "mnt", "net", "pid", "user", "uts"} {
+		t, err := os.Readlink("/proc/self/ns/" + ns)
+		if err != nil {
+			t = "error: " + errnoName(err)
+		}
+		r.Namespaces[ns] = t
+	}
+	r.UIDMap, r.GIDMap = fieldLines("/proc/self/uid_map"), fieldLines("/proc/self/gid_map")
+	if b, err := os.ReadFile("/proc/self/oom_score_adj"); err == nil {
+		r.OOMScoreAdj = strings.TrimSpace(string(b))
+	}
+	r.Rlimits = rlimits()
+	r.CgroupLimits = map[string]string{}
+	for _, f := range cgroupLimitFiles {
+		if b, err := os.ReadFile(filepath.Join("/sys/fs/cgroup", f)); err == nil {
+			r.CgroupLimits[f] = strings.TrimSpace(string(b))
+		}
+	}
+	if b, err := os.ReadFile("/proc/1/comm"); err == nil {
+		r.Init = strings.TrimSpace(string(b))
+	}
 	return r
+}
+
+// cgroupLimitFiles are the limits of cgroup v1 and v2 the engine sets for
+// memory, swap, CPU and pids; those of the other version are absent.
+var cgroupLimitFiles = []string{
+	"memory/memory.limit_in_bytes", "memory/memory.memsw.limit_in_bytes",
+	"cpu/cpu.cfs_quota_us", "cpu/cpu.cfs_period_us", "pids/pids.max",
+	"memory.max", "memory.swap.max", "cpu.max", "pids.max",
+}
+
+// fieldLines returns a file's lines with runs of blanks as one space.
+func fieldLines(path string) []string {
+	out := lines(path)
+	for i, l := range out {
+		out[i] = strings.Join(strings.Fields(l), " ")
+	}
+	return out
+}
+
+// rlimits parses /proc/self/limits: "Max open files  1024  1024  files".
+func rlimits() map[string]string {
+	out := map[string]string{}
+	ls := lines("/proc/self/limits")
+	if len(ls) > 0 {
+		ls = ls[1:] // the header
+	}
+	for _, l := range ls {
+		if len(l) < 26 {
+			continue
+		}
+		f := strings.Fields(l[25:])
+		if len(f) >= 2 {
+			out[strings.TrimSpace(l[:25])] = f[0] + " " + f[1]
+		}
+	}
+	return out
 }
 
 func statusFields() map[string]string {

@@ -46,6 +46,23 @@ type Report struct {
 	ResolvConf string            `json:"resolv_conf"`
 	// DevShm is the attempt to create a file in /dev/shm.
 	DevShm Attempt `json:"dev_shm"`
+	// Namespaces are the targets of /proc/self/ns/* ("user:[4026531837]"),
+	// by name: equal to the host's means the sandbox shares it.
+	Namespaces map[string]string `json:"namespaces,omitempty"`
+	// UIDMap and GIDMap are /proc/self/uid_map and gid_map, fields joined
+	// by single spaces ("0 0 4294967295" is no user namespace of its own).
+	UIDMap []string `json:"uid_map,omitempty"`
+	GIDMap []string `json:"gid_map,omitempty"`
+	// OOMScoreAdj is /proc/self/oom_score_adj.
+	OOMScoreAdj string `json:"oom_score_adj,omitempty"`
+	// Rlimits are the soft and hard limits of /proc/self/limits, by the
+	// kernel's name ("Max open files": "1024 1024").
+	Rlimits map[string]string `json:"rlimits,omitempty"`
+	// CgroupLimits are the limit files of the sandbox's own cgroup as
+	// mounted at /sys/fs/cgroup (v1 or v2), by path below it.
+	CgroupLimits map[string]string `json:"cgroup_limits,omitempty"`
+	// Init is /proc/1/comm: the sandbox's process 1.
+	Init string `json:"init,omitempty"`
 }
 
 // Attempt is one operation and the errno it ended with ("" for success,
