@@ -6,6 +6,7 @@
 # it), nor reach the grader's descriptors or processes (another uid), nor
 # take part in the report's framing: only its answers reach the grader.
 set -u
+umask 022
 export HOME=/tmp GOCACHE=/tmp/gocache GOPATH=/tmp/gopath GOFLAGS=-mod=mod \
        GOTOOLCHAIN=local GOPROXY=off CGO_ENABLED=0
 report=$SANDBOXD_REPORT
@@ -23,7 +24,8 @@ check() { # name, expected output, arguments...
   name=$1 want=$2
   shift 2
   n=$((n + 1))
-  got=$(timeout 10 /.sandboxd/shim exec /work/bin/calc "$@" </dev/null 2>/dev/null | head -c 100)
+  # A fresh environment: nothing in the program's names the report.
+  got=$(timeout 10 env -i PATH=/bin HOME=/tmp /.sandboxd/shim exec /work/bin/calc "$@" </dev/null 2>/dev/null | head -c 100)
   if [ "$got" = "$want" ]; then
     echo "ok $n - $name"
   else

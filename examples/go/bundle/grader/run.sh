@@ -1,15 +1,25 @@
 #!/bin/sh
 # The grader: copies the candidate's files (read-only export) into scratch
 # space, replaces every test file with the bundle's hidden tests, and runs
-# them. The report is go test -json; the exit code is go test's.
+# them with go test -json. go test builds the test binary (building runs no
+# candidate code) and, through -exec, runs it through the helper's exec
+# service as the code uid (exec.sh): the candidate's code in the binary
+# cannot write, unlink or replace the report, whose directory is the
+# grader's, and nothing in its environment names it. go test, as the
+# grader, turns the binary's output into the report; the exit code is go
+# test's. What the binary prints on its own stdout is still read as the
+# test framework's framing: see README.md.
 set -u
+umask 022
+report=$SANDBOXD_REPORT
+unset SANDBOXD_REPORT
 export HOME=/tmp GOCACHE=/tmp/gocache GOPATH=/tmp/gopath GOFLAGS=-mod=mod \
        GOTOOLCHAIN=local GOPROXY=off CGO_ENABLED=0
 cp -r /usr/local/share/gocache "$GOCACHE"
-mkdir -p /work/src "$(dirname "$SANDBOXD_REPORT")"
+mkdir -p /work/src /work/bin "$(dirname "$report")"
 cp -r "$SANDBOXD_CANDIDATE"/. /work/src/
 # The candidate's own tests (and any TestMain) never count.
 find /work/src -name '*_test.go' -delete
 cp "$SANDBOXD_BUNDLE"/tests/*_test.go /work/src/
 cd /work/src
-exec go test -json -count=1 -timeout 60s . > "$SANDBOXD_REPORT"
+exec go test -json -count=1 -timeout 60s -exec "/bin/sh $SANDBOXD_BUNDLE/grader/exec.sh" . > "$report"
