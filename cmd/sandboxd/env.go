@@ -36,3 +36,12 @@ func stateDir() (string, error) {
 	}
 	return filepath.Join(c, "sandboxd"), nil
 }
+
+// brokerNameOr is $SANDBOXD_BROKER_NAME, else def: separate brokers on one
+// engine (tests, several users) keep separate containers and cache volumes.
+func brokerNameOr(def string) string {
+	if name := os.Getenv("SANDBOXD_BROKER_NAME"); name != "" {
+		return name
+	}
+	return def
+}

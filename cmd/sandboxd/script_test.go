@@ -8,24 +8,37 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
+	"regexp"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/moby/moby/client"
 	"github.com/rogpeppe/go-internal/testscript"
+	"github.com/rogpeppe/go-internal/txtar"
 
 	"github.com/sandboxd/sandboxd/internal/broker"
 	"github.com/sandboxd/sandboxd/internal/image"
 	"github.com/sandboxd/sandboxd/internal/testharness"
 )
 
-// scriptEnv is what TestMain prepared for the scripts.
-var scriptEnv []string
+// scriptEnv is what TestMain prepared for the scripts; scriptEngine is the
+// engine they use (nil without one).
+var (
+	scriptEnv    []string
+	scriptEngine *client.Client
+)
 
 func TestMain(m *testing.M) {
 	cmds := map[string]func() int{
-		"sandboxd": func() int { return run(context.Background(), os.Args[1:], os.Stdout, os.Stderr) },
+		// As main runs it: SIGTERM and SIGINT cancel the command.
+		"sandboxd": func() int {
+			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+			defer stop()
+			return run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+		},
 	}
 	if filepath.Base(os.Args[0]) == "sandboxd" {
 		// A script runs the command: no setup in this child.
@@ -70,6 +83,7 @@ func setupScripts() (func() error, error) {
 	if err != nil {
 		return nil, err
 	}
+	scriptEngine = eng
 	repo, _ := filepath.Abs("../..")
 	tmp, err := os.MkdirTemp("", "sandboxd-script-")
 	if err != nil {
@@ -140,28 +154,57 @@ func setupScripts() (func() error, error) {
 	)
 	return func() error {
 		defer os.RemoveAll(tmp)
-		f := make(client.Filters).Add("label", broker.LabelBroker+"="+name, broker.LabelJob)
-		cs, err := eng.ContainerList(ctx, client.ContainerListOptions{All: true, Filters: f})
-		if err != nil {
-			return err
-		}
-		if len(cs.Items) > 0 {
-			return fmt.Errorf("%d job containers left behind", len(cs.Items))
-		}
-		// daemon.txtar kills its daemon outright: the sandboxes it had
-		// ready stay until a next start would reap them.
-		pf := make(client.Filters).Add("label", broker.LabelBroker+"="+name, broker.LabelRole+"=pool")
-		ps, err := eng.ContainerList(ctx, client.ContainerListOptions{All: true, Filters: pf})
-		if err != nil {
-			return err
-		}
-		for _, c := range ps.Items {
-			if _, err := eng.ContainerRemove(ctx, c.ID, client.ContainerRemoveOptions{Force: true}); err != nil {
-				return err
-			}
-		}
-		return broker.RemoveCache(ctx, eng, name)
+		return cleanBroker(ctx, eng, name)
 	}, nil
+}
+
+// cleanBroker fails if a job container of the broker name is left, and
+// removes its ready sandboxes and cache volumes.
+func cleanBroker(ctx context.Context, eng *client.Client, name string) error {
+	f := make(client.Filters).Add("label", broker.LabelBroker+"="+name, broker.LabelJob)
+	cs, err := eng.ContainerList(ctx, client.ContainerListOptions{All: true, Filters: f})
+	if err != nil {
+		return err
+	}
+	if len(cs.Items) > 0 {
+		return fmt.Errorf("%d job containers of broker %s left behind", len(cs.Items), name)
+	}
+	// daemon.txtar kills its daemon outright: the sandboxes it had
+	// ready stay until a next start would reap them.
+	pf := make(client.Filters).Add("label", broker.LabelBroker+"="+name, broker.LabelRole+"=pool")
+	ps, err := eng.ContainerList(ctx, client.ContainerListOptions{All: true, Filters: pf})
+	if err != nil {
+		return err
+	}
+	for _, c := range ps.Items {
+		if _, err := eng.ContainerRemove(ctx, c.ID, client.ContainerRemoveOptions{Force: true}); err != nil {
+			return err
+		}
+	}
+	return broker.RemoveCache(ctx, eng, name)
+}
+
+// ownBroker is the script command "own-broker": the rest of the script runs
+// under a broker name of its own (in $SANDBOXD_BROKER_NAME), cleaned when
+// the script ends. For a script that runs a daemon with its default flags:
+// a daemon reaps the containers of its name that its journal does not know,
+// which would be other scripts' under the shared name.
+func ownBroker(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) != 0 {
+		ts.Fatalf("usage: own-broker")
+	}
+	if scriptEngine == nil {
+		ts.Fatalf("own-broker: no engine")
+	}
+	var r [4]byte
+	rand.Read(r[:])
+	name := ts.Getenv("SANDBOXD_BROKER_NAME") + "-" + hex.EncodeToString(r[:])
+	ts.Setenv("SANDBOXD_BROKER_NAME", name)
+	ts.Defer(func() {
+		if err := cleanBroker(context.Background(), scriptEngine, name); err != nil {
+			ts.Fatalf("own-broker: %v", err)
+		}
+	})
 }
 
 func TestScripts(t *testing.T) {
@@ -173,6 +216,7 @@ func TestScripts(t *testing.T) {
 			e.Setenv("HOME", e.WorkDir)
 			return nil
 		},
+		Cmds: map[string]func(*testscript.TestScript, bool, []string){"own-broker": ownBroker},
 		Condition: func(cond string) (bool, error) {
 			if cond == "engine" {
 				return os.Getenv("SANDBOXD_TEST_NO_ENGINE") == "" && len(scriptEnv) > 1, nil
@@ -180,4 +224,56 @@ func TestScripts(t *testing.T) {
 			return false, fmt.Errorf("unknown condition %q", cond)
 		},
 	})
+}
+
+// readmeUnscripted are the README's command blocks that readme.txtar does
+// not run, each with the reason.
+var readmeUnscripted = map[string]string{
+	"./scripts/demo": "./scripts/test runs these tests and cannot run itself (CI runs exactly it: .ci/run); ./scripts/demo is run by hand",
+}
+
+// TestReadmeBlocksAreScripted: every ```sh block of README.md is, byte for
+// byte, a .sh file of testdata/script/readme.txtar, which runs it with the
+// engine; and every .sh file there is a README block. The README cannot
+// drift from commands that run.
+func TestReadmeBlocksAreScripted(t *testing.T) {
+	readme, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ar, err := txtar.ParseFile("testdata/script/readme.txtar")
+	if err != nil {
+		t.Fatal(err)
+	}
+	scripts := map[string]string{} // content -> name
+	for _, f := range ar.Files {
+		if strings.HasSuffix(f.Name, ".sh") && f.Name != "sandboxd.sh" {
+			scripts[string(f.Data)] = f.Name
+		}
+	}
+	used := map[string]bool{}
+	blocks := regexp.MustCompile("(?s)```sh\n(.*?)```").FindAllStringSubmatch(string(readme), -1)
+	if len(blocks) == 0 {
+		t.Fatal("README.md has no ```sh block")
+	}
+blocks:
+	for _, b := range blocks {
+		for first, why := range readmeUnscripted {
+			if strings.HasPrefix(b[1], first) {
+				t.Logf("not run here: the block starting %q: %s", first, why)
+				continue blocks
+			}
+		}
+		name, ok := scripts[b[1]]
+		if !ok {
+			t.Errorf("README.md's block\n%s\nis not a .sh file of testdata/script/readme.txtar (copy it there, byte for byte, so that it runs)", b[1])
+			continue
+		}
+		used[name] = true
+	}
+	for _, name := range scripts {
+		if !used[name] {
+			t.Errorf("readme.txtar's %s is no longer a block of README.md", name)
+		}
+	}
 }

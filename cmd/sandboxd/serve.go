@@ -58,7 +58,7 @@ func cmdServe(ctx context.Context, args []string, _, stderr io.Writer) int {
 	fs.StringVar(&o.state, "state", "", "state `DIR`: journal, blobs, assessments (required)")
 	fs.StringVar(&o.key, "key", "", "signing key `FILE` (password from SANDBOXD_KEY_PASSWORD)")
 	fs.BoolVar(&o.ephemeralKey, "ephemeral-key", false, "sign with a key generated at start (every envelope says so)")
-	fs.StringVar(&o.name, "name", "sandboxd", "broker `NAME` in labels and envelopes")
+	fs.StringVar(&o.name, "name", brokerNameOr("sandboxd"), "broker `NAME` in labels and envelopes (default $SANDBOXD_BROKER_NAME if set)")
 	fs.StringVar(&o.volumePrefix, "volume-prefix", "", "prefix of cache volume names (default: --name)")
 	fs.IntVar(&o.concurrency, "concurrency", def.Concurrency, "jobs running at once")
 	fs.IntVar(&o.queue, "queue", def.QueueSize, "accepted jobs that may wait for a slot before submissions get 429")
