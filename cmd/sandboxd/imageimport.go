@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -14,13 +15,19 @@ import (
 // cmdImageImport is `sandboxd image import FILE|-`: load one image from a
 // `docker save` tarball or an OCI image-layout archive and print its ID.
 func cmdImageImport(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.Writer) int {
-	if len(args) != 1 {
-		fmt.Fprintln(stderr, "usage: sandboxd image import FILE|-")
+	fs := flag.NewFlagSet("image import", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() { fmt.Fprintln(stderr, "usage: sandboxd image import FILE|-") }
+	if code := parseFlags(fs, args); code >= 0 {
+		return code
+	}
+	if fs.NArg() != 1 {
+		fs.Usage()
 		return exitUsage
 	}
 	in := stdin
-	if args[0] != "-" {
-		f, err := os.Open(args[0])
+	if name := fs.Arg(0); name != "-" {
+		f, err := os.Open(name)
 		if err != nil {
 			fmt.Fprintln(stderr, "sandboxd image import:", err)
 			return exitBadInput

@@ -12,7 +12,7 @@ import (
 // Revision identifies the supervisor's rules and parsers. It is part of
 // every assessment and of its retention key: a new revision may judge the
 // same evidence again, but one revision never changes a retained verdict.
-const Revision = "sandboxd-supervisor/1"
+const Revision = "sandboxd-supervisor/2"
 
 // AssessmentSchema is the schema of the assessments this package writes.
 const AssessmentSchema = "sandboxd.assessment/v1"
