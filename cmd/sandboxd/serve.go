@@ -39,7 +39,7 @@ type serveOptions struct {
 
 // faultEnv names the test-only fault injection: "STEP:JOBID" makes the
 // daemon SIGKILL itself when job JOBID reaches STEP (accepted, created,
-// started, exited). The daemon's crash tests use it; nothing else should.
+// started, the collection steps of broker.CollectSteps, exited). The daemon's crash tests use it; nothing else should.
 const faultEnv = "SANDBOXD_TEST_FAULT"
 
 // cmdServe runs the daemon until SIGTERM or SIGINT: then it stops taking

@@ -132,7 +132,16 @@ type Hooks struct {
 	// the container is left in place so that Recover can read the job's
 	// stream again after a restart.
 	OnFinished func(ctx context.Context, res sandbox.Result) error
+	// OnCollect, if set, runs at each step of the live collection of the
+	// helper's stream (see CollectSteps). Crash tests use it to kill the
+	// daemon at a precise point of a collection.
+	OnCollect func(step string)
 }
+
+// CollectSteps are the steps Hooks.OnCollect is called at: the first
+// artifact begun, half the output limit stored, the collection summary and
+// the helper's status (the whole stream) received.
+var CollectSteps = []string{"collect-begin", "collect-half", "collect-summary", "collect-status"}
 
 // Preflight refuses a job before anything is created: an invalid or
 // unsealed job, a runtime this broker does not allow, an image that is not

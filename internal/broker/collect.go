@@ -56,6 +56,11 @@ type collector struct {
 	// blob directory is synced once, when the stream has ended, instead of
 	// once per artifact. consume returns only after the batch committed.
 	batch *store.Batch
+
+	// step reports collection steps to Hooks.OnCollect; halfway is set
+	// once the step at half the output limit was reported.
+	step    func(string)
+	halfway bool
 }
 
 func newCollector(r *run) *collector {
@@ -68,6 +73,13 @@ func newCollector(r *run) *collector {
 		rejected:  []sandbox.Rejected{},
 		artifacts: []sandbox.Artifact{},
 		batch:     r.b.blobs.NewBatch(),
+		step:      r.hooks.OnCollect,
+	}
+}
+
+func (c *collector) reached(step string) {
+	if c.step != nil {
+		c.step(step)
 	}
 }
 
@@ -87,7 +99,7 @@ func (c *collector) consume(r io.Reader) error {
 }
 
 func (c *collector) consumeFrames(r io.Reader) error {
-	err := c.frames(shim.NewFrameReader(r))
+	err := c.frames(shim.NewFrameReader(shim.NewUnstuffReader(r)))
 	if err != nil {
 		c.abortFile()
 		// Drain so the container is not blocked on a full pipe: it exits,
@@ -157,6 +169,7 @@ func (c *collector) frame(typ byte, p []byte) error {
 			return fmt.Errorf("summary frame: %w", err)
 		}
 		c.summary = &s
+		c.reached("collect-summary")
 		for _, l := range s.LimitsHit {
 			if slices.Contains([]string{"file_count", "output_bytes", "file_size_bytes"}, l) {
 				c.limit(l)
@@ -168,6 +181,7 @@ func (c *collector) frame(typ byte, p []byte) error {
 			return fmt.Errorf("status frame: %w", err)
 		}
 		c.status = &s
+		c.reached("collect-status")
 	case shim.FrameError:
 		c.helperError = sanitize(string(p))
 	default:
@@ -200,6 +214,9 @@ func (c *collector) beginFile(p []byte) error {
 	}
 	c.seen[h.Path] = true
 	c.cur, c.curHdr = w, h
+	if c.files == 0 {
+		c.reached("collect-begin")
+	}
 	return nil
 }
 
@@ -223,6 +240,10 @@ func (c *collector) endFile() error {
 	c.files++
 	c.bytes += n
 	c.artifacts = append(c.artifacts, sandbox.Artifact{Path: h.Path, Digest: d, Size: n, MediaType: mediaType(h.Path)})
+	if !c.halfway && 2*c.bytes >= c.r.job.Limits.OutputBytes {
+		c.halfway = true
+		c.reached("collect-half")
+	}
 	return nil
 }
 

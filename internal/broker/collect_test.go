@@ -17,7 +17,8 @@ import (
 type stream struct{ bytes.Buffer }
 
 func (s *stream) frame(typ byte, p []byte) *stream {
-	if err := shim.WriteFrame(&s.Buffer, typ, p); err != nil {
+	// Stuffed, as the helper writes it.
+	if err := shim.WriteFrame(shim.NewStuffWriter(&s.Buffer), typ, p); err != nil {
 		panic(err)
 	}
 	return s

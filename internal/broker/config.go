@@ -43,12 +43,6 @@ type Config struct {
 	// VolumePrefix starts the names of the broker's cache volumes (the
 	// helper and read-only inputs, named by content digest).
 	VolumePrefix string
-	// LogMaxSize is the engine's max-size for the container's own log: the
-	// helper's whole framed stream. The broker reads the stream live; after
-	// a broker crash it reads it back from this log, so a job whose stream
-	// fit is recovered and a longer one ends uncertain. The "local" driver
-	// is used because json-file is not binary-safe.
-	LogMaxSize string
 	// PoolSize is how many started sandboxes the broker keeps ready for
 	// each container shape (image, runtime, resource limits) a job without
 	// read-only inputs has used; 0 disables the pool. See pool.go.
@@ -72,7 +66,6 @@ func Default() Config {
 		CollectGrace:  30 * time.Second,
 		EngineTimeout: 90 * time.Second, // a loaded engine has taken over 30 s to start a container
 		NProc:         8192,
-		LogMaxSize:    "16m",
 		VolumePrefix:  "sandboxd",
 		PoolIdle:      10 * time.Minute,
 	}
@@ -101,8 +94,6 @@ func (c Config) Validate() error {
 		return fmt.Errorf("broker config: PoolSize %d is not within 0..64", c.PoolSize)
 	case c.PoolSize > 0 && c.PoolIdle < time.Second:
 		return fmt.Errorf("broker config: PoolIdle %v is under 1s", c.PoolIdle)
-	case c.LogMaxSize == "":
-		return errors.New("broker config: LogMaxSize is empty")
 	}
 	return nil
 }

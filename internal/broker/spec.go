@@ -72,7 +72,7 @@ func (b *Broker) containerSpec(p *plan) client.ContainerCreateOptions {
 		Labels:       p.labels,
 	}
 	hc := &container.HostConfig{
-		LogConfig:      container.LogConfig{Type: "local", Config: map[string]string{"max-size": b.cfg.LogMaxSize, "max-file": "1", "compress": "false"}},
+		LogConfig:      container.LogConfig{Type: "local", Config: map[string]string{"max-size": logMaxSize(l), "max-file": "1", "compress": "false"}},
 		NetworkMode:    container.NetworkMode(sandbox.NetworkNone),
 		RestartPolicy:  container.RestartPolicy{Name: container.RestartPolicyDisabled},
 		AutoRemove:     false,
@@ -335,4 +335,13 @@ func mountsStr(ms []mount.Mount) string {
 	}
 	sort.Strings(parts)
 	return strings.Join(parts, ",")
+}
+
+// logMaxSize is the max-size of a job container's own log: the helper's
+// whole stream, which a broker that restarted reads back from it. It is
+// the most the helper can write for the job's limits, so the log never
+// rotates and every stream the live path accepts is recovered whole. The
+// "local" driver is used because json-file is not binary-safe.
+func logMaxSize(l sandbox.Limits) string {
+	return strconv.FormatInt(shim.LogBound(l.LogBytes, l.OutputBytes, l.FileCount), 10)
 }

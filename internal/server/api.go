@@ -335,7 +335,14 @@ func (s *Server) putBlob(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusRequestEntityTooLarge, fmt.Errorf("blob of %d bytes is larger than %d: %w", r.ContentLength, s.cfg.MaxBlobBytes, store.ErrTooLarge))
 		return
 	}
+	// Leased before it is stored: a sweep keeps it for the job that will
+	// name it.
+	if err := s.cfg.Blobs.Lease(want); err != nil {
+		writeError(w, http.StatusInternalServerError, fmt.Errorf("blob %s: %w", want, err))
+		return
+	}
 	if s.cfg.Blobs.Has(want) {
+		s.cfg.Blobs.Touch(want)
 		writeJSON(w, http.StatusOK, map[string]any{"digest": want})
 		return
 	}

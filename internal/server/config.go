@@ -41,6 +41,9 @@ type Config struct {
 	QueueSize int
 	// MaxJobBytes caps a submitted job's JSON; MaxBlobBytes an upload.
 	MaxJobBytes, MaxBlobBytes int64
+	// BlobLeaseTTL is how long an upload no job names is kept: the time a
+	// client has between uploading a job's inputs and submitting it.
+	BlobLeaseTTL time.Duration
 	// MaxWait caps a wait request's timeout.
 	MaxWait time.Duration
 	// ReapGrace is how old a labelled container unknown to the journal must
@@ -51,7 +54,7 @@ type Config struct {
 	// Logger receives JSON logs; nil discards them.
 	Logger *slog.Logger
 	// Fault, when set, is called at each step of a job's life ("accepted",
-	// "created", "started", "exited"); tests use it to kill the process at
+	// "created", "started", broker.CollectSteps, "exited"); tests use it to kill the process at
 	// a precise point. Production leaves it nil.
 	Fault func(step, jobID string)
 }
@@ -66,6 +69,7 @@ func Default() Config {
 		MaxJobBytes:  1 << 20,
 		MaxBlobBytes: 1 << 30,
 		MaxWait:      5 * time.Minute,
+		BlobLeaseTTL: time.Hour,
 		ReapGrace:    2 * time.Minute,
 		ReapInterval: 5 * time.Minute,
 		DrainTimeout: 30 * time.Second,
@@ -83,6 +87,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("server config: QueueSize %d is negative", c.QueueSize)
 	case c.MaxJobBytes < 1024 || c.MaxBlobBytes < 1024:
 		return errors.New("server config: MaxJobBytes and MaxBlobBytes must be at least 1 KiB")
+	case c.BlobLeaseTTL < time.Minute:
+		return fmt.Errorf("server config: BlobLeaseTTL %v is under 1m", c.BlobLeaseTTL)
 	case c.MaxWait < time.Second:
 		return fmt.Errorf("server config: MaxWait %v is under 1s", c.MaxWait)
 	case c.ReapGrace < 0 || c.ReapInterval < time.Second:

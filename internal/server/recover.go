@@ -27,6 +27,7 @@ func (s *Server) recover(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("recover: %w", err)
 	}
+	s.sweepOrphans(recs)
 	var open []journal.Record
 	bound := map[string]bool{}
 	for _, r := range recs {

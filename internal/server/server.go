@@ -348,6 +348,7 @@ func (s *Server) runJob(id string) {
 			s.fault("started", id)
 		},
 	}
+	hooks.OnCollect = func(step string) { s.fault(step, id) }
 	finished := false
 	hooks.OnFinished = func(ctx context.Context, res sandbox.Result) error {
 		// The result is made durable while the container still exists, so

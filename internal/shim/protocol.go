@@ -28,8 +28,9 @@ const (
 // Hello starts the payload of the first frame; the rest is the stream's
 // nonce. A stream that does not start with exactly that (e.g. a log whose
 // beginning was rotated away, or a forged stream a candidate wrote into
-// its output hoping a rotation lands on it) is not the helper's.
-const Hello = "sandboxd-shim/1 "
+// its output hoping a rotation lands on it) is not the helper's. Version 2
+// is byte-stuffed (see StuffWriter).
+const Hello = "sandboxd-shim/2 "
 
 // NonceEnv names the environment variable that gives the helper its
 // stream nonce. The container's environment is readable only by root

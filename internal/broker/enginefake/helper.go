@@ -26,10 +26,11 @@ func ShimBinary() []byte {
 
 // Stream is a whole helper stream: the hello with the container's nonce,
 // stdout, an empty collection and the status. Tests build recovered logs
-// from it.
+// from it. It is stuffed, as the helper writes it.
 func Stream(nonce string, stdout string, st shim.Status) []byte {
 	var b strings.Builder
-	frame := func(typ byte, p []byte) { shim.WriteFrame(&b, typ, p) }
+	w := shim.NewStuffWriter(&b)
+	frame := func(typ byte, p []byte) { shim.WriteFrame(w, typ, p) }
 	frame(shim.FrameHello, []byte(shim.Hello+nonce))
 	if stdout != "" {
 		frame(shim.FrameStdout, []byte(stdout))

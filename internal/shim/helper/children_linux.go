@@ -4,7 +4,6 @@ import (
 	"archive/tar"
 	"bufio"
 	"encoding/binary"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -132,8 +131,6 @@ func (f fdWriter) Write(p []byte) (int, error) {
 	return n, nil
 }
 
-const maxRejectedFrames = 1000
-
 type collector struct {
 	o         *out
 	remaining int64
@@ -165,7 +162,7 @@ func collectMain() int {
 		fmt.Fprintln(os.Stderr, "sandboxd-shim collect:", err)
 		return 1
 	}
-	w := bufio.NewWriterSize(os.Stdout, 1<<20)
+	w := bufio.NewWriterSize(shim.NewStuffWriter(os.Stdout), 1<<20)
 	code := collectFrames(w, cfg)
 	if err := w.Flush(); err != nil && code == 0 {
 		fmt.Fprintln(os.Stderr, "sandboxd-shim collect:", err)
@@ -182,7 +179,7 @@ func collectFrames(w io.Writer, cfg *shim.Config) int {
 		remaining: cfg.OutputBytes,
 		left:      cfg.FileCount,
 		limits:    map[string]bool{},
-		buf:       make([]byte, 256<<10),
+		buf:       make([]byte, shim.DataChunk),
 	}
 	for _, dir := range cfg.Outputs {
 		// No component of the output path may be a link: the candidate
@@ -229,7 +226,7 @@ func collectFrames(w io.Writer, cfg *shim.Config) int {
 }
 
 func (c *collector) reject(path, reason string) {
-	if c.rejected >= maxRejectedFrames {
+	if c.rejected >= shim.MaxRejectedFrames {
 		c.dropped++
 		return
 	}
@@ -318,13 +315,15 @@ func (c *collector) file(dirfd int, name, p string, st *unix.Stat_t) error {
 		c.reject(p, "changed while being collected")
 		return nil
 	}
-	hdr, _ := json.Marshal(shim.FileHeader{Path: p, Size: st.Size})
+	hdr, _ := shim.MarshalFrame(shim.FileHeader{Path: p, Size: st.Size})
 	if err := c.o.frame(shim.FrameFileBegin, hdr); err != nil {
 		return err
 	}
 	var sent int64
 	for sent < st.Size {
-		n, err := readFD(fd, c.buf[:min(int64(len(c.buf)), st.Size-sent)])
+		// Each chunk but the last is full: the stream's size, and so its
+		// log's, is bounded by the job's limits (see StreamBound).
+		n, err := fillFD(fd, c.buf[:min(int64(len(c.buf)), st.Size-sent)])
 		if n > 0 {
 			if err := c.o.frame(shim.FrameFileData, c.buf[:n]); err != nil {
 				return err
@@ -345,6 +344,19 @@ func (c *collector) file(dirfd int, name, p string, st *unix.Stat_t) error {
 	c.bytes += sent
 	c.remaining -= sent
 	return nil
+}
+
+// fillFD reads until p is full, the file ends or a read fails.
+func fillFD(fd int, p []byte) (int, error) {
+	n := 0
+	for n < len(p) {
+		m, err := readFD(fd, p[n:])
+		n += m
+		if err != nil {
+			return n, err
+		}
+	}
+	return n, nil
 }
 
 // readFD reads from a raw descriptor; io.EOF at the end of the file.

@@ -260,15 +260,15 @@ func TestCollectLimits(t *testing.T) {
 // A flood of refused entries is listed up to a bound, then counted.
 func TestCollectBoundsTheRejectedList(t *testing.T) {
 	out := t.TempDir()
-	const links = maxRejectedFrames + 7
+	const links = shim.MaxRejectedFrames + 7
 	for i := range links {
 		if err := os.Symlink("/", filepath.Join(out, fmt.Sprintf("l%05d", i))); err != nil {
 			t.Fatal(err)
 		}
 	}
 	got := collect(t, &shim.Config{Outputs: []string{out}, OutputBytes: 1, FileCount: 1})
-	if len(got.rejected) != maxRejectedFrames+1 {
-		t.Fatalf("got %d rejected frames, want %d", len(got.rejected), maxRejectedFrames+1)
+	if len(got.rejected) != shim.MaxRejectedFrames+1 {
+		t.Fatalf("got %d rejected frames, want %d", len(got.rejected), shim.MaxRejectedFrames+1)
 	}
 	last := got.rejected[len(got.rejected)-1]
 	if want := "7 more rejected entries not listed"; last.Path != "" || last.Reason != want {

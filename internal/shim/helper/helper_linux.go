@@ -47,7 +47,7 @@ func (o *out) frame(typ byte, p []byte) error {
 }
 
 func (o *out) json(typ byte, v any) error {
-	b, err := json.Marshal(v)
+	b, err := shim.MarshalFrame(v)
 	if err != nil {
 		return err
 	}
@@ -55,7 +55,7 @@ func (o *out) json(typ byte, v any) error {
 }
 
 func parentMain() int {
-	o := &out{w: os.Stdout}
+	o := &out{w: shim.NewStuffWriter(os.Stdout)}
 	nonce := os.Getenv(shim.NonceEnv)
 	os.Unsetenv(shim.NonceEnv)
 	if err := o.frame(shim.FrameHello, []byte(shim.Hello+nonce)); err != nil {

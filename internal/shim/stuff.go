@@ -1,0 +1,163 @@
+package shim
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+)
+
+// The helper's stream is byte-stuffed so that it holds no newline. The
+// engine's log driver (which keeps the stream for a broker that restarts)
+// splits what a container writes at every newline and stores each piece
+// as a record with about 26 bytes of its own: a stream of newlines (an
+// artifact full of them, say) would take 27 times its size in the log and
+// hit its max-size long before the job's output limit. Without newlines
+// the driver stores 16 KiB records (under 1% more), and the log can be
+// sized from the job's limits (see StreamBound).
+const (
+	stuffEsc     byte = 0x1b
+	stuffNewline byte = 0x01 // ESC 0x01 stands for '\n'
+	stuffSelf    byte = 0x02 // ESC 0x02 stands for ESC
+)
+
+// StuffWriter writes p to w with every '\n' and ESC escaped. Each Write
+// makes one Write on w, so frames written whole stay whole.
+type StuffWriter struct {
+	w   io.Writer
+	buf []byte
+}
+
+// NewStuffWriter returns a writer that stuffs what it is given into w.
+func NewStuffWriter(w io.Writer) *StuffWriter { return &StuffWriter{w: w} }
+
+func (s *StuffWriter) Write(p []byte) (int, error) {
+	s.buf = s.buf[:0]
+	for _, c := range p {
+		switch c {
+		case '\n':
+			s.buf = append(s.buf, stuffEsc, stuffNewline)
+		case stuffEsc:
+			s.buf = append(s.buf, stuffEsc, stuffSelf)
+		default:
+			s.buf = append(s.buf, c)
+		}
+	}
+	if _, err := s.w.Write(s.buf); err != nil {
+		return 0, err
+	}
+	return len(p), nil
+}
+
+// ErrStuffing is returned for a stream that is not validly stuffed: a raw
+// newline, or an escape followed by anything but its two codes.
+var ErrStuffing = errors.New("stream is not byte-stuffed")
+
+// UnstuffReader undoes StuffWriter.
+type UnstuffReader struct {
+	r *bufio.Reader
+}
+
+// NewUnstuffReader reads the stuffed stream r.
+func NewUnstuffReader(r io.Reader) *UnstuffReader {
+	return &UnstuffReader{r: bufio.NewReaderSize(r, 64<<10)}
+}
+
+func (u *UnstuffReader) Read(p []byte) (int, error) {
+	if len(p) == 0 {
+		return 0, nil
+	}
+	// At least two bytes, so that an escape and its code are seen together.
+	buf, err := u.r.Peek(2)
+	if len(buf) == 0 {
+		return 0, err
+	}
+	buf, _ = u.r.Peek(u.r.Buffered())
+	n, i := 0, 0
+	for i < len(buf) && n < len(p) {
+		run := buf[i:]
+		if k := bytes.IndexAny(run, "\n\x1b"); k >= 0 {
+			run = run[:k]
+		}
+		m := copy(p[n:], run)
+		n, i = n+m, i+m
+		if n == len(p) || i == len(buf) {
+			break
+		}
+		if buf[i] == '\n' {
+			u.r.Discard(i)
+			return n, fmt.Errorf("raw newline: %w", ErrStuffing)
+		}
+		if i+1 == len(buf) {
+			if n == 0 {
+				// Only an escape is left: the stream ends in it.
+				u.r.Discard(i)
+				return 0, fmt.Errorf("stream ends in an escape: %w", ErrStuffing)
+			}
+			break
+		}
+		switch buf[i+1] {
+		case stuffNewline:
+			p[n] = '\n'
+		case stuffSelf:
+			p[n] = stuffEsc
+		default:
+			u.r.Discard(i)
+			return n, fmt.Errorf("escape followed by %#x: %w", buf[i+1], ErrStuffing)
+		}
+		n, i = n+1, i+2
+	}
+	u.r.Discard(i)
+	return n, nil
+}
+
+// DataChunk is the payload of every artifact data frame but a file's last.
+const DataChunk = 256 << 10
+
+// maxPathBytes bounds the path in a file header or rejected frame: the
+// collector refuses a longer path, and lists it under a name at most a
+// component (255 bytes) longer.
+const maxPathBytes = 4096 + 256
+
+// MaxRejectedFrames bounds the rejected frames of one collection; three
+// summary ones may follow.
+const MaxRejectedFrames = 1000
+
+// MarshalFrame is json.Marshal without HTML escaping: a path of valid
+// UTF-8 without control characters (all the collector sends) takes at most
+// twice its length in JSON, which StreamBound counts on.
+func MarshalFrame(v any) ([]byte, error) {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(v); err != nil {
+		return nil, err
+	}
+	return bytes.TrimSuffix(b.Bytes(), []byte("\n")), nil
+}
+
+// StreamBound is the most bytes the helper writes, before stuffing, for a
+// job with these limits: its hello, at most logBytes of stdout and of
+// stderr (in frames of at least one byte), each artifact's header, data
+// in full chunks and end, the rejected entries, the summary and the
+// status or error frame.
+func StreamBound(logBytes, outputBytes, fileCount int64) int64 {
+	const hdr = 5
+	const small = 2*MaxFrame + 4096 // hello, summary, status, error
+	perFile := 3*hdr + 2*maxPathBytes + 64
+	perReject := hdr + 2*(maxPathBytes+1024) + 64
+	return small +
+		2*(logBytes*(hdr+1)) +
+		fileCount*int64(perFile) + outputBytes + hdr*(outputBytes/DataChunk+1) +
+		(MaxRejectedFrames+3)*int64(perReject)
+}
+
+// LogBound is the most bytes the engine's "local" log driver stores for a
+// job with these limits: the stuffed stream (at most twice StreamBound),
+// in records of 16 KiB, each about 100 bytes more, and 1 MiB to spare.
+func LogBound(logBytes, outputBytes, fileCount int64) int64 {
+	s := 2 * StreamBound(logBytes, outputBytes, fileCount)
+	return s + s/64 + 1<<20
+}
