@@ -32,7 +32,7 @@ type serveOptions struct {
 	name, volumePrefix           string
 	concurrency, queue, pool     int
 	reapGrace, drainTimeout      time.Duration
-	maxBlob                      int64
+	maxBlob, maxUpload           int64
 	allowRunsc                   bool
 	debug                        bool
 }
@@ -66,6 +66,7 @@ func cmdServe(ctx context.Context, args []string, _, stderr io.Writer) int {
 	fs.DurationVar(&o.reapGrace, "reap-grace", def.ReapGrace, "age before an unknown labelled container is removed")
 	fs.DurationVar(&o.drainTimeout, "drain-timeout", def.DrainTimeout, "how long SIGTERM waits for running jobs")
 	fs.Int64Var(&o.maxBlob, "max-blob-bytes", def.MaxBlobBytes, "largest upload")
+	fs.Int64Var(&o.maxUpload, "max-upload-bytes", def.MaxUploadBytes, "bytes of uploads no accepted job names yet, together (beyond it uploads get 507)")
 	fs.BoolVar(&o.allowRunsc, "allow-runsc", false, "allow jobs that ask for the runsc runtime")
 	fs.BoolVar(&o.debug, "debug", false, "log every request")
 	if err := fs.Parse(args); err != nil {
@@ -95,11 +96,14 @@ func cmdServe(ctx context.Context, args []string, _, stderr io.Writer) int {
 }
 
 func serve(ctx context.Context, o serveOptions, log *slog.Logger) error {
-	if err := os.MkdirAll(o.state, 0o700); err != nil {
+	// One process per state directory: a second one says who holds it
+	// instead of timing out on the journal.
+	unlock, err := server.LockState(o.state)
+	if err != nil {
 		return err
 	}
+	defer unlock()
 	var signer *receipt.Signer
-	var err error
 	if o.ephemeralKey {
 		signer, err = receipt.NewEphemeralSigner()
 		log.Warn("signing with an ephemeral key: envelopes prove nothing once this process is gone")
@@ -155,6 +159,7 @@ func serve(ctx context.Context, o serveOptions, log *slog.Logger) error {
 	cfg.Supervisor = supervisor.New(assessments)
 	cfg.Concurrency, cfg.QueueSize = o.concurrency, o.queue
 	cfg.ReapGrace, cfg.DrainTimeout, cfg.MaxBlobBytes = o.reapGrace, o.drainTimeout, o.maxBlob
+	cfg.MaxUploadBytes = o.maxUpload
 	cfg.Logger = log
 	cfg.Preflight = b.Preflight
 	// No job runs on an image before the isolation selfcheck passed on it
@@ -219,7 +224,7 @@ func serve(ctx context.Context, o serveOptions, log *slog.Logger) error {
 	derr := srv.Shutdown(dctx)
 	cancel()
 	if derr != nil {
-		log.Warn("drain incomplete", "error", derr)
+		log.Error("drain incomplete", "error", derr)
 	}
 	hctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	hs.Shutdown(hctx)
@@ -231,6 +236,11 @@ func serve(ctx context.Context, o serveOptions, log *slog.Logger) error {
 	}
 	if serveErr != nil && !errors.Is(serveErr, http.ErrServerClosed) {
 		return serveErr
+	}
+	// Not a clean stop: a supervisor (systemd) sees it, and the log says
+	// which jobs the next start recovers.
+	if derr != nil {
+		return fmt.Errorf("drain incomplete: %w", derr)
 	}
 	return nil
 }

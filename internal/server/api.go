@@ -67,7 +67,8 @@ func view(rec journal.Record) sandbox.JobView {
 type ErrorBody struct {
 	Error string `json:"error"`
 	// Code classifies the error for clients: invalid, too_large, conflict,
-	// not_found, image_refused, queue_full, draining or internal.
+	// not_found, image_refused, queue_full, draining, result_not_recorded,
+	// insufficient_storage or internal.
 	Code string `json:"code"`
 	// Field names the offending field when validation failed.
 	Field string `json:"field,omitempty"`
@@ -77,6 +78,10 @@ func codeOf(status int, err error) string {
 	switch {
 	case status == http.StatusTooManyRequests:
 		return "queue_full"
+	case errors.Is(err, errNotRecorded):
+		return "result_not_recorded"
+	case status == http.StatusInsufficientStorage:
+		return "insufficient_storage"
 	case status == http.StatusServiceUnavailable:
 		return "draining"
 	case status == http.StatusRequestEntityTooLarge:
@@ -216,6 +221,7 @@ func (s *Server) submit(w http.ResponseWriter, r *http.Request) {
 	s.fault("accepted", job.ID)
 	s.m.accepted.Inc()
 	log.Info("job accepted", "job_digest", job.Digest)
+	s.releaseLeases(job)
 	s.enqueue(job.ID, true)
 	writeJSON(w, http.StatusAccepted, view(rec))
 }
@@ -276,6 +282,10 @@ func (s *Server) waitJob(w http.ResponseWriter, r *http.Request) {
 		}
 		if rec.State.Terminal() {
 			writeJSON(w, http.StatusOK, view(rec))
+			return
+		}
+		if err := s.errUnrecorded(id); err != nil {
+			writeError(w, http.StatusServiceUnavailable, err)
 			return
 		}
 		select {
@@ -346,8 +356,16 @@ func (s *Server) putBlob(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]any{"digest": want})
 		return
 	}
-	d, n, err := s.cfg.Blobs.Put(http.MaxBytesReader(w, r.Body, s.cfg.MaxBlobBytes), want, s.cfg.MaxBlobBytes)
+	room, release, err := s.reserveUpload(r.ContentLength)
 	if err != nil {
+		s.cfg.Blobs.Unlease(want)
+		writeError(w, quotaStatus, fmt.Errorf("blob %s: %w", want, err))
+		return
+	}
+	defer release()
+	d, n, err := s.cfg.Blobs.Put(http.MaxBytesReader(w, r.Body, room), want, room)
+	if err != nil {
+		s.cfg.Blobs.Unlease(want)
 		writeError(w, statusOf(err), fmt.Errorf("blob %s: %w", want, err))
 		return
 	}

@@ -41,6 +41,9 @@ type Config struct {
 	QueueSize int
 	// MaxJobBytes caps a submitted job's JSON; MaxBlobBytes an upload.
 	MaxJobBytes, MaxBlobBytes int64
+	// MaxUploadBytes caps the uploads no accepted job names yet, together:
+	// beyond it an upload is answered 507.
+	MaxUploadBytes int64
 	// BlobLeaseTTL is how long an upload no job names is kept: the time a
 	// client has between uploading a job's inputs and submitting it.
 	BlobLeaseTTL time.Duration
@@ -62,17 +65,18 @@ type Config struct {
 // Default returns the limits a dedicated host starts with.
 func Default() Config {
 	return Config{
-		Name:         "sandboxd",
-		Version:      "0.1.0-dev",
-		Concurrency:  4,
-		QueueSize:    64,
-		MaxJobBytes:  1 << 20,
-		MaxBlobBytes: 1 << 30,
-		MaxWait:      5 * time.Minute,
-		BlobLeaseTTL: time.Hour,
-		ReapGrace:    2 * time.Minute,
-		ReapInterval: 5 * time.Minute,
-		DrainTimeout: 30 * time.Second,
+		Name:           "sandboxd",
+		Version:        "0.1.0-dev",
+		Concurrency:    4,
+		QueueSize:      64,
+		MaxJobBytes:    1 << 20,
+		MaxBlobBytes:   1 << 30,
+		MaxUploadBytes: 8 << 30,
+		MaxWait:        5 * time.Minute,
+		BlobLeaseTTL:   time.Hour,
+		ReapGrace:      2 * time.Minute,
+		ReapInterval:   5 * time.Minute,
+		DrainTimeout:   30 * time.Second,
 	}
 }
 
@@ -87,6 +91,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("server config: QueueSize %d is negative", c.QueueSize)
 	case c.MaxJobBytes < 1024 || c.MaxBlobBytes < 1024:
 		return errors.New("server config: MaxJobBytes and MaxBlobBytes must be at least 1 KiB")
+	case c.MaxUploadBytes < c.MaxBlobBytes:
+		return fmt.Errorf("server config: MaxUploadBytes %d is under MaxBlobBytes %d", c.MaxUploadBytes, c.MaxBlobBytes)
 	case c.BlobLeaseTTL < time.Minute:
 		return fmt.Errorf("server config: BlobLeaseTTL %v is under 1m", c.BlobLeaseTTL)
 	case c.MaxWait < time.Second:

@@ -119,7 +119,12 @@ func (s *Server) startRecovery(rec journal.Record, job sandbox.Job, containerID 
 			s.observeDuration(time.Since(start))
 			return s.finish(log, rec, res)
 		}}
-		if _, err := s.cfg.Broker.RecoverWithHooks(context.Background(), job, broker.Binding{ContainerID: containerID, StartedAt: rec.StartedAt}, hooks); err != nil {
+		res, err := s.cfg.Broker.RecoverWithHooks(context.Background(), job, broker.Binding{ContainerID: containerID, StartedAt: rec.StartedAt}, hooks)
+		switch {
+		case err != nil && res.JobID != "":
+			// Recovered, but the journal refused the result: retried.
+			s.retryRecord(log, rec, res, containerID, err)
+		case err != nil:
 			log.Error("recover job; left for the next start", "error", err)
 		}
 	}()

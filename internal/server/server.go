@@ -53,6 +53,9 @@ type Server struct {
 	bound    map[string]bool
 	changed  chan struct{} // closed and replaced whenever a job ends
 	draining bool
+	// pending are the jobs whose results the journal has not taken yet.
+	pending unrecorded
+	uploads uploadQuota
 
 	ready atomic.Bool
 	// avgJob is an exponentially weighted mean job duration in
@@ -88,6 +91,8 @@ func New(cfg Config) (*Server, error) {
 	}
 	s.avgJob.Store(int64(time.Second))
 	s.mux = s.routes()
+	s.registerUnrecorded()
+	s.registerQuota()
 	if p, ok := cfg.Broker.(interface{ PoolCounts() (int, int, int) }); ok {
 		s.m.registerPool(p.PoolCounts)
 	}
@@ -146,7 +151,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	}()
 	select {
 	case <-done:
-		return nil
+		return s.errPendingAtShutdown()
 	case <-ctx.Done():
 		s.mu.Lock()
 		n := len(s.running)
@@ -304,24 +309,25 @@ func (s *Server) runJob(id string) {
 
 	rec, err := s.cfg.Journal.Get(id)
 	if err != nil {
-		log.Error("read journal", "error", err)
+		s.dispatchLater(log, id, fmt.Errorf("read journal: %w", err))
 		return
 	}
 	job, err := rec.DecodeJob()
 	if err != nil {
-		log.Error("journaled job does not decode", "error", err)
+		s.undecodable(log, rec, err)
 		return
 	}
 	if rec.CancelRequested {
 		s.finishUnrun(log, rec, job, sandbox.StatusCancelled, "cancelled before it was dispatched")
 		return
 	}
-	if _, err := s.cfg.Journal.Dispatched(id); err != nil {
-		// Not durable: not dispatched. It stays accepted and runs after a
-		// restart.
-		log.Error("journal dispatch", "error", err)
+	if _, err := dispatchRecord(s.cfg.Journal, id); err != nil {
+		// Not durable: not dispatched. It stays accepted and is queued
+		// again (or by the next start).
+		s.dispatchLater(log, id, fmt.Errorf("journal dispatch: %w", err))
 		return
 	}
+	s.pending.dispatched(id)
 	for _, in := range job.Inputs {
 		if n, err := s.cfg.Blobs.Size(in.Digest); err == nil {
 			s.m.bytesStaged.Add(float64(n))
@@ -329,9 +335,11 @@ func (s *Server) runJob(id string) {
 	}
 	dispatched := time.Now()
 	var created time.Time
+	var kept string // the job's container, kept by the broker if the result is not recorded
 	hooks := broker.Hooks{
 		OnCreated: func(ctx context.Context, containerID string) error {
 			created = time.Now()
+			kept = containerID
 			s.m.createLatency.Observe(created.Sub(dispatched).Seconds())
 			if _, err := s.cfg.Journal.Created(id, containerID); err != nil {
 				return err
@@ -367,8 +375,9 @@ func (s *Server) runJob(id string) {
 	}
 	if err != nil && res.JobID != "" {
 		// It ran, but its result is not durable: the broker kept the
-		// container, and recovery at the next start finishes the job.
-		log.Error("result not recorded; left for recovery", "error", err)
+		// container. The result is recorded as soon as the journal takes
+		// it; if the daemon stops first, the next start recovers the job.
+		s.retryRecord(log, rec, res, kept, err)
 		return
 	}
 	if err != nil {
@@ -382,9 +391,7 @@ func (s *Server) runJob(id string) {
 	}
 	// No container was created: nothing to keep for recovery.
 	s.observeDuration(time.Since(dispatched))
-	if err := s.finish(log, rec, res); err != nil {
-		log.Error("result not recorded; left for recovery", "error", err)
-	}
+	s.record(log, rec, res, "")
 }
 
 func (s *Server) observeDuration(d time.Duration) {
@@ -400,7 +407,7 @@ func (s *Server) finish(log *slog.Logger, rec journal.Record, res sandbox.Result
 		return fmt.Errorf("sign result: %w", err)
 	}
 	s.m.envelopesSigned.WithLabelValues("result").Inc()
-	if _, err := s.cfg.Journal.Finish(rec.ID, res.Status, env, time.Now()); err != nil {
+	if _, err := finishRecord(s.cfg.Journal, rec.ID, res.Status, env, time.Now()); err != nil {
 		return fmt.Errorf("journal result: %w", err)
 	}
 	var collected int64
@@ -429,7 +436,5 @@ func (s *Server) finishUnrun(log *slog.Logger, rec journal.Record, job sandbox.J
 		Status: status, Cause: cause, StartedAt: now, EndedAt: now, Runtime: facts,
 		LimitsHit: []string{}, Artifacts: []sandbox.Artifact{}, Rejected: []sandbox.Rejected{},
 	}
-	if err := s.finish(log, rec, res); err != nil {
-		log.Error("result not recorded; left for recovery", "error", err)
-	}
+	s.record(log, rec, res, "")
 }

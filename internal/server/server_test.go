@@ -45,6 +45,9 @@ type fakeBroker struct {
 	recoverGates      map[string]chan struct{}
 	active, maxActive int
 	order             []string
+	// finish makes a run hand its result to OnFinished, as the real
+	// broker does, and keep the container when that fails.
+	finish bool
 }
 
 func (f *fakeBroker) enter(id string, run bool) {
@@ -94,6 +97,11 @@ func (f *fakeBroker) RunWithHooks(ctx context.Context, job sandbox.Job, h broker
 		case <-gate:
 		case <-ctx.Done():
 			res.Status, res.Cause = sandbox.StatusCancelled, "cancelled"
+		}
+	}
+	if f.finish {
+		if err := h.OnFinished(ctx, res); err != nil {
+			return res, err
 		}
 	}
 	return res, nil

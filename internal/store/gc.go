@@ -181,3 +181,34 @@ func (s *Store) remove(d string) error {
 	}
 	return nil
 }
+
+// Unlease drops the lease of d (a job that names it was accepted).
+func (s *Store) Unlease(d string) {
+	if m := digestRE.FindStringSubmatch(d); m != nil {
+		os.Remove(filepath.Join(s.dir, "leases", m[1]))
+	}
+}
+
+// LeasedBytes is the size of the blobs held by a lease younger than ttl:
+// uploads no accepted job names yet.
+func (s *Store) LeasedBytes(ttl time.Duration) (int64, error) {
+	dir := filepath.Join(s.dir, "leases")
+	ents, err := os.ReadDir(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, fmt.Errorf("blob store: %w", err)
+	}
+	var n int64
+	for _, e := range ents {
+		st, err := e.Info()
+		if err != nil || time.Since(st.ModTime()) >= ttl {
+			continue
+		}
+		if sz, err := s.Size("sha256:" + e.Name()); err == nil {
+			n += sz
+		}
+	}
+	return n, nil
+}
