@@ -143,9 +143,11 @@ func (s *Server) Shutdown(ctx context.Context) error {
 			s.stop()
 		}
 	})
-	s.workers.Wait()
+	// Workers run their jobs: both are waited for under ctx, so that the
+	// drain timeout holds for a job a worker is running.
 	done := make(chan struct{})
 	go func() {
+		s.workers.Wait()
 		s.jobs.Wait()
 		close(done)
 	}()
