@@ -33,6 +33,7 @@ type serveOptions struct {
 	concurrency, queue, pool     int
 	reapGrace, drainTimeout      time.Duration
 	maxBlob, maxUpload           int64
+	blobBudget, volumeBudget     int64
 	allowRunsc                   bool
 	debug                        bool
 }
@@ -67,6 +68,8 @@ func cmdServe(ctx context.Context, args []string, _, stderr io.Writer) int {
 	fs.DurationVar(&o.drainTimeout, "drain-timeout", def.DrainTimeout, "how long SIGTERM waits for running jobs")
 	fs.Int64Var(&o.maxBlob, "max-blob-bytes", def.MaxBlobBytes, "largest upload")
 	fs.Int64Var(&o.maxUpload, "max-upload-bytes", def.MaxUploadBytes, "bytes of uploads no accepted job names yet, together (beyond it uploads get 507)")
+	fs.Int64Var(&o.blobBudget, "blob-budget", def.BlobBudget, "bytes the blob store keeps; beyond it the least recently used blobs no queued or running job needs are removed")
+	fs.Int64Var(&o.volumeBudget, "volume-budget", def.VolumeBudget, "bytes of read-only input volumes kept; beyond it the least recently used no queued or running job needs are removed")
 	fs.BoolVar(&o.allowRunsc, "allow-runsc", false, "allow jobs that ask for the runsc runtime")
 	fs.BoolVar(&o.debug, "debug", false, "log every request")
 	if err := fs.Parse(args); err != nil {
@@ -160,6 +163,7 @@ func serve(ctx context.Context, o serveOptions, log *slog.Logger) error {
 	cfg.Concurrency, cfg.QueueSize = o.concurrency, o.queue
 	cfg.ReapGrace, cfg.DrainTimeout, cfg.MaxBlobBytes = o.reapGrace, o.drainTimeout, o.maxBlob
 	cfg.MaxUploadBytes = o.maxUpload
+	cfg.BlobBudget, cfg.VolumeBudget = o.blobBudget, o.volumeBudget
 	cfg.Logger = log
 	cfg.Preflight = b.Preflight
 	// No job runs on an image before the isolation selfcheck passed on it

@@ -12,6 +12,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -177,6 +178,9 @@ func (b *Broker) RunWithHooks(ctx context.Context, job sandbox.Job, hooks Hooks)
 	if err != nil {
 		return sandbox.Result{}, err
 	}
+	// Its inputs, and what it writes, stay in the store until it returns
+	// (the caller has recorded its result by then).
+	defer b.blobs.Hold(inputDigests(&job)...)()
 	imgPath, err := b.preflight(ctx, job)
 	if err != nil {
 		return sandbox.Result{}, err
@@ -332,6 +336,9 @@ func (b *Broker) ensureInput(ctx context.Context, image, digest string) (string,
 	want[rootKey] = volumeRoot(0o750, b.cfg.CandidateGID)
 	name := b.inputVolumeName(digest)
 	labels := map[string]string{LabelRole: roleInput, LabelDigest: digest, LabelBroker: b.cfg.Name}
+	if n, err := b.blobs.Size(digest); err == nil {
+		labels[LabelSize] = strconv.FormatInt(n, 10)
+	}
 	populated, err := b.volumes.ensure(ctx, name, image, labels, want, func() (io.ReadCloser, error) {
 		return b.blobs.Open(digest)
 	})

@@ -13,6 +13,7 @@ const (
 	LabelRole      = "sandboxd.role"       // job, populate, shim, input
 	LabelDigest    = "sandboxd.digest"     // content digest of a cached volume
 	LabelNonce     = "sandboxd.nonce"      // random, set when a cache volume is created
+	LabelSize      = "sandboxd.size"       // an input volume's content size in bytes (its tar's)
 	LabelStream    = "sandboxd.stream"     // a job container's stream nonce (see shim.Hello)
 )
 

@@ -83,6 +83,7 @@ var errTransient = errors.New("engine unavailable")
 // container) is returned as an error and also keeps the container.
 func (b *Broker) RecoverWithHooks(ctx context.Context, job sandbox.Job, bind Binding, hooks Hooks) (res sandbox.Result, err error) {
 	containerID := bind.ContainerID
+	defer b.blobs.Hold(inputDigests(&job)...)()
 	if err := job.VerifyDigest(); err != nil {
 		return sandbox.Result{}, err
 	}

@@ -99,10 +99,11 @@ type volumeCache struct {
 	mu       sync.Mutex
 	locks    map[string]*sync.Mutex
 	verified map[string]string // volume name → the record of the volume checked
+	used     map[string]time.Time
 }
 
 func newVolumeCache(b *Broker) *volumeCache {
-	return &volumeCache{b: b, locks: map[string]*sync.Mutex{}, verified: map[string]string{}}
+	return &volumeCache{b: b, locks: map[string]*sync.Mutex{}, verified: map[string]string{}, used: map[string]time.Time{}}
 }
 
 func (c *volumeCache) lock(name string) func() {
@@ -126,6 +127,7 @@ var ErrCacheCheck = errors.New("volume content check failed")
 func (c *volumeCache) ensure(ctx context.Context, name, image string, labels map[string]string, expected map[string]fileSum, open func() (io.ReadCloser, error)) (bool, error) {
 	unlock := c.lock(name)
 	defer unlock()
+	defer c.markUsed(name)
 	record := c.recordOf(ctx, name, expected)
 	c.mu.Lock()
 	known := c.verified[name]
@@ -338,4 +340,36 @@ func (c *volumeCache) stillChecked(ctx context.Context, name string) error {
 		return fmt.Errorf("volume %s: %w: it is not the volume that was checked", name, ErrCacheCheck)
 	}
 	return nil
+}
+
+// markUsed records that a job used the volume now: eviction removes the
+// least recently used first. The check record's time says it to other
+// processes of this broker.
+func (c *volumeCache) markUsed(name string) {
+	now := time.Now()
+	c.mu.Lock()
+	c.used[name] = now
+	c.mu.Unlock()
+	if c.b.cfg.CacheDir != "" {
+		os.Chtimes(filepath.Join(c.b.cfg.CacheDir, name), now, now)
+	}
+}
+
+// lastUsed is when this process last used the volume, or zero.
+func (c *volumeCache) lastUsed(name string) time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.used[name]
+}
+
+// forget drops what is known of a removed volume: the next job that needs
+// it creates, populates and checks it again.
+func (c *volumeCache) forget(name string) {
+	c.mu.Lock()
+	delete(c.verified, name)
+	delete(c.used, name)
+	c.mu.Unlock()
+	if c.b.cfg.CacheDir != "" {
+		os.Remove(filepath.Join(c.b.cfg.CacheDir, name))
+	}
 }

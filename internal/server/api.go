@@ -37,6 +37,7 @@ func (s *Server) routeTable() []route {
 		{"POST", "/v1/jobs/{id}/cancel", s.cancelJob},
 		{"GET", "/v1/identity", s.identity},
 		{"POST", "/v1/assess", s.assess},
+		{"POST", "/v1/gc", s.gcHandler},
 		{"GET", "/metrics", promhttp.HandlerFor(s.m.reg, promhttp.HandlerOpts{}).ServeHTTP},
 		{"GET", "/healthz", s.healthz},
 		{"GET", "/readyz", s.readyz},
@@ -182,6 +183,14 @@ func (s *Server) submit(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusInternalServerError, err)
 		return
 	}
+	// Pinned before the checks: its inputs, found there, stay until it
+	// ends (or are released at once if it is refused).
+	unpin := s.cfg.Blobs.Pin(inputDigests(job)...)
+	defer func() {
+		if unpin != nil {
+			unpin()
+		}
+	}()
 	if s.cfg.Preflight != nil {
 		if err := s.cfg.Preflight(r.Context(), job); err != nil {
 			code := statusOf(err)
@@ -222,6 +231,8 @@ func (s *Server) submit(w http.ResponseWriter, r *http.Request) {
 	s.m.accepted.Inc()
 	log.Info("job accepted", "job_digest", job.Digest)
 	s.releaseLeases(job)
+	s.pins.set(job.ID, unpin)
+	unpin = nil
 	s.enqueue(job.ID, true)
 	writeJSON(w, http.StatusAccepted, view(rec))
 }

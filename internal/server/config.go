@@ -44,6 +44,17 @@ type Config struct {
 	// MaxUploadBytes caps the uploads no accepted job names yet, together:
 	// beyond it an upload is answered 507.
 	MaxUploadBytes int64
+	// BlobBudget is the most bytes the blob store keeps: beyond it the
+	// least recently used blobs no queued or running job needs are
+	// removed. VolumeBudget is the same for read-only input volumes (a job
+	// whose volume was removed has it populated again). GCInterval is how
+	// often both are collected (also at start and on POST /v1/gc).
+	BlobBudget, VolumeBudget int64
+	GCInterval               time.Duration
+	// GCMinAge spares, in a collection while the daemon runs, every blob
+	// used more recently (a selfcheck's inputs, a result a client is
+	// about to fetch).
+	GCMinAge time.Duration
 	// BlobLeaseTTL is how long an upload no job names is kept: the time a
 	// client has between uploading a job's inputs and submitting it.
 	BlobLeaseTTL time.Duration
@@ -74,6 +85,10 @@ func Default() Config {
 		MaxUploadBytes: 8 << 30,
 		MaxWait:        5 * time.Minute,
 		BlobLeaseTTL:   time.Hour,
+		BlobBudget:     20 << 30,
+		VolumeBudget:   10 << 30,
+		GCInterval:     10 * time.Minute,
+		GCMinAge:       10 * time.Minute,
 		ReapGrace:      2 * time.Minute,
 		ReapInterval:   5 * time.Minute,
 		DrainTimeout:   30 * time.Second,
@@ -93,6 +108,12 @@ func (c Config) Validate() error {
 		return errors.New("server config: MaxJobBytes and MaxBlobBytes must be at least 1 KiB")
 	case c.MaxUploadBytes < c.MaxBlobBytes:
 		return fmt.Errorf("server config: MaxUploadBytes %d is under MaxBlobBytes %d", c.MaxUploadBytes, c.MaxBlobBytes)
+	case c.BlobBudget <= 0 || c.VolumeBudget <= 0:
+		return fmt.Errorf("server config: BlobBudget %d and VolumeBudget %d must be positive", c.BlobBudget, c.VolumeBudget)
+	case c.GCMinAge < 0:
+		return fmt.Errorf("server config: GCMinAge %v is negative", c.GCMinAge)
+	case c.GCInterval < time.Second:
+		return fmt.Errorf("server config: GCInterval %v is under 1s", c.GCInterval)
 	case c.BlobLeaseTTL < time.Minute:
 		return fmt.Errorf("server config: BlobLeaseTTL %v is under 1m", c.BlobLeaseTTL)
 	case c.MaxWait < time.Second:

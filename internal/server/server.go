@@ -56,6 +56,9 @@ type Server struct {
 	// pending are the jobs whose results the journal has not taken yet.
 	pending unrecorded
 	uploads uploadQuota
+	pins    jobPins
+	gc      gcStats
+	gcMu    sync.Mutex // one collection at a time
 
 	ready atomic.Bool
 	// avgJob is an exponentially weighted mean job duration in
@@ -93,6 +96,7 @@ func New(cfg Config) (*Server, error) {
 	s.mux = s.routes()
 	s.registerUnrecorded()
 	s.registerQuota()
+	s.registerGC()
 	if p, ok := cfg.Broker.(interface{ PoolCounts() (int, int, int) }); ok {
 		s.m.registerPool(p.PoolCounts)
 	}
@@ -124,6 +128,11 @@ func (s *Server) Start(ctx context.Context) error {
 	go func() {
 		defer s.workers.Done()
 		s.reapLoop(wctx)
+	}()
+	s.workers.Add(1)
+	go func() {
+		defer s.workers.Done()
+		s.gcLoop(wctx)
 	}()
 	s.ready.Store(true)
 	return nil
@@ -412,6 +421,7 @@ func (s *Server) finish(log *slog.Logger, rec journal.Record, res sandbox.Result
 	if _, err := finishRecord(s.cfg.Journal, rec.ID, res.Status, env, time.Now()); err != nil {
 		return fmt.Errorf("journal result: %w", err)
 	}
+	s.pins.release(rec.ID) // its inputs may go now
 	var collected int64
 	for _, a := range res.Artifacts {
 		collected += a.Size

@@ -6,7 +6,9 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -121,25 +123,128 @@ func (s *Store) CleanTemp() (int, error) {
 	return n, nil
 }
 
+// refs are what a Sweep must not remove: blobs pinned by the jobs that
+// need them (queued, running), and holds, each the start of a job whose
+// outputs are being written and not yet named by anything durable.
+type refs struct {
+	mu     sync.Mutex
+	pinned map[string]int
+	holds  map[int]time.Time
+	next   int
+	// sweep is held for writing while a blob is removed, and for reading
+	// while a writer settles on a copy already in place.
+	sweep sync.RWMutex
+}
+
+// Pin keeps the blobs digests from every Sweep until unpin is called, and
+// marks them used now. Pin before checking that a blob is there: a blob
+// found after Pin stays.
+func (s *Store) Pin(digests ...string) (unpin func()) {
+	r := &s.refs
+	r.mu.Lock()
+	if r.pinned == nil {
+		r.pinned = map[string]int{}
+	}
+	for _, d := range digests {
+		r.pinned[d]++
+	}
+	r.mu.Unlock()
+	for _, d := range digests {
+		s.Touch(d)
+	}
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			r.mu.Lock()
+			defer r.mu.Unlock()
+			for _, d := range digests {
+				if r.pinned[d]--; r.pinned[d] <= 0 {
+					delete(r.pinned, d)
+				}
+			}
+		})
+	}
+}
+
+// Pinned reports whether a job needs d now.
+func (s *Store) Pinned(d string) bool {
+	s.refs.mu.Lock()
+	defer s.refs.mu.Unlock()
+	return s.refs.pinned[d] > 0
+}
+
+// Hold pins digests and keeps from every Sweep each blob written or
+// touched from now on, until release: a job's artifacts and logs are
+// stored before its result names them. Every blob a writer puts in place
+// has a modification time after the hold began (a new file, or a copy
+// already there, touched), so a Sweep spares blobs newer than the oldest
+// hold.
+func (s *Store) Hold(digests ...string) (release func()) {
+	unpin := s.Pin(digests...)
+	r := &s.refs
+	r.mu.Lock()
+	if r.holds == nil {
+		r.holds = map[int]time.Time{}
+	}
+	id := r.next
+	r.next++
+	// A second of margin for file systems whose timestamps are coarse.
+	r.holds[id] = time.Now().Add(-time.Second)
+	r.mu.Unlock()
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			r.mu.Lock()
+			delete(r.holds, id)
+			r.mu.Unlock()
+			unpin()
+		})
+	}
+}
+
+// cutoff is the start of the oldest hold, or now.
+func (r *refs) cutoff() time.Time {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	c := time.Now()
+	for _, t := range r.holds {
+		if t.Before(c) {
+			c = t
+		}
+	}
+	return c
+}
+
 // SweepPolicy says what Sweep may remove.
 type SweepPolicy struct {
 	// Referenced reports a blob something durable names (a job's input, a
 	// result's log or artifact). Every other blob is an orphan and is
-	// removed, unless it is leased, pinned or held (see Hold).
+	// removed, unless it is leased, pinned or held.
 	Referenced func(digest string) bool
 	// LeaseTTL is how long an upload's lease keeps it.
 	LeaseTTL time.Duration
+	// MinAge spares every blob used more recently: a blob a writer that
+	// holds nothing (see Hold) just put in place, for the job it is about
+	// to hand it to. Zero at start, when nothing else writes.
+	MinAge time.Duration
+	// Budget, if positive, is the most bytes the store may hold: beyond
+	// it, referenced blobs go too, least recently used first. Pinned,
+	// leased and held blobs never go, so the store can stay over it.
+	Budget int64
 }
 
 // SweepReport is what a Sweep removed and what the store holds after it.
 type SweepReport struct {
 	Removed      int   `json:"removed_blobs"`
 	RemovedBytes int64 `json:"removed_bytes"`
+	Evicted      int   `json:"evicted_blobs"`
+	EvictedBytes int64 `json:"evicted_bytes"`
 	Blobs        int   `json:"blobs"`
 	Bytes        int64 `json:"bytes"`
 }
 
-// Sweep removes the orphan blobs of p.
+// Sweep removes the orphan blobs of p, then, while the store holds more
+// than p.Budget, the least recently used blobs nothing needs now.
 func (s *Store) Sweep(p SweepPolicy) (SweepReport, error) {
 	blobs, err := s.Blobs()
 	if err != nil {
@@ -148,27 +253,89 @@ func (s *Store) Sweep(p SweepPolicy) (SweepReport, error) {
 	s.expireLeases(p.LeaseTTL)
 	var rep SweepReport
 	var errs []error
+	var kept []Blob
 	for _, b := range blobs {
 		if p.Referenced(b.Digest) || s.leased(b.Digest, p.LeaseTTL) {
-			rep.Blobs++
-			rep.Bytes += b.Size
+			kept = append(kept, b)
 			continue
 		}
-		if err := s.remove(b.Digest); err != nil {
+		switch gone, err := s.removeIfIdle(b, p.MinAge); {
+		case err != nil:
 			errs = append(errs, err)
-			rep.Blobs++
-			rep.Bytes += b.Size
-			continue
+			kept = append(kept, b)
+		case gone:
+			rep.Removed++
+			rep.RemovedBytes += b.Size
+		default:
+			kept = append(kept, b)
 		}
-		rep.Removed++
-		rep.RemovedBytes += b.Size
 	}
-	if rep.Removed > 0 {
+	var total int64
+	for _, b := range kept {
+		total += b.Size
+	}
+	if p.Budget > 0 && total > p.Budget {
+		slices.SortFunc(kept, func(a, b Blob) int { return a.Used.Compare(b.Used) })
+		rest := kept[:0]
+		for _, b := range kept {
+			if total <= p.Budget || s.leased(b.Digest, p.LeaseTTL) {
+				rest = append(rest, b)
+				continue
+			}
+			switch gone, err := s.removeIfIdle(b, p.MinAge); {
+			case err != nil:
+				errs = append(errs, err)
+				rest = append(rest, b)
+			case gone:
+				rep.Evicted++
+				rep.EvictedBytes += b.Size
+				total -= b.Size
+			default:
+				rest = append(rest, b)
+			}
+		}
+		kept = rest
+	}
+	rep.Blobs, rep.Bytes = len(kept), total
+	if rep.Removed+rep.Evicted > 0 {
 		if err := s.syncBlobDir(); err != nil {
 			errs = append(errs, err)
 		}
 	}
 	return rep, errors.Join(errs...)
+}
+
+// removeIfIdle removes b unless it is pinned or was used since the oldest
+// hold began or within minAge (looked at again under the sweep lock, so that no writer
+// settles on it meanwhile).
+func (s *Store) removeIfIdle(b Blob, minAge time.Duration) (bool, error) {
+	s.refs.sweep.Lock()
+	defer s.refs.sweep.Unlock()
+	if s.Pinned(b.Digest) {
+		return false, nil
+	}
+	p, err := s.Path(b.Digest)
+	if err != nil {
+		return false, err
+	}
+	st, err := os.Stat(p)
+	if errors.Is(err, fs.ErrNotExist) {
+		return false, nil
+	}
+	if err != nil {
+		return false, fmt.Errorf("blob store: %w", err)
+	}
+	cutoff := s.refs.cutoff()
+	if t := time.Now().Add(-minAge); t.Before(cutoff) {
+		cutoff = t
+	}
+	if !st.ModTime().Before(cutoff) {
+		return false, nil
+	}
+	if err := s.remove(b.Digest); err != nil {
+		return false, err
+	}
+	return true, nil
 }
 
 func (s *Store) remove(d string) error {

@@ -15,6 +15,7 @@ import (
 	"regexp"
 	"strconv"
 	"sync"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -45,6 +46,8 @@ type Store struct {
 	// has no directory entry until it is complete and synced, and nothing
 	// is left behind by a crash.
 	unnamed bool
+	// refs are the blobs jobs need now and the writes under way (gc.go).
+	refs refs
 }
 
 // Open returns the store rooted at dir, creating it (mode 0700) if needed.
@@ -302,7 +305,13 @@ func (w *Writer) settle(d string) (err error) {
 	// output again, a workspace ingested twice). A copy that hashes to d
 	// and is synced is as good as this one, which then never has to reach
 	// the disk; a copy that does not is replaced.
+	// Under the sweep lock: a copy found here is touched before a sweep
+	// can look at it, and is then newer than every hold (see Hold).
+	w.s.refs.sweep.RLock()
+	defer w.s.refs.sweep.RUnlock()
 	if w.s.holds(dst, d, w.n, w.mem) {
+		now := time.Now()
+		os.Chtimes(dst, now, now)
 		return nil
 	}
 	if w.fd < 0 {

@@ -201,6 +201,14 @@ func (c *Client) Status(ctx context.Context, id string) (sandbox.JobView, error)
 	return st, err
 }
 
+// GC asks the daemon to collect its caches now (orphan blobs, then what
+// is beyond the blob and volume budgets) and returns its report as JSON.
+func (c *Client) GC(ctx context.Context) (json.RawMessage, error) {
+	var rep json.RawMessage
+	err := c.do(ctx, http.MethodPost, "/v1/gc", nil, &rep)
+	return rep, err
+}
+
 // Result returns the verified result of an ended job.
 func (c *Client) Result(ctx context.Context, job sandbox.Job) (sandbox.SignedResult, error) {
 	st, err := c.Status(ctx, job.ID)
