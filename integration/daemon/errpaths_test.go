@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -66,6 +67,42 @@ func TestSecondDaemonOnTheSameStateNamesTheHolder(t *testing.T) {
 	}
 	if want := fmt.Sprintf("pid %d", d.cmd.Process.Pid); !strings.Contains(string(out), want) {
 		t.Errorf("second daemon said %q, want it to name %s", out, want)
+	}
+	d.stop()
+}
+
+// sandboxd gc collects the daemon's caches and reports what they hold;
+// the metrics say it too.
+func TestGCCommandReportsTheCaches(t *testing.T) {
+	d := newDaemon(t)
+	d.start()
+	ctx := ctxFor(t, 2*time.Minute)
+	bundle := env.PutTree(t, map[string]string{"tests/": "", "tests/x": t.Name()})
+	if err := d.client.PutBlob(ctx, bundle, env.Blob(t, bundle)); err != nil {
+		t.Fatal(err)
+	}
+	job := env.NewJob(t, testharness.Sh("cat /bundle/tests/x"), func(j *sandbox.Job) {
+		j.Inputs = []sandbox.Input{{Name: "bundle", Digest: bundle, Path: sandbox.BundlePath}}
+	})
+	if _, err := d.client.Submit(ctx, job); err != nil {
+		t.Fatal(err)
+	}
+	if sr, err := d.client.Wait(ctx, job); err != nil || sr.Result.Status != sandbox.StatusSucceeded {
+		t.Fatalf("wait: %v %+v", err, sr.Result)
+	}
+	out, err := exec.Command(binPath, "gc", "--socket", d.socket).Output()
+	if err != nil {
+		t.Fatalf("sandboxd gc: %v", err)
+	}
+	var rep struct {
+		Blobs   struct{ Blobs, Bytes int64 }
+		Volumes struct{ Volumes, Bytes int64 }
+	}
+	if err := json.Unmarshal(out, &rep); err != nil || rep.Blobs.Blobs == 0 || rep.Volumes.Volumes < 1 || rep.Volumes.Bytes == 0 {
+		t.Errorf("sandboxd gc said %s (%v), want the blobs held and the input volumes (the job's, the selfcheck's)", out, err)
+	}
+	if got := d.metric("sandboxd_blob_store_bytes"); got != float64(rep.Blobs.Bytes) {
+		t.Errorf("sandboxd_blob_store_bytes is %v, gc said %d", got, rep.Blobs.Bytes)
 	}
 	d.stop()
 }
