@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"maps"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -566,5 +567,49 @@ func TestFakeEngineRefusesAConflictingJob(t *testing.T) {
 	}
 	if eng.Container(c.ID) == nil {
 		t.Errorf("the existing container was removed")
+	}
+}
+
+// A cache volume the broker did not create (no nonce label) is rebuilt, not
+// a dead end: the engine makes such a volume, empty, when a container names
+// a volume that was removed meanwhile, and every later job failed with "it
+// changed while it was checked" until someone removed it by hand.
+func TestCacheVolumeWithoutNonceIsRebuilt(t *testing.T) {
+	b, eng := newFakeBroker(t, 0)
+	ctx := context.Background()
+	if res, _ := runJob(t, b, fakeJob(t, "job-1")); res.Status != sandbox.StatusSucceeded {
+		t.Fatalf("first job: got %s (%s), want succeeded", res.Status, res.Cause)
+	}
+	list, err := eng.VolumeList(ctx, client.VolumeListOptions{})
+	if err != nil || len(list.Items) == 0 {
+		t.Fatalf("got %d volumes (%v), want the broker's cache volumes", len(list.Items), err)
+	}
+	for _, v := range list.Items {
+		labels := maps.Clone(v.Labels)
+		delete(labels, LabelNonce)
+		if _, err := eng.VolumeRemove(ctx, v.Name, client.VolumeRemoveOptions{Force: true}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := eng.VolumeCreate(ctx, client.VolumeCreateOptions{Name: v.Name, Labels: labels}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b2, err := New(eng, b.blobs, b.cfg) // a new process: nothing remembered
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(b2.ClosePool)
+	res, _ := runJob(t, b2, fakeJob(t, "job-2"))
+	if res.Status != sandbox.StatusSucceeded {
+		t.Fatalf("got %s (%s), want succeeded on rebuilt volumes", res.Status, res.Cause)
+	}
+	after, err := eng.VolumeList(ctx, client.VolumeListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range after.Items {
+		if v.Labels[LabelNonce] == "" {
+			t.Errorf("volume %s still has no nonce: it was used, not rebuilt", v.Name)
+		}
 	}
 }

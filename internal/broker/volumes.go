@@ -182,6 +182,17 @@ func (c *volumeCache) ensure(ctx context.Context, name, image string, labels map
 			return populated, err
 		}
 		if maps.Equal(got, expected) {
+			if checked == "" && attempt == 0 {
+				// A volume without a nonce was not made by withHelper: the
+				// engine makes one, empty, when a container names a volume
+				// removed meanwhile. Nothing binds its content to this
+				// check, so it is rebuilt (once), never trusted.
+				c.b.log.Warn("cached volume has no nonce of this broker; rebuilding", "volume", name)
+				if _, err := c.b.eng.VolumeRemove(ctx, name, client.VolumeRemoveOptions{Force: true}); err != nil {
+					return populated, fmt.Errorf("volume %s has no nonce and cannot be removed: %w", name, err)
+				}
+				continue
+			}
 			// Trust only the volume that was read back: if it was replaced
 			// meanwhile, its nonce differs and nothing is trusted.
 			if checked == "" || c.recordOf(ctx, name, expected) != checked {
