@@ -20,7 +20,7 @@ import (
 )
 
 // ExportPath is where a candidate job leaves what the grader should see.
-const ExportPath = "/work/export"
+const ExportPath = sandbox.ExportPath
 
 // Broker is what an evaluation needs of the broker (*broker.Broker): the
 // runtime facts a receipt records, and running one sealed job to its
@@ -328,24 +328,14 @@ func CandidateJob(m bundle.Manifest, bundleDigest, workspace, id string) sandbox
 }
 
 // GraderJob is the job that runs a bundle's grader on an export (unsealed),
-// with the bundle layer and the export read-only. As for CandidateJob, a
-// grader job is judged only if it is exactly this one.
+// with the bundle layer and the export read-only: the grader template with
+// the export appended at sandbox.CandidateExportPath, as sandbox.GraderJob
+// appends it. As for CandidateJob, a grader job is judged only if it is
+// exactly this one.
 func GraderJob(m bundle.Manifest, bundleDigest, layerDigest, export, id string) sandbox.Job {
-	return sandbox.Job{
-		Schema: sandbox.JobSchema, ID: id, Image: m.Image, Bundle: bundleDigest,
-		Inputs: []sandbox.Input{
-			{Name: "bundle", Digest: layerDigest, Path: sandbox.BundlePath},
-			{Name: "candidate-export", Digest: export, Path: sandbox.CandidateExportPath},
-		},
-		Argv: m.Grader.Argv,
-		Env: map[string]string{
-			"SANDBOXD_REPORT":    m.Report.Path,
-			"SANDBOXD_BUNDLE":    sandbox.BundlePath,
-			"SANDBOXD_CANDIDATE": sandbox.CandidateExportPath,
-		},
-		WorkDir: sandbox.WorkPath, Outputs: []string{path.Dir(m.Report.Path)},
-		Limits: m.DefaultLimits, Network: sandbox.NetworkNone, Runtime: sandbox.RuntimeRunc,
-	}
+	g := GraderTemplate(m, bundleDigest, layerDigest, id)
+	g.Inputs = append(g.Inputs, sandbox.Input{Name: sandbox.CandidateExportInput, Digest: export, Path: sandbox.CandidateExportPath})
+	return g
 }
 
 // SameJob reports whether a journaled or evidence job is exactly the

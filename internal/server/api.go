@@ -38,6 +38,7 @@ func (s *Server) routeTable() []route {
 		{"GET", "/v1/identity", s.identity},
 		{"POST", "/v1/assess", s.assess},
 		{"POST", "/v1/gc", s.gcHandler},
+		{"POST", "/v1/plan", s.plan},
 		{"GET", "/metrics", promhttp.HandlerFor(s.m.reg, promhttp.HandlerOpts{}).ServeHTTP},
 		{"GET", "/healthz", s.healthz},
 		{"GET", "/readyz", s.readyz},
@@ -431,25 +432,14 @@ func (s *Server) identity(w http.ResponseWriter, r *http.Request) {
 	})
 }
 
-// AssessRequest asks the supervisor to judge a grader job this daemon ran.
-// The policy is never the caller's: it is read from the bundle the grader
-// job ran, whose OCI manifest and bundle.json the caller supplies and the
-// daemon checks against the job's bundle digest.
-type AssessRequest struct {
-	// BundleManifest is the bundle's OCI manifest, byte for byte; its
-	// digest must be the grader job's bundle digest.
-	BundleManifest []byte `json:"bundle_manifest"`
-	// BundleConfig is the bundle's bundle.json, byte for byte; its digest
-	// must be the manifest's config digest.
-	BundleConfig    []byte `json:"bundle_config"`
-	GraderJobID     string `json:"grader_job_id"`
-	CandidateJobID  string `json:"candidate_job_id"`
-	WorkspaceDigest string `json:"workspace_digest,omitempty"`
-}
+// AssessRequest asks the supervisor to judge a grader job this daemon ran
+// (sandbox.AssessRequest).
+type AssessRequest = sandbox.AssessRequest
 
 // assess judges a finished grader job from the journal's signed result
 // (verified against this daemon's own key) and the report in the blob
-// store; the retained assessment comes back byte for byte.
+// store, and answers the signed assessment (sandbox.AssessResponse): made
+// once per assessment and retained, so it comes back byte for byte.
 func (s *Server) assess(w http.ResponseWriter, r *http.Request) {
 	if s.cfg.Supervisor == nil {
 		writeError(w, http.StatusNotFound, errors.New("assessments are not enabled on this daemon"))
@@ -545,13 +535,26 @@ func (s *Server) assess(w http.ResponseWriter, r *http.Request) {
 	}
 	ev, done := evaluate.Evidence(s.cfg.Blobs, gjob.Bundle, gjob.Image, policy, judged, nil)
 	defer done()
-	_, retained, err := s.cfg.Supervisor.Assess(r.Context(), ev)
+	a, retained, err := s.cfg.Supervisor.Assess(r.Context(), ev)
+	if err != nil {
+		writeError(w, statusOf(err), err)
+		return
+	}
+	jobs := evaluate.Judged{Grader: gjob, Candidate: gjob, GraderResult: grec.Result}
+	if cand.ID != grec.ID {
+		if jobs.Candidate, err = sandbox.DecodeJob(cand.Job); err != nil {
+			writeError(w, http.StatusInternalServerError, fmt.Errorf("candidate job: %w", err))
+			return
+		}
+		jobs.CandidateResult = cand.Result
+	}
+	signed, err := evaluate.SignAssessment(r.Context(), s.cfg.Supervisor, s.cfg.Signer, a, retained, jobs)
 	if err != nil {
 		writeError(w, statusOf(err), err)
 		return
 	}
 	w.Header().Set("Content-Type", "application/json")
-	w.Write(retained)
+	w.Write(signed)
 }
 
 // verifiedResult returns the result of an ended job, verified against

@@ -133,7 +133,28 @@ func TestAssessJudgesOnlyTheBundlesJobs(t *testing.T) {
 	if code, out := assess(other.ID); code != http.StatusConflict || !strings.Contains(out, "is not the bundle's grader job") {
 		t.Fatalf("another grader job: %d %s, want 409 naming the difference", code, out)
 	}
-	if code, out := assess(exact.ID); code != http.StatusOK || !strings.Contains(out, `"verdict"`) {
-		t.Fatalf("the bundle's grader job: %d %s, want an assessment", code, out)
+	code, first := assess(exact.ID)
+	if code != http.StatusOK {
+		t.Fatalf("the bundle's grader job: %d %s, want an assessment", code, first)
+	}
+	// The answer is signed by the daemon's key, about exactly both jobs,
+	// and the same request gets the same bytes (a signature is random: it
+	// is retained, not made again).
+	var resp sandbox.AssessResponse
+	if err := json.Unmarshal([]byte(first), &resp); err != nil {
+		t.Fatal(err)
+	}
+	a, err := sandbox.VerifyAssessment(f.keys, resp.Assessment, cand, exact)
+	if err != nil {
+		t.Fatalf("verify the signed assessment: %v", err)
+	}
+	if a.ManifestDigest != b.Digest || a.CandidateDigest != cand.Digest || a.GraderDigest != exact.Digest || a.SupervisorRevision != supervisor.Revision || len(a.Checks) == 0 {
+		t.Fatalf("signed assessment %+v does not bind the bundle, both jobs and the supervisor revision", a)
+	}
+	if _, err := sandbox.VerifyAssessment(f.keys, resp.Assessment, cand, other); !errors.Is(err, sandbox.ErrJobBinding) {
+		t.Fatalf("verified against another grader job: %v, want a job_binding error", err)
+	}
+	if code, again := assess(exact.ID); code != http.StatusOK || again != first {
+		t.Fatalf("asked again: %d, identical=%v; want the same bytes", code, again == first)
 	}
 }

@@ -345,3 +345,52 @@ func (c *Client) Identity(ctx context.Context) (Identity, error) {
 	err := c.do(ctx, http.MethodGet, "/v1/identity", nil, &id)
 	return id, err
 }
+
+// Plan asks the daemon for the jobs a bundle prescribes for a workspace
+// under the ids the caller reserved, and checks that the answer is bound
+// to the request (sandbox.Plan.Check). Nothing runs.
+func (c *Client) Plan(ctx context.Context, req sandbox.PlanRequest) (sandbox.Plan, error) {
+	body, err := json.Marshal(req)
+	if err != nil {
+		return sandbox.Plan{}, err
+	}
+	var p sandbox.Plan
+	if err := c.do(ctx, http.MethodPost, "/v1/plan", body, &p); err != nil {
+		return sandbox.Plan{}, fmt.Errorf("plan: %w", err)
+	}
+	if err := p.Check(req); err != nil {
+		return sandbox.Plan{}, err
+	}
+	return p, nil
+}
+
+// Assess asks the daemon's supervisor to judge the grader job against the
+// candidate job (both sealed, as the caller dispatched them) and returns
+// the signed assessment, verified against the pinned keys and bound to
+// both jobs; the test-result statement, when there is one, is verified
+// too. The daemon retains it: asking again returns the same bytes.
+func (c *Client) Assess(ctx context.Context, req sandbox.AssessRequest, candidate, grader sandbox.Job) (sandbox.SignedAssessment, error) {
+	if req.CandidateJobID != candidate.ID || req.GraderJobID != grader.ID {
+		return sandbox.SignedAssessment{}, fmt.Errorf("assess: %w: the request names jobs %s and %s, not %s and %s", sandbox.ErrInvalid, req.CandidateJobID, req.GraderJobID, candidate.ID, grader.ID)
+	}
+	body, err := json.Marshal(req)
+	if err != nil {
+		return sandbox.SignedAssessment{}, err
+	}
+	var resp sandbox.AssessResponse
+	if err := c.do(ctx, http.MethodPost, "/v1/assess", body, &resp); err != nil {
+		return sandbox.SignedAssessment{}, fmt.Errorf("assess: %w", err)
+	}
+	a, err := sandbox.VerifyAssessment(c.keys, resp.Assessment, candidate, grader)
+	if err != nil {
+		return sandbox.SignedAssessment{}, fmt.Errorf("assess: %w", err)
+	}
+	sa := sandbox.SignedAssessment{Assessment: a, Envelope: bytes.Clone(resp.Assessment)}
+	if len(resp.TestResult) > 0 {
+		if _, err := sandbox.VerifyEnvelope(c.keys, resp.TestResult); err != nil {
+			return sandbox.SignedAssessment{}, fmt.Errorf("assess: test-result statement: %w", err)
+		}
+		sa.TestResult = bytes.Clone(resp.TestResult)
+	}
+	return sa, nil
+}

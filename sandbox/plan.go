@@ -1,0 +1,129 @@
+package sandbox
+
+import (
+	"encoding/json"
+	"fmt"
+	"slices"
+)
+
+// PlanRequest asks the daemon for the jobs a bundle prescribes (POST
+// /v1/plan). The daemon answers from the bundle's own bytes, which it
+// checks against each other by digest; it runs nothing and keeps nothing.
+type PlanRequest struct {
+	// BundleManifest is the bundle's OCI manifest, byte for byte; its
+	// digest is the bundle digest every job of the plan names.
+	BundleManifest []byte `json:"bundle_manifest"`
+	// BundleConfig is the bundle's bundle.json, byte for byte; its digest
+	// must be the manifest's config digest.
+	BundleConfig []byte `json:"bundle_config"`
+	// WorkspaceDigest is the candidate workspace's digest (its canonical
+	// tar, WriteTree).
+	WorkspaceDigest string `json:"workspace_digest"`
+	// CandidateJobID and GraderJobID are the ids the verifier reserved.
+	CandidateJobID string `json:"candidate_job_id"`
+	GraderJobID    string `json:"grader_job_id"`
+}
+
+// Plan is what a bundle prescribes for one workspace under reserved ids:
+// the sealed candidate job and the sealed grader template, and the policy
+// the supervisor will judge the grader's report under.
+type Plan struct {
+	// ManifestDigest is the bundle's digest (of its OCI manifest).
+	ManifestDigest string `json:"manifest_digest"`
+	// LayerDigest is the bundle's file tree, the grader's BundlePath input.
+	LayerDigest        string   `json:"layer_digest"`
+	Image              string   `json:"image"`
+	WorkspaceDigest    string   `json:"workspace_digest"`
+	RequiredChecks     []string `json:"required_checks"`
+	AllReported        bool     `json:"all_reported"`
+	ReportFormat       string   `json:"report_format"`
+	ReportPath         string   `json:"report_path"`
+	SupervisorRevision string   `json:"supervisor_revision"`
+	// Candidate is the sealed candidate job, nil when the bundle has no
+	// candidate command.
+	Candidate *Job `json:"candidate,omitempty"`
+	// Grader is the sealed grader template when there is a candidate job
+	// (GraderJob appends the candidate's export to it); without one it is
+	// the complete grader job, with the workspace at CandidateExportPath.
+	Grader Job `json:"grader"`
+}
+
+// AssessRequest asks the daemon's supervisor to judge a grader job it ran
+// (POST /v1/assess). The policy is never the caller's: it is read from the
+// bundle the grader job ran, whose bytes the daemon checks by digest.
+type AssessRequest struct {
+	BundleManifest  []byte `json:"bundle_manifest"`
+	BundleConfig    []byte `json:"bundle_config"`
+	GraderJobID     string `json:"grader_job_id"`
+	CandidateJobID  string `json:"candidate_job_id"`
+	WorkspaceDigest string `json:"workspace_digest,omitempty"`
+}
+
+// AssessResponse is the daemon's answer to an AssessRequest: the signed
+// assessment (a DSSE envelope, PredicateAssessment) and, for a passed or
+// failed verdict, the signed in-toto test-result statement. Both are
+// retained: the same request always gets the same bytes.
+type AssessResponse struct {
+	Assessment json.RawMessage `json:"assessment"`
+	TestResult json.RawMessage `json:"test_result,omitempty"`
+}
+
+// SignedAssessment is a verified assessment and the envelopes it was
+// verified from.
+type SignedAssessment struct {
+	Assessment Assessment
+	Envelope   []byte
+	// TestResult is the signed test-result statement; nil when the
+	// verdict is inconclusive.
+	TestResult []byte
+}
+
+// Check reports whether p is a plan for req: every job sealed and hashing
+// to its digest, under the reserved ids, of the bundle whose manifest req
+// carries and of p's image, the candidate job on req's workspace. It does
+// not prove that the jobs are the ones the bundle prescribes (the daemon
+// that answered is the one definition of those, and its assess endpoint
+// refuses any other); it proves that the plan is bound to what the caller
+// asked about.
+func (p *Plan) Check(req PlanRequest) error {
+	bad := func(format string, a ...any) error {
+		return fmt.Errorf("plan: %w: "+format, append([]any{ErrInvalid}, a...)...)
+	}
+	if d := DigestBytes(req.BundleManifest); p.ManifestDigest != d {
+		return bad("manifest digest %s, the bundle manifest asked about is %s", p.ManifestDigest, d)
+	}
+	if p.WorkspaceDigest != req.WorkspaceDigest {
+		return bad("workspace %s, asked about %s", p.WorkspaceDigest, req.WorkspaceDigest)
+	}
+	check := func(role, id string, j *Job) error {
+		if err := j.VerifyDigest(); err != nil {
+			return fmt.Errorf("plan: %s job: %w", role, err)
+		}
+		if j.ID != id || j.Bundle != p.ManifestDigest || j.Image != p.Image {
+			return bad("%s job is %s of bundle %s on image %s, want %s of bundle %s on image %s", role, j.ID, j.Bundle, j.Image, id, p.ManifestDigest, p.Image)
+		}
+		return nil
+	}
+	if err := check("grader", req.GraderJobID, &p.Grader); err != nil {
+		return err
+	}
+	onWorkspace := func(j *Job) bool {
+		return slices.ContainsFunc(j.Inputs, func(in Input) bool { return in.Digest == req.WorkspaceDigest })
+	}
+	if p.Candidate == nil {
+		if !onWorkspace(&p.Grader) {
+			return bad("without a candidate job the grader job must take the workspace %s", req.WorkspaceDigest)
+		}
+		return nil
+	}
+	if err := check("candidate", req.CandidateJobID, p.Candidate); err != nil {
+		return err
+	}
+	if !onWorkspace(p.Candidate) {
+		return bad("the candidate job does not take the workspace %s", req.WorkspaceDigest)
+	}
+	if p.Candidate.ID == p.Grader.ID {
+		return bad("the candidate and grader jobs share id %s", p.Grader.ID)
+	}
+	return nil
+}
