@@ -169,36 +169,67 @@ func AssessmentSubjects(candidate, grader Job) ([]Subject, error) {
 	return append(s, g...), nil
 }
 
-// VerifyAssessment verifies a signed assessment against the pinned keys and
-// that it is about exactly candidate and grader (sealed jobs): the
-// envelope's signatures, the statement and predicate types, the predicate
-// (strictly decoded and valid, its job digests those of the jobs) and its
-// subjects. It returns the verified assessment.
-func VerifyAssessment(keys KeySet, envelope []byte, candidate, grader Job) (Assessment, error) {
-	ve, err := VerifyEnvelope(keys, envelope)
+// VerifiedAssessment is a signed assessment whose signatures, statement
+// and subjects hold; it is not yet bound to jobs the caller knows.
+type VerifiedAssessment struct {
+	Assessment Assessment
+	KeyIDs     []string
+	Subjects   []Subject
+}
+
+// VerifyAssessmentEnvelope checks a signed assessment on its own, as
+// `sandboxd verify` does offline: the envelope's signatures against the
+// pinned keys, the statement and predicate types, the predicate (strictly
+// decoded and valid: no verdict better than its checks) and that the
+// subjects are exactly the two jobs the predicate names.
+func VerifyAssessmentEnvelope(keys KeySet, envelope []byte) (VerifiedAssessment, error) {
+	env, payload, err := parseEnvelope(envelope)
 	if err != nil {
-		return Assessment{}, err
+		return VerifiedAssessment{}, err
 	}
-	if ve.PayloadType != InTotoPayloadType {
-		return Assessment{}, verifyErr(CheckPayloadType, "%q, want %q", ve.PayloadType, InTotoPayloadType)
+	if env.PayloadType != InTotoPayloadType {
+		return VerifiedAssessment{}, verifyErr(CheckPayloadType, "%q, want %q", env.PayloadType, InTotoPayloadType)
+	}
+	ids, err := verifySignatures(keys, env, payload)
+	if err != nil {
+		return VerifiedAssessment{}, err
 	}
 	var st Statement
-	if err := decodeStrict(ve.Payload, &st); err != nil {
-		return Assessment{}, verifyErr(CheckMalformed, "statement: %v", err)
+	if err := decodeStrict(payload, &st); err != nil {
+		return VerifiedAssessment{}, verifyErr(CheckMalformed, "statement: %v", err)
 	}
 	if st.Type != StatementType {
-		return Assessment{}, verifyErr(CheckStatementType, "%q, want %q", st.Type, StatementType)
+		return VerifiedAssessment{}, verifyErr(CheckStatementType, "%q, want %q", st.Type, StatementType)
 	}
 	if st.PredicateType != PredicateAssessment {
-		return Assessment{}, verifyErr(CheckPredicateType, "%q, want %q", st.PredicateType, PredicateAssessment)
+		return VerifiedAssessment{}, verifyErr(CheckPredicateType, "%q, want %q", st.PredicateType, PredicateAssessment)
 	}
 	var a Assessment
 	if err := decodeStrict(st.Predicate, &a); err != nil {
-		return Assessment{}, verifyErr(CheckPredicate, "assessment: %v", err)
+		return VerifiedAssessment{}, verifyErr(CheckPredicate, "assessment: %v", err)
 	}
 	if err := a.Validate(); err != nil {
-		return Assessment{}, verifyErr(CheckPredicate, "%v", err)
+		return VerifiedAssessment{}, verifyErr(CheckPredicate, "%v", err)
 	}
+	want, err := AssessmentSubjects(Job{ID: a.CandidateJob, Digest: a.CandidateDigest}, Job{ID: a.GraderJob, Digest: a.GraderDigest})
+	if err != nil {
+		return VerifiedAssessment{}, verifyErr(CheckPredicate, "%v", err)
+	}
+	if err := sameSubjects(st.Subject, want); err != nil {
+		return VerifiedAssessment{}, err
+	}
+	return VerifiedAssessment{Assessment: a, KeyIDs: ids, Subjects: st.Subject}, nil
+}
+
+// VerifyAssessment verifies a signed assessment (VerifyAssessmentEnvelope)
+// and that it is about exactly candidate and grader, sealed jobs, and the
+// grader's bundle. It returns the verified assessment.
+func VerifyAssessment(keys KeySet, envelope []byte, candidate, grader Job) (Assessment, error) {
+	va, err := VerifyAssessmentEnvelope(keys, envelope)
+	if err != nil {
+		return Assessment{}, err
+	}
+	a := va.Assessment
 	for _, j := range []Job{candidate, grader} {
 		if err := j.VerifyDigest(); err != nil {
 			return Assessment{}, fmt.Errorf("job to bind to: %w", err)
@@ -210,13 +241,6 @@ func VerifyAssessment(keys KeySet, envelope []byte, candidate, grader Job) (Asse
 	}
 	if grader.Bundle != a.ManifestDigest {
 		return Assessment{}, verifyErr(CheckJobBinding, "assessment names bundle %s, the grader job runs %s", a.ManifestDigest, grader.Bundle)
-	}
-	want, err := AssessmentSubjects(candidate, grader)
-	if err != nil {
-		return Assessment{}, err
-	}
-	if err := sameSubjects(st.Subject, want); err != nil {
-		return Assessment{}, err
 	}
 	return a, nil
 }

@@ -35,6 +35,17 @@ type verified struct {
 	// testResult is set for a signed in-toto test-result statement (the
 	// supervisor's verdict), which binds a workspace, not a job.
 	testResult *testResultStatement
+	// assessment is set for a signed assessment, which binds two jobs.
+	assessment *sandbox.VerifiedAssessment
+}
+
+// assessmentAbout reports whether a signed assessment judged job, as its
+// candidate or its grader job.
+func assessmentAbout(a sandbox.Assessment, job sandbox.Job) error {
+	if (a.CandidateJob == job.ID && a.CandidateDigest == job.Digest) || (a.GraderJob == job.ID && a.GraderDigest == job.Digest) {
+		return nil
+	}
+	return &sandbox.VerifyError{Check: sandbox.CheckJobBinding, Detail: fmt.Sprintf("assessment is about jobs %q and %q, not %q (%s)", a.CandidateJob, a.GraderJob, job.ID, job.Digest)}
 }
 
 type testResultStatement struct {
@@ -142,7 +153,16 @@ func cmdVerify(_ context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 		if v.att, v.err = sandbox.VerifyAttestation(keys, v.bytes); v.err != nil {
 			if errors.Is(v.err, sandbox.ErrPredicateType) {
-				if tr, err := verifyTestResult(keys, v.bytes); err == nil {
+				if va, err := sandbox.VerifyAssessmentEnvelope(keys, v.bytes); err == nil {
+					v.err, v.assessment = nil, &va
+					if job != nil {
+						if v.err = assessmentAbout(va.Assessment, *job); v.err == nil {
+							v.notes = append(v.notes, "bound to "+o.jobFile)
+						}
+					}
+				} else if !errors.Is(err, sandbox.ErrPredicateType) {
+					v.err = err
+				} else if tr, err := verifyTestResult(keys, v.bytes); err == nil {
 					v.err, v.testResult = nil, tr
 					if job != nil {
 						// It names a workspace, not a job: it cannot be
@@ -231,6 +251,15 @@ func chainResult(keys sandbox.KeySet, job *sandbox.Job, res *verified, envs []*v
 
 func describe(v *verified) string {
 	var b strings.Builder
+	if va := v.assessment; va != nil {
+		a := va.Assessment
+		fmt.Fprintf(&b, "assessment: %s (%d checks) of candidate job %q and grader job %q, bundle %s, %s; signed by %s",
+			a.Verdict, len(a.Checks), a.CandidateJob, a.GraderJob, a.ManifestDigest, a.SupervisorRevision, strings.Join(va.KeyIDs, ", "))
+		for _, n := range v.notes {
+			b.WriteString("; " + n)
+		}
+		return b.String()
+	}
 	if tr := v.testResult; tr != nil {
 		fmt.Fprintf(&b, "test-result (%d passed, %d failed) for %s; signed by %s",
 			len(tr.Predicate.PassedTests), len(tr.Predicate.FailedTests), tr.Subject[0].Name, strings.Join(tr.keyIDs, ", "))
