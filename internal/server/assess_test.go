@@ -5,12 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
-	"github.com/sandboxd/sandboxd/internal/bundle"
 	"github.com/sandboxd/sandboxd/internal/evaluate"
 	"github.com/sandboxd/sandboxd/internal/supervisor"
 	"github.com/sandboxd/sandboxd/sandbox"
@@ -19,17 +16,7 @@ import (
 // The assess endpoint judges under the policy of the bundle the grader
 // job ran, proven by digests, never under one the caller picks.
 func TestAssessPolicyComesFromTheJobsBundle(t *testing.T) {
-	b, err := bundle.Pack(context.Background(), "../bundle/testdata/example-bundle", t.TempDir(), bundle.DefaultLimits())
-	if err != nil {
-		t.Fatal(err)
-	}
-	blob := func(d string) []byte {
-		data, err := os.ReadFile(filepath.Join(b.Layout, "blobs", "sha256", strings.TrimPrefix(d, "sha256:")))
-		if err != nil {
-			t.Fatal(err)
-		}
-		return data
-	}
+	b, blob := exampleBundle(t)
 	manifest, config := blob(b.Digest), blob(b.ConfigDigest)
 	job := sandbox.Job{ID: "g", Bundle: b.Digest, Image: b.Manifest.Image}
 
@@ -77,17 +64,7 @@ func TestAssessPolicyComesFromTheJobsBundle(t *testing.T) {
 // job that differs from the bundle's grader in anything (here one more
 // environment variable) is refused, and the exact one is judged.
 func TestAssessJudgesOnlyTheBundlesJobs(t *testing.T) {
-	b, err := bundle.Pack(context.Background(), "../bundle/testdata/example-bundle", t.TempDir(), bundle.DefaultLimits())
-	if err != nil {
-		t.Fatal(err)
-	}
-	blob := func(d string) []byte {
-		data, err := os.ReadFile(filepath.Join(b.Layout, "blobs", "sha256", strings.TrimPrefix(d, "sha256:")))
-		if err != nil {
-			t.Fatal(err)
-		}
-		return data
-	}
+	b, blob := exampleBundle(t)
 	assessments, err := supervisor.NewDirStore(t.TempDir())
 	if err != nil {
 		t.Fatal(err)

@@ -8,13 +8,11 @@ import (
 	"fmt"
 	"net/http"
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/santhosh-tekuri/jsonschema/v5"
 
-	"github.com/sandboxd/sandboxd/internal/bundle"
 	"github.com/sandboxd/sandboxd/internal/evaluate"
 	"github.com/sandboxd/sandboxd/internal/supervisor"
 	"github.com/sandboxd/sandboxd/sandbox"
@@ -97,17 +95,7 @@ func (o *openAPI) envelope(what string, env []byte, predicate string) {
 func TestResponsesMatchOpenAPI(t *testing.T) {
 	ctx := context.Background()
 	api := loadOpenAPI(t)
-	b, err := bundle.Pack(ctx, "../bundle/testdata/example-bundle", t.TempDir(), bundle.DefaultLimits())
-	if err != nil {
-		t.Fatal(err)
-	}
-	blob := func(d string) []byte {
-		data, err := os.ReadFile(filepath.Join(b.Layout, "blobs", "sha256", strings.TrimPrefix(d, "sha256:")))
-		if err != nil {
-			t.Fatal(err)
-		}
-		return data
-	}
+	b, blob := exampleBundle(t)
 	assessments, err := supervisor.NewDirStore(t.TempDir())
 	if err != nil {
 		t.Fatal(err)

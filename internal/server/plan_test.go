@@ -16,23 +16,31 @@ import (
 	"github.com/sandboxd/sandboxd/sandbox"
 )
 
-// The plan endpoint answers exactly the jobs the assess endpoint judges,
-// and a verifier that builds the grader job with the public
-// sandbox.GraderJob and sandbox.WriteCandidateExport gets the job and
-// export digest the daemon rebuilds.
-func TestPlanIsTheBundlesJobs(t *testing.T) {
-	ctx := context.Background()
-	b, err := bundle.Pack(ctx, "../bundle/testdata/example-bundle", t.TempDir(), bundle.DefaultLimits())
+// exampleBundle packs the test bundle and returns it with a reader of its
+// blobs (the manifest's and bundle.json's bytes, as a client sends them).
+func exampleBundle(t *testing.T) (*bundle.Bundle, func(digest string) []byte) {
+	t.Helper()
+	b, err := bundle.Pack(context.Background(), "../bundle/testdata/example-bundle", t.TempDir(), bundle.DefaultLimits())
 	if err != nil {
 		t.Fatal(err)
 	}
-	blob := func(d string) []byte {
+	return b, func(d string) []byte {
+		t.Helper()
 		data, err := os.ReadFile(filepath.Join(b.Layout, "blobs", "sha256", strings.TrimPrefix(d, "sha256:")))
 		if err != nil {
 			t.Fatal(err)
 		}
 		return data
 	}
+}
+
+// The plan endpoint answers exactly the jobs the assess endpoint judges,
+// and a verifier that builds the grader job with the public
+// sandbox.GraderJob and sandbox.WriteCandidateExport gets the job and
+// export digest the daemon rebuilds.
+func TestPlanIsTheBundlesJobs(t *testing.T) {
+	ctx := context.Background()
+	b, blob := exampleBundle(t)
 	f := newFixture(t, nil, nil)
 	ws := sandbox.DigestBytes([]byte("workspace"))
 	ask := func(req sandbox.PlanRequest) (int, []byte) {
