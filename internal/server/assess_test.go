@@ -65,14 +65,7 @@ func TestAssessPolicyComesFromTheJobsBundle(t *testing.T) {
 // environment variable) is refused, and the exact one is judged.
 func TestAssessJudgesOnlyTheBundlesJobs(t *testing.T) {
 	b, blob := exampleBundle(t)
-	assessments, err := supervisor.NewDirStore(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	f := newFixture(t, func(c *Config) {
-		c.Preflight = func(context.Context, sandbox.Job) error { return nil }
-		c.Supervisor = supervisor.New(assessments)
-	}, nil)
+	f := assessFixture(t)
 	bm := b.Manifest
 	ws := sandbox.DigestBytes([]byte("workspace"))
 	sealed := func(j sandbox.Job) sandbox.Job {

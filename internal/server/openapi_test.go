@@ -14,7 +14,6 @@ import (
 	"github.com/santhosh-tekuri/jsonschema/v5"
 
 	"github.com/sandboxd/sandboxd/internal/evaluate"
-	"github.com/sandboxd/sandboxd/internal/supervisor"
 	"github.com/sandboxd/sandboxd/sandbox"
 )
 
@@ -96,14 +95,7 @@ func TestResponsesMatchOpenAPI(t *testing.T) {
 	ctx := context.Background()
 	api := loadOpenAPI(t)
 	b, blob := exampleBundle(t)
-	assessments, err := supervisor.NewDirStore(t.TempDir())
-	if err != nil {
-		t.Fatal(err)
-	}
-	f := newFixture(t, func(c *Config) {
-		c.Preflight = func(context.Context, sandbox.Job) error { return nil }
-		c.Supervisor = supervisor.New(assessments)
-	}, nil)
+	f := assessFixture(t)
 	call := func(route, method, path string, body []byte) (int, []byte) {
 		t.Helper()
 		resp, out := f.do(t, method, path, body)

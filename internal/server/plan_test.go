@@ -13,6 +13,7 @@ import (
 
 	"github.com/sandboxd/sandboxd/internal/bundle"
 	"github.com/sandboxd/sandboxd/internal/evaluate"
+	"github.com/sandboxd/sandboxd/internal/supervisor"
 	"github.com/sandboxd/sandboxd/sandbox"
 )
 
@@ -32,6 +33,20 @@ func exampleBundle(t *testing.T) (*bundle.Bundle, func(digest string) []byte) {
 		}
 		return data
 	}
+}
+
+// assessFixture is a daemon with a supervisor (assessments retained in a
+// directory) whose broker runs any image.
+func assessFixture(t *testing.T) *fixture {
+	t.Helper()
+	assessments, err := supervisor.NewDirStore(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return newFixture(t, func(c *Config) {
+		c.Preflight = func(context.Context, sandbox.Job) error { return nil }
+		c.Supervisor = supervisor.New(assessments)
+	}, nil)
 }
 
 // The plan endpoint answers exactly the jobs the assess endpoint judges,
