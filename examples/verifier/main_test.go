@@ -51,8 +51,8 @@ func setup(m *testing.M) (int, error) {
 		if os.Getenv("CI") == "true" {
 			return 1, fmt.Errorf("no container engine answers (CI=true: a failure, not a skip): %v", err)
 		}
-		fmt.Fprintln(os.Stderr, "verifier tests: no container engine; skipping")
-		return 0, nil
+		fmt.Fprintln(os.Stderr, "verifier tests: no container engine; the tests that need one skip")
+		return m.Run(), nil
 	}
 	tmp, err := os.MkdirTemp("", "sbv-")
 	if err != nil {

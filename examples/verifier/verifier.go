@@ -200,12 +200,23 @@ func (v *SandboxTestVerifier) EvaluateTests(ctx context.Context, req TestRequest
 		return CheckResult{}, err
 	}
 	var export bytes.Buffer
+	var fetchErr error
 	exportDigest, err := sandbox.WriteCandidateExport(&export, cres.Result, func(a sandbox.Artifact) (io.ReadCloser, error) {
 		b, err := v.cfg.Blobs.Blob(ctx, a.Digest, a.Size)
+		if err != nil {
+			fetchErr = err
+		}
 		return io.NopCloser(bytes.NewReader(b)), err
 	})
-	if err != nil {
-		return CheckResult{}, v.callErr(ctx, "candidate export", err)
+	switch {
+	case fetchErr != nil:
+		return CheckResult{}, v.callErr(ctx, "fetch the candidate's artifacts", fetchErr)
+	case err != nil:
+		// The candidate's outputs cannot form an export (a name the
+		// canonical form refuses): its doing, so a definitive outcome,
+		// and never a pass.
+		return CheckResult{Status: StatusInconclusive, Reason: "candidate export refused: " + err.Error(), PlanDigest: planDigest,
+			EvidenceIDs: []string{cand.Digest, cres.Result.JobDigest}}, nil
 	}
 	if err := v.cfg.Blobs.PutBlob(ctx, exportDigest, export.Bytes()); err != nil {
 		return CheckResult{}, v.callErr(ctx, "upload candidate export", err)
