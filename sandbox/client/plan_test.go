@@ -1,0 +1,107 @@
+package client_test
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"path/filepath"
+	"testing"
+
+	"github.com/sandboxd/sandboxd/internal/receipt"
+	"github.com/sandboxd/sandboxd/sandbox"
+	"github.com/sandboxd/sandboxd/sandbox/client"
+)
+
+// answering serves one canned JSON answer on a unix socket.
+func answering(t *testing.T, answer any) string {
+	t.Helper()
+	socket := filepath.Join(t.TempDir(), "s.sock")
+	ln, err := net.Listen("unix", socket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hs := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		json.NewEncoder(w).Encode(answer)
+	}))
+	hs.Listener.Close()
+	hs.Listener = ln
+	hs.Start()
+	t.Cleanup(hs.Close)
+	return socket
+}
+
+// A plan not bound to the request (another bundle, other ids, another
+// workspace) and an assessment not signed by the pinned key, or about
+// other jobs, are refused by the client, whatever the daemon answers.
+func TestPlanAndAssessAreChecked(t *testing.T) {
+	ctx := context.Background()
+	signer, err := receipt.NewEphemeralSigner()
+	if err != nil {
+		t.Fatal(err)
+	}
+	other, _ := receipt.NewEphemeralSigner()
+	keys, _ := sandbox.ParseKeySet(signer.PublicKeyPEM())
+	manifest := []byte(`{"manifest":1}`)
+	bundle := sandbox.DigestBytes(manifest)
+	ws := sandbox.DigestBytes([]byte("ws"))
+	job := func(id string, inputs ...sandbox.Input) sandbox.Job {
+		j := newJob(t, id, "true")
+		j.Digest, j.Bundle, j.Inputs = "", bundle, inputs
+		if err := j.Seal(); err != nil {
+			t.Fatal(err)
+		}
+		return j
+	}
+	cand := job("c", sandbox.Input{Name: "workspace", Digest: ws, Path: sandbox.WorkPath, Writable: true})
+	grader := job("g")
+	req := sandbox.PlanRequest{BundleManifest: manifest, WorkspaceDigest: ws, CandidateJobID: "c", GraderJobID: "g"}
+	good := sandbox.Plan{ManifestDigest: bundle, Image: cand.Image, WorkspaceDigest: ws, Candidate: &cand, Grader: grader}
+	if _, err := client.New(answering(t, good), keys).Plan(ctx, req); err != nil {
+		t.Fatalf("a plan bound to the request: %v", err)
+	}
+	otherBundle := good
+	otherBundle.ManifestDigest = sandbox.DigestBytes([]byte("other"))
+	swapped := good
+	swapped.Candidate, swapped.Grader = &grader, cand
+	otherWS := req
+	otherWS.WorkspaceDigest = sandbox.DigestBytes([]byte("other ws"))
+	for _, tc := range []struct {
+		name string
+		plan sandbox.Plan
+		req  sandbox.PlanRequest
+	}{
+		{"another bundle", otherBundle, req},
+		{"the ids swapped", swapped, req},
+		{"another workspace", good, otherWS},
+	} {
+		if _, err := client.New(answering(t, tc.plan), keys).Plan(ctx, tc.req); !errors.Is(err, sandbox.ErrInvalid) {
+			t.Errorf("%s: %v, want the plan refused", tc.name, err)
+		}
+	}
+
+	a := sandbox.Assessment{Schema: sandbox.SignedAssessmentSchema, ManifestDigest: bundle, SupervisorRevision: "r",
+		CandidateJob: "c", CandidateDigest: cand.Digest, GraderJob: "g", GraderDigest: grader.Digest,
+		Verdict: sandbox.VerdictFailed, Reasons: []string{}, Checks: []sandbox.AssessedCheck{{Name: "x", Status: sandbox.VerdictFailed, Evidence: []string{}}}, ObservationRefs: []sandbox.ObservationRef{}}
+	sign := func(s *receipt.Signer) sandbox.AssessResponse {
+		subjects, _ := sandbox.AssessmentSubjects(cand, grader)
+		pred, _ := sandbox.CanonicalJSON(a)
+		env, err := s.SignStatement(sandbox.Statement{Type: sandbox.StatementType, Subject: subjects, PredicateType: sandbox.PredicateAssessment, Predicate: pred})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return sandbox.AssessResponse{Assessment: env}
+	}
+	areq := sandbox.AssessRequest{GraderJobID: "g", CandidateJobID: "c"}
+	if sa, err := client.New(answering(t, sign(signer)), keys).Assess(ctx, areq, cand, grader); err != nil || sa.Assessment.Verdict != sandbox.VerdictFailed {
+		t.Fatalf("a signed assessment: %v", err)
+	}
+	if _, err := client.New(answering(t, sign(other)), keys).Assess(ctx, areq, cand, grader); !errors.Is(err, sandbox.ErrUnknownKey) {
+		t.Errorf("signed by another key: %v", err)
+	}
+	if _, err := client.New(answering(t, sign(signer)), keys).Assess(ctx, areq, grader, cand); err == nil {
+		t.Error("an assessment accepted for jobs the request does not name")
+	}
+}
