@@ -1,0 +1,78 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/sandboxd/sandboxd/internal/receipt"
+	"github.com/sandboxd/sandboxd/sandbox"
+)
+
+// sandboxd verify checks a signed assessment offline: its signature with
+// the pinned key, its statement, that its verdict is no better than its
+// checks, and with --job that it judged that job.
+func TestVerifyCommandAssessment(t *testing.T) {
+	f := newVerifyFixture(t)
+	s, err := receipt.NewEphemeralSigner()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pub := filepath.Join(f.dir, "assessor.pub")
+	if err := os.WriteFile(pub, s.PublicKeyPEM(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	job := func(p string) sandbox.Job {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		j, err := sandbox.DecodeJob(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return j
+	}
+	cand, grader := job(f.job1), job(f.job2)
+	write := func(name string, a sandbox.Assessment) string {
+		subjects, err := sandbox.AssessmentSubjects(cand, grader)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pred, _ := sandbox.CanonicalJSON(a)
+		env, err := s.SignStatement(sandbox.Statement{Type: sandbox.StatementType, Subject: subjects, PredicateType: sandbox.PredicateAssessment, Predicate: pred})
+		if err != nil {
+			t.Fatal(err)
+		}
+		p := filepath.Join(f.dir, name)
+		if err := os.WriteFile(p, env, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	a := sandbox.Assessment{Schema: sandbox.SignedAssessmentSchema, ManifestDigest: sandbox.DigestBytes([]byte("bundle")), SupervisorRevision: "sandboxd-supervisor/1",
+		CandidateJob: cand.ID, CandidateDigest: cand.Digest, GraderJob: grader.ID, GraderDigest: grader.Digest,
+		Verdict: sandbox.VerdictPassed, Reasons: []string{}, ObservationRefs: []sandbox.ObservationRef{},
+		Checks: []sandbox.AssessedCheck{{Name: "t", Status: sandbox.VerdictPassed, Evidence: []string{}}}}
+	good := write("assessment.json", a)
+	a.Checks[0].Status = sandbox.VerdictFailed
+	forged := write("forged.json", a)
+
+	for _, tc := range []struct {
+		name string
+		args []string
+		code int
+		want string
+	}{
+		{"pinned key", []string{"--key", pub, good}, exitOK, "ok: assessment: passed (1 checks)"},
+		{"bound to its grader job", []string{"--key", pub, "--job", f.job2, good}, exitOK, "bound to"},
+		{"another key", []string{"--key", f.pub, good}, exitFailed, "FAILED: unknown_key"},
+		{"a verdict better than its checks", []string{"--key", pub, forged}, exitFailed, "FAILED: predicate"},
+	} {
+		code, out, errOut := runCmd(t, cmdVerify, tc.args...)
+		if code != tc.code || !strings.Contains(out, tc.want) {
+			t.Errorf("%s: exit %d, %q %q; want exit %d and %q", tc.name, code, out, errOut, tc.code, tc.want)
+		}
+	}
+}
