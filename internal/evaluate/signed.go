@@ -38,7 +38,8 @@ func PublicAssessment(a supervisor.Assessment, raw []byte, j Judged) (sandbox.As
 	}
 	checks := make([]sandbox.AssessedCheck, 0, len(a.Checks))
 	for _, c := range a.Checks {
-		checks = append(checks, sandbox.AssessedCheck{Name: c.Name, Status: sandbox.Verdict(c.Status), Reason: c.Reason, Evidence: append([]string{}, c.Evidence...)})
+		c.Evidence = append([]string{}, c.Evidence...)
+		checks = append(checks, c)
 	}
 	pa := sandbox.Assessment{
 		Schema:             sandbox.SignedAssessmentSchema,
@@ -49,7 +50,7 @@ func PublicAssessment(a supervisor.Assessment, raw []byte, j Judged) (sandbox.As
 		GraderJob:          j.Grader.ID,
 		GraderDigest:       j.Grader.Digest,
 		WorkspaceDigest:    a.Binding.WorkspaceDigest,
-		Verdict:            sandbox.Verdict(a.Verdict),
+		Verdict:            a.Verdict,
 		Reasons:            append([]string{}, a.Reasons...),
 		Checks:             checks,
 		ObservationRefs:    sandbox.SortedRefs(refs),

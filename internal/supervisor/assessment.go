@@ -54,16 +54,11 @@ type ReportRef struct {
 	Checks map[CheckStatus]int `json:"checks"`
 }
 
-// CheckResult is the verdict on one check.
-type CheckResult struct {
-	Name   string  `json:"name"`
-	Status Verdict `json:"status"`
-	// Reason is the deciding rule's name, a colon and the detail.
-	Reason string `json:"reason"`
-	// Evidence are digests of what the verdict rests on: the grader
-	// result, the report artifact, control assessments.
-	Evidence []string `json:"evidence"`
-}
+// CheckResult is the verdict on one check, as a signed assessment carries
+// it (sandbox.AssessedCheck): the check's name, its status, the deciding
+// rule's name, a colon and the detail, and the digests of what the verdict
+// rests on (the grader result, the report artifact, control assessments).
+type CheckResult = sandbox.AssessedCheck
 
 // Assessment is the supervisor's judgement of one grader run.
 type Assessment struct {

@@ -12,14 +12,15 @@ import (
 	"github.com/sandboxd/sandboxd/sandbox"
 )
 
-// Verdict is the outcome of one check or of a whole assessment.
-type Verdict string
+// Verdict is the outcome of one check or of a whole assessment: the
+// public sandbox.Verdict a signed assessment carries.
+type Verdict = sandbox.Verdict
 
 // Verdicts. Inconclusive is never passed.
 const (
-	Passed       Verdict = "passed"
-	Failed       Verdict = "failed"
-	Inconclusive Verdict = "inconclusive"
+	Passed       = sandbox.VerdictPassed
+	Failed       = sandbox.VerdictFailed
+	Inconclusive = sandbox.VerdictInconclusive
 )
 
 // Rule names a verdict rule. A CheckResult's reason starts with the name of
