@@ -398,28 +398,10 @@ func (d Deps) runJob(ctx context.Context, role string, j sandbox.Job) (*JobRecor
 func ExportOf(ctx context.Context, blobs *store.Store, res sandbox.Result, l sandbox.Limits) (string, error) {
 	pr, pw := io.Pipe()
 	go func() {
-		tw := tar.NewWriter(pw)
-		for _, a := range res.Artifacts {
-			rel, ok := strings.CutPrefix(a.Path, ExportPath+"/")
-			if !ok {
-				continue
-			}
-			f, err := blobs.Open(a.Digest)
-			if err != nil {
-				pw.CloseWithError(err)
-				return
-			}
-			err = tw.WriteHeader(&tar.Header{Name: rel, Typeflag: tar.TypeReg, Mode: 0o644, Size: a.Size, Format: tar.FormatPAX})
-			if err == nil {
-				_, err = io.Copy(tw, f)
-			}
-			f.Close()
-			if err != nil {
-				pw.CloseWithError(err)
-				return
-			}
-		}
-		pw.CloseWithError(tw.Close())
+		// The one definition of the export, the verifier's too; the
+		// reader rules below then apply to what it wrote.
+		_, err := sandbox.WriteCandidateExport(pw, res, func(a sandbox.Artifact) (io.ReadCloser, error) { return blobs.Open(a.Digest) })
+		pw.CloseWithError(err)
 	}()
 	lim := bundle.DefaultLimits()
 	lim.MaxBytes = max(lim.MaxBytes, l.OutputBytes)
