@@ -95,7 +95,7 @@ func cmdVerify(_ context.Context, args []string, stdout, stderr io.Writer) int {
 	fset.SetOutput(stderr)
 	fset.Var(&o.keys, "key", "pinned public key `PEM` file (repeat for key rotation)")
 	fset.StringVar(&o.jobFile, "job", "", "sealed job `FILE` every envelope must be bound to")
-	fset.StringVar(&o.expect, "expect", "", "exit 1 unless a test-result is given and every test-result's verdict is `VERDICT` (passed or failed)")
+	fset.StringVar(&o.expect, "expect", "", "exit 1 unless a test-result or signed assessment is given and every one's verdict is `VERDICT` (passed or failed)")
 	fset.Usage = func() {
 		fmt.Fprintln(stderr, "usage: sandboxd verify --key PUB [--key PUB2] [--job JOBFILE] [--expect passed|failed] ENVELOPE...")
 		fset.PrintDefaults()
@@ -192,6 +192,14 @@ func cmdVerify(_ context.Context, args []string, stdout, stderr io.Writer) int {
 			if got := v.testResult.Predicate.Result; o.expect != "" && !strings.EqualFold(got, o.expect) {
 				v.err = fmt.Errorf("verdict: the signed verdict is %s, --expect %s (signature verified; %d passed, %d failed)",
 					got, o.expect, len(v.testResult.Predicate.PassedTests), len(v.testResult.Predicate.FailedTests))
+			}
+		}
+		// A signed assessment carries a verdict too, inconclusive ones
+		// included.
+		if v.err == nil && v.assessment != nil {
+			testResults++
+			if got := v.assessment.Assessment.Verdict; o.expect != "" && string(got) != o.expect {
+				v.err = fmt.Errorf("verdict: the signed assessment's verdict is %s, --expect %s (signature verified)", got, o.expect)
 			}
 		}
 	}

@@ -69,6 +69,8 @@ func TestVerifyCommandAssessment(t *testing.T) {
 		{"bound to its grader job", []string{"--key", pub, "--job", f.job2, good}, exitOK, "bound to"},
 		{"another key", []string{"--key", f.pub, good}, exitFailed, "FAILED: unknown_key"},
 		{"a verdict better than its checks", []string{"--key", pub, forged}, exitFailed, "FAILED: predicate"},
+		{"the verdict expected", []string{"--key", pub, "--expect", "passed", good}, exitOK, "ok: assessment: passed"},
+		{"another verdict expected", []string{"--key", pub, "--expect", "failed", good}, exitFailed, "FAILED: verdict: the signed assessment's verdict is passed"},
 	} {
 		code, out, errOut := runCmd(t, cmdVerify, tc.args...)
 		if code != tc.code || !strings.Contains(out, tc.want) {
