@@ -164,6 +164,7 @@ func TestResponsesMatchOpenAPI(t *testing.T) {
 	call("/v1/jobs/{id}/cancel", "POST", "/v1/jobs/"+p.Candidate.ID+"/cancel", nil)
 	call("/v1/jobs/{id}/cancel", "POST", "/v1/jobs/absent/cancel", nil)
 	call("/v1/identity", "GET", "/v1/identity", nil)
+	call("/v1/gc", "POST", "/v1/gc", nil)
 	call("/healthz", "GET", "/healthz", nil)
 	call("/readyz", "GET", "/readyz", nil)
 
