@@ -167,7 +167,8 @@ func serve(ctx context.Context, o serveOptions, log *slog.Logger) error {
 	cfg.Logger = log
 	cfg.Preflight = b.Preflight
 	// No job runs on an image before the isolation selfcheck passed on it
-	// (checked when a job is dispatched, once per image and runtime).
+	// (checked before a job is journaled dispatched, once per image and
+	// runtime: server.Prechecker).
 	cfg.Broker = gatedBroker(eng, b, blobs, o.state)
 	if f := os.Getenv(faultEnv); f != "" {
 		step, id, _ := strings.Cut(f, ":")

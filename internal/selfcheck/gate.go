@@ -125,10 +125,12 @@ func (g *Gate) runCheck(ctx context.Context, k GateKey) (err error) {
 // GatedBroker is a broker whose every job passes the gate first, for the
 // job's own image and runtime: no job runs on an image before the probe
 // has shown, in a sandbox of that image and runtime on this engine, that
-// every isolation property holds. The check runs when the job is
-// dispatched (in the daemon, not in the submit request, so a slow check
-// never makes a submission time out); a job whose check fails is refused
-// before anything of it runs.
+// every isolation property holds. The daemon runs the check (Precheck)
+// before it journals the job dispatched, not in the submit request (a slow
+// check never makes a submission time out) and not after the dispatch (a
+// crash during the check must leave the job accepted, to run after the
+// restart); RunWithHooks checks again, at once once the key passed. A job
+// whose check fails is refused before anything of it runs.
 type GatedBroker struct {
 	*broker.Broker
 	Gate *Gate
@@ -141,10 +143,19 @@ func (g GatedBroker) Run(ctx context.Context, job sandbox.Job) (sandbox.Result, 
 	return g.RunWithHooks(ctx, job, broker.Hooks{})
 }
 
+// Precheck passes the job's key through the gate: nil once its engine,
+// image and runtime passed the selfcheck.
+func (g GatedBroker) Precheck(ctx context.Context, job sandbox.Job) error {
+	if err := g.Gate.Check(ctx, GateKey{Engine: g.Engine, Image: job.Image, Runtime: job.Runtime}); err != nil {
+		return fmt.Errorf("isolation selfcheck on image %s did not pass; no job runs on it: %w", job.Image, err)
+	}
+	return nil
+}
+
 // RunWithHooks is broker.RunWithHooks once the job's key passed the gate.
 func (g GatedBroker) RunWithHooks(ctx context.Context, job sandbox.Job, hooks broker.Hooks) (sandbox.Result, error) {
-	if err := g.Gate.Check(ctx, GateKey{Engine: g.Engine, Image: job.Image, Runtime: job.Runtime}); err != nil {
-		return sandbox.Result{}, fmt.Errorf("isolation selfcheck on image %s did not pass; no job runs on it: %w", job.Image, err)
+	if err := g.Precheck(ctx, job); err != nil {
+		return sandbox.Result{}, err
 	}
 	return g.Broker.RunWithHooks(ctx, job, hooks)
 }

@@ -29,6 +29,14 @@ type Broker interface {
 
 var _ Broker = (*broker.Broker)(nil)
 
+// Prechecker is a broker that checks a job before the server journals it
+// dispatched (the selfcheck gate): a crash during the check leaves the job
+// accepted, to run after a restart, never dispatched with no container
+// and so ended uncertain.
+type Prechecker interface {
+	Precheck(ctx context.Context, job sandbox.Job) error
+}
+
 // Server is the daemon. New has no side effects; Start recovers and starts
 // the workers; Shutdown stops them.
 type Server struct {
@@ -331,6 +339,17 @@ func (s *Server) runJob(id string) {
 	if rec.CancelRequested {
 		s.finishUnrun(log, rec, job, sandbox.StatusCancelled, "cancelled before it was dispatched")
 		return
+	}
+	if p, ok := s.cfg.Broker.(Prechecker); ok {
+		// Before the dispatch is journaled: a check that fails (or a
+		// crash during it) leaves nothing of the job dispatched. A failed
+		// check ends the job error, signed, rather than keeping it
+		// accepted: an image whose isolation does not hold would fail
+		// again at every restart, and the client must learn it.
+		if err := p.Precheck(jctx, job); err != nil {
+			s.finishUnrun(log, rec, job, sandbox.StatusError, "refused before dispatch: "+err.Error())
+			return
+		}
 	}
 	if _, err := dispatchRecord(s.cfg.Journal, id); err != nil {
 		// Not durable: not dispatched. It stays accepted and is queued

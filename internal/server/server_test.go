@@ -66,6 +66,9 @@ func (f *fakeBroker) leave() {
 	f.mu.Unlock()
 }
 
+// fake is the fakeBroker under a test's wrapper of it.
+func (f *fakeBroker) fake() *fakeBroker { return f }
+
 func newFake() *fakeBroker {
 	return &fakeBroker{runs: map[string]int{}, recovered: map[string]string{}, gates: map[string]chan struct{}{}, bindings: map[string]broker.Binding{}}
 }
@@ -188,7 +191,7 @@ func newFixture(t *testing.T, mod func(*Config), before func(*journal.Journal)) 
 	if mod != nil {
 		mod(&cfg)
 	}
-	fb = cfg.Broker.(*fakeBroker)
+	fb = cfg.Broker.(interface{ fake() *fakeBroker }).fake()
 	signer = cfg.Signer
 	srv, err := New(cfg)
 	if err != nil {
