@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"errors"
+	"fmt"
 	"sync"
 	"testing"
 
@@ -90,6 +91,59 @@ func TestPrecheckRunsBeforeDispatch(t *testing.T) {
 			pb.mu.Unlock()
 			if runs != c.runs {
 				t.Errorf("broker ran the job %d times, want %d", runs, c.runs)
+			}
+		})
+	}
+}
+
+// refusingOnCancelBroker is the fake broker whose run waits (as for a gate)
+// until the job's context ends, then refuses the job before anything of it
+// ran.
+type refusingOnCancelBroker struct {
+	*fakeBroker
+	entered chan journal.State
+}
+
+func (r *refusingOnCancelBroker) RunWithHooks(ctx context.Context, job sandbox.Job, _ broker.Hooks) (sandbox.Result, error) {
+	r.entered <- journal.Dispatched
+	<-ctx.Done()
+	return sandbox.Result{}, fmt.Errorf("isolation selfcheck on image %s did not pass: %w", job.Image, context.Cause(ctx))
+}
+
+// A job cancelled through the API while it waits on the gate, before it
+// ran, ends cancelled: not error, which would blame the infrastructure.
+func TestCancelWhileGatedEndsCancelled(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		b    func() (Broker, chan journal.State)
+	}{
+		{"in the precheck", func() (Broker, chan journal.State) {
+			pb := newPrechecking(nil)
+			return pb, pb.entered
+		}},
+		{"in the broker, before it ran", func() (Broker, chan journal.State) {
+			rb := &refusingOnCancelBroker{fakeBroker: newFake(), entered: make(chan journal.State, 1)}
+			return rb, rb.entered
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			b, entered := c.b()
+			f := newFixture(t, func(cfg *Config) {
+				if pb, ok := b.(*precheckingBroker); ok {
+					pb.jr = cfg.Journal
+				}
+				cfg.Broker = b
+			}, nil)
+			job := newJob(t, "gated-cancel", "true")
+			if code, _, _ := f.submit(t, job); code != 202 {
+				t.Fatalf("submit: got %d, want 202", code)
+			}
+			<-entered
+			if resp, body := f.do(t, "POST", "/v1/jobs/"+job.ID+"/cancel", nil); resp.StatusCode != 202 {
+				t.Fatalf("cancel: got %d %s, want 202", resp.StatusCode, body)
+			}
+			if v := f.wait(t, job.ID); v.Status != sandbox.StatusCancelled {
+				t.Errorf("got status %s, want %s", v.Status, sandbox.StatusCancelled)
 			}
 		})
 	}

@@ -37,6 +37,10 @@ type Prechecker interface {
 	Precheck(ctx context.Context, job sandbox.Job) error
 }
 
+// errCancelledByAPI is the cause of a job's context cancelled through the
+// API: a job stopped by it before it ran ends cancelled, not error.
+var errCancelledByAPI = errors.New("cancelled through the API")
+
 // Server is the daemon. New has no side effects; Start recovers and starts
 // the workers; Shutdown stops them.
 type Server struct {
@@ -315,7 +319,7 @@ func (s *Server) runJob(id string) {
 	jctx, cancel := context.WithCancelCause(context.Background())
 	defer cancel(nil)
 	s.mu.Lock()
-	s.running[id] = func() { cancel(errors.New("cancelled through the API")) }
+	s.running[id] = func() { cancel(errCancelledByAPI) }
 	s.setRunningLocked()
 	s.mu.Unlock()
 	defer func() {
@@ -347,6 +351,10 @@ func (s *Server) runJob(id string) {
 		// accepted: an image whose isolation does not hold would fail
 		// again at every restart, and the client must learn it.
 		if err := p.Precheck(jctx, job); err != nil {
+			if errors.Is(context.Cause(jctx), errCancelledByAPI) {
+				s.finishUnrun(log, rec, job, sandbox.StatusCancelled, "cancelled through the API before it was dispatched")
+				return
+			}
 			s.finishUnrun(log, rec, job, sandbox.StatusError, "refused before dispatch: "+err.Error())
 			return
 		}
@@ -412,11 +420,14 @@ func (s *Server) runJob(id string) {
 	}
 	if err != nil {
 		// Refused before anything ran.
-		status := sandbox.StatusError
-		if errors.Is(err, sandbox.ErrConflict) {
+		status, cause := sandbox.StatusError, "refused by the broker: "+err.Error()
+		switch {
+		case errors.Is(err, sandbox.ErrConflict):
 			status = sandbox.StatusUncertain // a container of this job exists: not ours to judge
+		case errors.Is(context.Cause(jctx), errCancelledByAPI):
+			status, cause = sandbox.StatusCancelled, "cancelled through the API before it ran: "+err.Error()
 		}
-		s.finishUnrun(log, rec, job, status, "refused by the broker: "+err.Error())
+		s.finishUnrun(log, rec, job, status, cause)
 		return
 	}
 	// No container was created: nothing to keep for recovery.
