@@ -654,7 +654,9 @@ func (f *fixture) metricValue(t *testing.T, name string) float64 {
 func TestRecoveredJobsHoldConcurrencySlots(t *testing.T) {
 	signer, _ := receipt.NewEphemeralSigner()
 	at := time.Now().Add(-time.Minute)
-	// In acceptance order, which is not the journal's key order.
+	// In acceptance order, which is not the journal's key order, and
+	// accepted at decreasing times (a clock stepped back): the queue's order
+	// after a restart is the journal's Seq, not the clock's.
 	queued := []string{"q-3", "q-1", "q-0", "q-2"}
 	seed := func(jr *journal.Journal) {
 		accept := func(id string, when time.Time) {
@@ -675,7 +677,7 @@ func TestRecoveredJobsHoldConcurrencySlots(t *testing.T) {
 			jr.Started(id, at)
 		}
 		for i, id := range queued {
-			accept(id, at.Add(time.Duration(i+1)*time.Millisecond))
+			accept(id, at.Add(-time.Duration(i+1)*time.Millisecond))
 		}
 	}
 	fb := newFake()
