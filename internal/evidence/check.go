@@ -478,7 +478,12 @@ func (a *checker) recompute() []byte {
 	controls := map[supervisor.ControlKind]evaluate.Evaluation{}
 	for kind, ev := range a.evals {
 		if kind != "" {
-			controls[supervisor.ControlKind(kind)] = ev.judged()
+			j, err := ev.judged()
+			if err != nil {
+				a.problem("control %s: %v", kind, err)
+				return nil
+			}
+			controls[supervisor.ControlKind(kind)] = j
 		}
 	}
 	cand := a.evals[""]
@@ -486,7 +491,12 @@ func (a *checker) recompute() []byte {
 		a.problem("no verified grader job of the candidate") // checkEvidence has said why
 		return nil
 	}
-	runs, as, raw, err := evaluate.AssessRun(a.scratch, a.bundle.Digest, a.bundle.Manifest.Image, a.policy, controls, cand.judged(), judge)
+	candJudged, err := cand.judged()
+	if err != nil {
+		a.problem("candidate: %v", err)
+		return nil
+	}
+	runs, as, raw, err := evaluate.AssessRun(a.scratch, a.bundle.Digest, a.bundle.Manifest.Image, a.policy, controls, candJudged, judge)
 	if err != nil {
 		a.problem("supervisor: %v", err)
 		return nil
@@ -527,13 +537,17 @@ func judge(ev supervisor.Evidence) (supervisor.Assessment, []byte, error) {
 	return as, raw, err
 }
 
-// judged is the evaluation as the supervisor judges it.
-func (e *evaluation) judged() evaluate.Evaluation {
+// judged is the evaluation as the supervisor judges it; an evaluation
+// without a verified grader job has nothing to judge.
+func (e *evaluation) judged() (evaluate.Evaluation, error) {
+	if e.grader == nil {
+		return evaluate.Evaluation{}, errors.New("no verified grader job")
+	}
 	j := evaluate.Evaluation{Workspace: e.workspace(), Grader: e.grader.result}
 	if e.candidate != nil {
 		j.Candidate = &e.candidate.result
 	}
-	return j
+	return j, nil
 }
 
 // keep puts verified bytes into the scratch store.
