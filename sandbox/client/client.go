@@ -67,19 +67,22 @@ type APIError struct {
 
 func (e *APIError) Error() string { return fmt.Sprintf("sandboxd: %d: %s", e.StatusCode, e.Message) }
 
-// Unwrap maps the daemon's error code to the sandbox sentinels.
-func (e *APIError) Unwrap() error {
+// Unwrap maps the daemon's error code to the sandbox sentinels (for
+// errors.Is): too_large is both sandbox.ErrInvalid and sandbox.ErrTooLarge.
+func (e *APIError) Unwrap() []error {
 	switch e.Code {
-	case "invalid", "too_large":
-		return sandbox.ErrInvalid
+	case "invalid":
+		return []error{sandbox.ErrInvalid}
+	case "too_large":
+		return []error{sandbox.ErrInvalid, sandbox.ErrTooLarge}
 	case "conflict":
-		return sandbox.ErrConflict
+		return []error{sandbox.ErrConflict}
 	case "not_found":
-		return sandbox.ErrNotFound
+		return []error{sandbox.ErrNotFound}
 	case "image_refused":
-		return sandbox.ErrImageRefused
+		return []error{sandbox.ErrImageRefused}
 	case "queue_full", "draining":
-		return ErrBusy
+		return []error{ErrBusy}
 	}
 	return nil
 }
