@@ -16,7 +16,6 @@ import (
 	"github.com/sandboxd/sandboxd/internal/evaluate"
 	"github.com/sandboxd/sandboxd/internal/evidence"
 	"github.com/sandboxd/sandboxd/internal/receipt"
-	"github.com/sandboxd/sandboxd/internal/selfcheck"
 	"github.com/sandboxd/sandboxd/internal/supervisor"
 	"github.com/sandboxd/sandboxd/sandbox"
 )
@@ -127,18 +126,21 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return bad("workspace %s: %v", o.workspace, err)
 	}
 	// No job runs on an engine where the isolation properties do not hold
-	// (cached per engine, profile, image, runtime and probe). Every job of
-	// the evaluation runs in the bundle's image under runc.
+	// (cached per engine, profile, image, runtime and probe), for the image
+	// and runtime of each job the evaluation builds; the broker the
+	// evaluation runs them on checks each job's own key again.
 	if progress != nil {
 		fmt.Fprintln(progress, "sandboxd: checking isolation on this engine (selfcheck)")
 	}
-	gate := selfcheckGate(eng, b, blobs, state)
-	if err := gate.Check(ctx, selfcheck.GateKey{Engine: eng.DaemonHost(), Image: bun.Manifest.Image, Runtime: sandbox.RuntimeRunc}); err != nil {
-		if errors.Is(err, sandbox.ErrImageRefused) {
-			return bad("bundle %s: evaluator image %s: %v", o.bundle, bun.Manifest.Image, err)
+	gated := gatedBroker(eng, b, blobs, state)
+	for _, job := range []sandbox.Job{evaluate.CandidateJob(bun.Manifest, "", "", ""), evaluate.GraderJob(bun.Manifest, "", "", "", "")} {
+		if err := gated.Precheck(ctx, job); err != nil {
+			if errors.Is(err, sandbox.ErrImageRefused) {
+				return bad("bundle %s: evaluator image %s: %v", o.bundle, bun.Manifest.Image, err)
+			}
+			fmt.Fprintln(stderr, "sandboxd run: selfcheck:", err)
+			return exitInfraError
 		}
-		fmt.Fprintln(stderr, "sandboxd run: selfcheck:", err)
-		return exitInfraError
 	}
 	sstore, err := supervisor.NewDirStore(filepath.Join(state, "assessments"))
 	if err != nil {
@@ -146,7 +148,7 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return exitInfraError
 	}
 	outcome, err := evaluate.Run(ctx, evaluate.Deps{
-		Broker: b, Blobs: blobs, Signer: signer, Supervisor: supervisor.New(sstore), Progress: progress,
+		Broker: gated, Blobs: blobs, Signer: signer, Supervisor: supervisor.New(sstore), Progress: progress,
 	}, evaluate.Request{Bundle: bun, WorkspaceDigest: ws.Digest})
 	switch {
 	case err == nil:
