@@ -295,9 +295,7 @@ func TestCollectStopsBelowMaxDepth(t *testing.T) {
 // The file-size scan decides whether file_size_bytes was hit: a scratch
 // file at the limit means a write was cut short.
 func TestScratchFileSizeLimit(t *testing.T) {
-	if os.Getuid() != 0 {
-		t.Skip("needs root to give files to another uid")
-	}
+	needRoot(t, "to give files to another uid")
 	const codeUID = 3999920
 	tests := []struct {
 		name    string
