@@ -49,6 +49,22 @@ func (p *precheckingBroker) Precheck(ctx context.Context, job sandbox.Job) error
 	}
 }
 
+// submitGated starts a daemon on b and submits one job to it.
+func submitGated(t *testing.T, b Broker) (*fixture, sandbox.Job) {
+	t.Helper()
+	f := newFixture(t, func(cfg *Config) {
+		if pb, ok := b.(*precheckingBroker); ok {
+			pb.jr = cfg.Journal
+		}
+		cfg.Broker = b
+	}, nil)
+	job := newJob(t, "gated", "true")
+	if code, _, _ := f.submit(t, job); code != 202 {
+		t.Fatalf("submit: got %d, want 202", code)
+	}
+	return f, job
+}
+
 // The gate runs before the dispatch is journaled: a daemon killed while
 // the check runs leaves the job accepted (run after the restart), not
 // dispatched with no container (ended uncertain, never run). A failed
@@ -65,14 +81,7 @@ func TestPrecheckRunsBeforeDispatch(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			pb := newPrechecking(c.fail)
-			f := newFixture(t, func(cfg *Config) {
-				pb.jr = cfg.Journal
-				cfg.Broker = pb
-			}, nil)
-			job := newJob(t, "gated", "true")
-			if code, _, _ := f.submit(t, job); code != 202 {
-				t.Fatalf("submit: got %d, want 202", code)
-			}
+			f, job := submitGated(t, pb)
 			select {
 			case st := <-pb.entered:
 				if st != journal.Accepted {
@@ -128,16 +137,7 @@ func TestCancelWhileGatedEndsCancelled(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			b, entered := c.b()
-			f := newFixture(t, func(cfg *Config) {
-				if pb, ok := b.(*precheckingBroker); ok {
-					pb.jr = cfg.Journal
-				}
-				cfg.Broker = b
-			}, nil)
-			job := newJob(t, "gated-cancel", "true")
-			if code, _, _ := f.submit(t, job); code != 202 {
-				t.Fatalf("submit: got %d, want 202", code)
-			}
+			f, job := submitGated(t, b)
 			<-entered
 			if resp, body := f.do(t, "POST", "/v1/jobs/"+job.ID+"/cancel", nil); resp.StatusCode != 202 {
 				t.Fatalf("cancel: got %d %s, want 202", resp.StatusCode, body)
