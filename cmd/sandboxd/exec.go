@@ -40,6 +40,7 @@ func cmdExec(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	var outputs, env multiFlag
 	fs.Var(&outputs, "output", "output directory to collect (repeatable)")
 	fs.Var(&env, "env", "KEY=VALUE for the command (repeatable)")
+	eo := addEngineFlags(fs)
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: sandboxd exec --image ID|DIR [flags] -- COMMAND [ARG...]")
 		fs.PrintDefaults()
@@ -57,6 +58,12 @@ func cmdExec(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return exitInfraError
 	}
 	defer eng.Close()
+	beng, closeEng, err := eo.open(ctx, eng, false)
+	if err != nil {
+		fmt.Fprintln(stderr, "sandboxd exec: engine:", err)
+		return exitInfraError
+	}
+	defer closeEng.Close()
 	imageID := *img
 	if st, err := os.Stat(*img); err == nil && st.IsDir() {
 		b, err := image.Build(ctx, eng, *img, "", nil)
@@ -94,7 +101,7 @@ func cmdExec(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "sandboxd exec:", err)
 		return exitBadInput
 	}
-	b, blobs, err := newBroker(eng)
+	b, blobs, err := newBroker(beng)
 	if err != nil {
 		fmt.Fprintln(stderr, "sandboxd exec:", err)
 		return exitInfraError
@@ -106,7 +113,7 @@ func cmdExec(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	// The job runs only once the isolation selfcheck passed on its image
 	// and runtime (a cached pass, or a check now).
-	res, err := gatedBroker(eng, b, blobs, state).Run(ctx, job)
+	res, err := gatedBroker(beng, b, blobs, state).Run(ctx, job)
 	if err != nil {
 		fmt.Fprintln(stderr, "sandboxd exec:", err)
 		if errors.Is(err, sandbox.ErrInvalid) || errors.Is(err, sandbox.ErrImageRefused) || errors.Is(err, sandbox.ErrConflict) {

@@ -49,6 +49,7 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.BoolVar(&o.json, "json", false, "print the assessment as JSON instead of a table")
 	fs.Int64Var(&o.maxBytes, "workspace-max-bytes", bundle.DefaultLimits().MaxBytes, "ceiling on the workspace's file bytes")
 	fs.Int64Var(&o.maxFiles, "workspace-max-files", bundle.DefaultLimits().MaxFiles, "ceiling on the workspace's files and directories")
+	eo := addEngineFlags(fs)
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: sandboxd run --bundle DIR|LAYOUT --workspace DIR|TAR --key FILE|--ephemeral-key [--out DIR] [--json]")
 		fs.PrintDefaults()
@@ -92,7 +93,13 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return exitInfraError
 	}
 	defer eng.Close()
-	b, blobs, err := newBroker(eng)
+	beng, closeEng, err := eo.open(ctx, eng, false)
+	if err != nil {
+		fmt.Fprintln(stderr, "sandboxd run: engine:", err)
+		return exitInfraError
+	}
+	defer closeEng.Close()
+	b, blobs, err := newBroker(beng)
 	if err != nil {
 		fmt.Fprintln(stderr, "sandboxd run:", err)
 		return exitInfraError
@@ -132,7 +139,7 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if progress != nil {
 		fmt.Fprintln(progress, "sandboxd: checking isolation on this engine (selfcheck)")
 	}
-	gated := gatedBroker(eng, b, blobs, state)
+	gated := gatedBroker(beng, b, blobs, state)
 	for _, job := range []sandbox.Job{evaluate.CandidateJob(bun.Manifest, "", "", ""), evaluate.GraderJob(bun.Manifest, "", "", "", "")} {
 		if err := gated.Precheck(ctx, job); err != nil {
 			if errors.Is(err, sandbox.ErrImageRefused) {

@@ -10,8 +10,6 @@ import (
 	"os"
 	"path/filepath"
 
-	"github.com/moby/moby/client"
-
 	"github.com/sandboxd/sandboxd/internal/broker"
 	"github.com/sandboxd/sandboxd/internal/image"
 	"github.com/sandboxd/sandboxd/internal/selfcheck"
@@ -28,11 +26,12 @@ func cmdSelfcheck(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	imageDir := fs.String("image", "images/minimal", "images/<name> directory of the image to check in")
 	force := fs.Bool("force", false, "ignore a cached pass and check again")
 	asJSON := fs.Bool("json", false, "print the full report as JSON")
+	eo := addEngineFlags(fs)
 	if code := parseFlags(fs, args); code >= 0 {
 		return code
 	}
 	if fs.NArg() != 0 {
-		fmt.Fprintln(stderr, "usage: sandboxd selfcheck [--image DIR] [--force] [--json]")
+		fmt.Fprintln(stderr, "usage: sandboxd selfcheck [--engine docker|containerd] [--image DIR] [--force] [--json]")
 		return exitUsage
 	}
 	eng, err := broker.NewEngine()
@@ -46,7 +45,13 @@ func cmdSelfcheck(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		fmt.Fprintln(stderr, "sandboxd selfcheck:", err)
 		return exitInfraError
 	}
-	b, blobs, err := newBroker(eng)
+	beng, closeEng, err := eo.open(ctx, eng, false)
+	if err != nil {
+		fmt.Fprintln(stderr, "sandboxd selfcheck: engine:", err)
+		return exitInfraError
+	}
+	defer closeEng.Close()
+	b, blobs, err := newBroker(beng)
 	if err != nil {
 		fmt.Fprintln(stderr, "sandboxd selfcheck:", err)
 		return exitInfraError
@@ -56,7 +61,7 @@ func cmdSelfcheck(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		fmt.Fprintln(stderr, "sandboxd selfcheck:", err)
 		return exitInfraError
 	}
-	r, err := runSelfcheck(ctx, eng, b, blobs, state, img.ID, sandbox.RuntimeRunc, *force)
+	r, err := runSelfcheck(ctx, beng, b, blobs, state, img.ID, sandbox.RuntimeRunc, *force)
 	if r != nil {
 		printSelfcheck(stdout, r, *asJSON)
 	}
@@ -82,8 +87,8 @@ func selfcheckGate(eng selfcheck.Engine, b *broker.Broker, blobs *store.Store, s
 }
 
 // gatedBroker is b with every job behind the process's selfcheck gate.
-func gatedBroker(eng *client.Client, b *broker.Broker, blobs *store.Store, state string) selfcheck.GatedBroker {
-	return selfcheck.GatedBroker{Broker: b, Gate: selfcheckGate(eng, b, blobs, state), Engine: eng.DaemonHost()}
+func gatedBroker(eng broker.Engine, b *broker.Broker, blobs *store.Store, state string) selfcheck.GatedBroker {
+	return selfcheck.GatedBroker{Broker: b, Gate: selfcheckGate(eng, b, blobs, state), Engine: engineKey(eng)}
 }
 
 // runSelfcheck is what the gate runs: the cached pass for this engine,

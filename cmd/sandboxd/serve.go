@@ -36,6 +36,7 @@ type serveOptions struct {
 	blobBudget, volumeBudget     int64
 	allowRunsc                   bool
 	debug                        bool
+	engine                       *engineOptions
 }
 
 // faultEnv names the test-only fault injection: "STEP:JOBID" makes the
@@ -71,6 +72,7 @@ func cmdServe(ctx context.Context, args []string, _, stderr io.Writer) int {
 	fs.Int64Var(&o.blobBudget, "blob-budget", def.BlobBudget, "bytes the blob store keeps; beyond it the least recently used blobs no queued or running job needs are removed")
 	fs.Int64Var(&o.volumeBudget, "volume-budget", def.VolumeBudget, "bytes of read-only input volumes kept; beyond it the least recently used no queued or running job needs are removed")
 	fs.BoolVar(&o.allowRunsc, "allow-runsc", false, "allow jobs that ask for the runsc runtime")
+	o.engine = addEngineFlags(fs)
 	fs.BoolVar(&o.debug, "debug", false, "log every request")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -135,6 +137,11 @@ func serve(ctx context.Context, o serveOptions, log *slog.Logger) error {
 		return fmt.Errorf("engine: %w", err)
 	}
 	defer eng.Close()
+	beng, closeEng, err := o.engine.open(ctx, eng, o.allowRunsc)
+	if err != nil {
+		return fmt.Errorf("engine: %w", err)
+	}
+	defer closeEng.Close()
 	shim, err := shimPath()
 	if err != nil {
 		return err
@@ -151,7 +158,7 @@ func serve(ctx context.Context, o serveOptions, log *slog.Logger) error {
 	bcfg.AllowRunsc = o.allowRunsc
 	bcfg.PoolSize = o.pool
 	bcfg.Logger = log
-	b, err := broker.New(eng, blobs, bcfg)
+	b, err := broker.New(beng, blobs, bcfg)
 	if err != nil {
 		return err
 	}
@@ -169,7 +176,7 @@ func serve(ctx context.Context, o serveOptions, log *slog.Logger) error {
 	// No job runs on an image before the isolation selfcheck passed on it
 	// (checked before a job is journaled dispatched, once per image and
 	// runtime: server.Prechecker).
-	cfg.Broker = gatedBroker(eng, b, blobs, o.state)
+	cfg.Broker = gatedBroker(beng, b, blobs, o.state)
 	if f := os.Getenv(faultEnv); f != "" {
 		step, id, _ := strings.Cut(f, ":")
 		cfg.Fault = func(s, jobID string) {

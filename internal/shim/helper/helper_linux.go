@@ -31,7 +31,53 @@ func Main(args []string) int {
 			return execMain(args[2:])
 		}
 	}
+	if os.Getpid() == 1 {
+		return initMain(args)
+	}
 	return parentMain()
+}
+
+// initMain runs when the helper is the container's first process (an
+// engine without an init of its own, such as containerd): it starts the
+// helper again as its child, hands it the stdio, reaps every orphan as an
+// init must, and exits with the helper's status.
+func initMain(args []string) int {
+	self, err := os.Executable()
+	if err != nil {
+		self = args[0]
+	}
+	cmd := exec.Command(self)
+	cmd.Args = args
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = os.Stdin, os.Stdout, os.Stderr
+	if err := cmd.Start(); err != nil {
+		fmt.Fprintln(os.Stderr, "sandboxd-shim init:", err)
+		return 1
+	}
+	// Only the helper holds the result channel from here on.
+	if null, err := unix.Open("/dev/null", unix.O_RDWR, 0); err == nil {
+		for fd := 0; fd <= 2; fd++ {
+			unix.Dup2(null, fd)
+		}
+		unix.Close(null)
+	}
+	child := cmd.Process.Pid
+	for {
+		var ws unix.WaitStatus
+		pid, err := unix.Wait4(-1, &ws, 0, nil)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil {
+			return 1
+		}
+		if pid != child {
+			continue
+		}
+		if ws.Signaled() {
+			return 128 + int(ws.Signal())
+		}
+		return ws.ExitStatus()
+	}
 }
 
 // out serialises frames on the result channel.

@@ -1,0 +1,484 @@
+package containerdengine
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"time"
+
+	containerd "github.com/containerd/containerd"
+	"github.com/containerd/containerd/api/types/runc/options"
+	"github.com/containerd/containerd/cio"
+	"github.com/containerd/containerd/containers"
+	"github.com/containerd/containerd/identifiers"
+	"github.com/containerd/containerd/leases"
+	"github.com/containerd/errdefs"
+	"github.com/moby/moby/api/types/container"
+	"github.com/moby/moby/client"
+)
+
+// Engine-owned labels on every container, beside the broker's.
+const (
+	labelName    = "sandboxd.ctr/name"    // the Docker-style name (the ID until a rename)
+	labelImage   = "sandboxd.ctr/image"   // the image ID
+	labelRuntime = "sandboxd.ctr/runtime" // the job runtime (runc, runsc)
+	labelLog     = "sandboxd.ctr/log"     // the LogConfig asked for, as JSON
+	labelDNS     = "sandboxd.ctr/dns"     // the resolver asked for ("" or 127.0.0.1: none is reachable)
+	labelStdin   = "sandboxd.ctr/stdin"   // "open" when the container takes stdin
+	labelStarted = "sandboxd.ctr/started" // start time, RFC 3339
+	labelLease   = "sandboxd.ctr/container"
+)
+
+// runcShim is the runtime every container uses; runsc runs as its binary.
+const runcShim = "io.containerd.runc.v2"
+
+// ContainerCreate creates a container: its ID is the name, reserved so
+// that a second create (or a rename onto it) conflicts; its root is the
+// image's shared read-only view; its spec is translated from the options.
+func (e *Engine) ContainerCreate(ctx context.Context, opts client.ContainerCreateOptions) (client.ContainerCreateResult, error) {
+	ctx = e.ns(ctx)
+	name := strings.TrimPrefix(opts.Name, "/")
+	if err := identifiers.Validate(name); err != nil {
+		return client.ContainerCreateResult{}, fmt.Errorf("container name %q: %w", name, errdefs.ErrInvalidArgument)
+	}
+	if opts.Config == nil || opts.HostConfig == nil {
+		return client.ContainerCreateResult{}, fmt.Errorf("create %s: no config: %w", name, errdefs.ErrInvalidArgument)
+	}
+	img, err := e.imports.ensure(ctx, opts.Config.Image)
+	if err != nil {
+		return client.ContainerCreateResult{}, err
+	}
+	spec, err := e.specFor(opts, img, name)
+	if err != nil {
+		return client.ContainerCreateResult{}, err
+	}
+	var targets []string
+	for _, m := range spec.Mounts {
+		targets = append(targets, m.Destination)
+	}
+	view, err := e.imports.rootfsFor(ctx, img, targets)
+	if err != nil {
+		return client.ContainerCreateResult{}, err
+	}
+	rt := opts.HostConfig.Runtime
+	if rt == "" {
+		rt = "runc"
+	}
+	logCfg, _ := json.Marshal(opts.HostConfig.LogConfig)
+	labels := map[string]string{}
+	for k, v := range opts.Config.Labels {
+		labels[k] = v
+	}
+	labels[labelName] = name
+	labels[labelImage] = img.id
+	labels[labelRuntime] = rt
+	labels[labelLog] = string(logCfg)
+	if len(opts.HostConfig.DNS) == 1 {
+		labels[labelDNS] = opts.HostConfig.DNS[0].String()
+	}
+	if opts.Config.OpenStdin {
+		labels[labelStdin] = "open"
+	}
+	if err := e.reserveName(ctx, name, name); err != nil {
+		return client.ContainerCreateResult{}, err
+	}
+	ropts := &options.Options{}
+	if bin := e.runtimes[rt]; bin != "runc" {
+		ropts.BinaryName = bin
+	}
+	if err := e.makeIO(name); err != nil {
+		e.releaseNames(ctx, name)
+		return client.ContainerCreateResult{}, err
+	}
+	_, err = e.c.NewContainer(ctx, name,
+		containerd.WithSpec(spec),
+		containerd.WithContainerLabels(labels),
+		containerd.WithImageName(imageName(img.id)),
+		containerd.WithSnapshotter(e.cfg.Snapshotter),
+		containerd.WithSnapshot(view),
+		containerd.WithRuntime(runcShim, ropts),
+	)
+	if err != nil {
+		if !errdefs.IsAlreadyExists(err) {
+			e.releaseNames(ctx, name)
+			os.RemoveAll(e.ioDir(name))
+		}
+		if errdefs.IsAlreadyExists(err) {
+			return client.ContainerCreateResult{}, fmt.Errorf("container %s: %w", name, errdefs.ErrConflict)
+		}
+		return client.ContainerCreateResult{}, err
+	}
+	return client.ContainerCreateResult{ID: name}, nil
+}
+
+// reserveName takes a container name for id: a lease of that ID exists
+// exactly while the name is taken.
+func (e *Engine) reserveName(ctx context.Context, name, id string) error {
+	_, err := e.c.LeasesService().Create(ctx, leases.WithID(name), leases.WithLabels(map[string]string{labelLease: id}))
+	if errdefs.IsAlreadyExists(err) {
+		return fmt.Errorf("container name %s is taken: %w", name, errdefs.ErrConflict)
+	}
+	if err != nil {
+		return fmt.Errorf("reserve container name %s: %w", name, err)
+	}
+	return nil
+}
+
+// releaseNames frees every name held for id.
+func (e *Engine) releaseNames(ctx context.Context, id string) error {
+	ls := e.c.LeasesService()
+	all, err := ls.List(ctx)
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, l := range all {
+		if l.Labels[labelLease] == id {
+			if err := ls.Delete(ctx, l); err != nil && !errdefs.IsNotFound(err) {
+				errs = append(errs, err)
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// load finds a container by ID or by a name it holds.
+func (e *Engine) load(ctx context.Context, ref string) (containerd.Container, error) {
+	ref = strings.TrimPrefix(ref, "/")
+	if identifiers.Validate(ref) != nil {
+		return nil, fmt.Errorf("container %q: %w", ref, errdefs.ErrNotFound)
+	}
+	c, err := e.c.LoadContainer(ctx, ref)
+	if err == nil {
+		return c, nil
+	}
+	if !errdefs.IsNotFound(err) {
+		return nil, err
+	}
+	all, lerr := e.c.LeasesService().List(ctx)
+	if lerr != nil {
+		return nil, lerr
+	}
+	for _, l := range all {
+		if l.ID == ref && l.Labels[labelLease] != "" {
+			return e.c.LoadContainer(ctx, l.Labels[labelLease])
+		}
+	}
+	return nil, fmt.Errorf("container %s: %w", ref, err)
+}
+
+// ContainerRename moves a container to a new name; a name that is taken
+// is a conflict.
+func (e *Engine) ContainerRename(ctx context.Context, id string, opts client.ContainerRenameOptions) (client.ContainerRenameResult, error) {
+	ctx = e.ns(ctx)
+	c, err := e.load(ctx, id)
+	if err != nil {
+		return client.ContainerRenameResult{}, err
+	}
+	name := strings.TrimPrefix(opts.NewName, "/")
+	if err := identifiers.Validate(name); err != nil {
+		return client.ContainerRenameResult{}, fmt.Errorf("container name %q: %w", name, errdefs.ErrInvalidArgument)
+	}
+	if err := e.reserveName(ctx, name, c.ID()); err != nil {
+		return client.ContainerRenameResult{}, err
+	}
+	labels, err := c.Labels(ctx)
+	if err != nil {
+		return client.ContainerRenameResult{}, err
+	}
+	old := labels[labelName]
+	if _, err := c.SetLabels(ctx, map[string]string{labelName: name}); err != nil {
+		return client.ContainerRenameResult{}, err
+	}
+	if old != "" && old != name {
+		e.c.LeasesService().Delete(ctx, leases.Lease{ID: old})
+	}
+	return client.ContainerRenameResult{}, nil
+}
+
+// ContainerStart starts the container's task, creating it (without stdin)
+// if nothing attached. The spec is read back and checked against the
+// security table first: a container that would run weaker never starts.
+func (e *Engine) ContainerStart(ctx context.Context, id string, _ client.ContainerStartOptions) (client.ContainerStartResult, error) {
+	ctx = e.ns(ctx)
+	c, err := e.load(ctx, id)
+	if err != nil {
+		return client.ContainerStartResult{}, err
+	}
+	t, err := c.Task(ctx, nil)
+	if errdefs.IsNotFound(err) {
+		t, err = e.newTask(ctx, c, false)
+	}
+	if err != nil {
+		return client.ContainerStartResult{}, err
+	}
+	if st, err := t.Status(ctx); err == nil && st.Status != containerd.Created {
+		return client.ContainerStartResult{}, fmt.Errorf("container %s is %s: %w", c.ID(), st.Status, errdefs.ErrConflict)
+	}
+	if _, err := c.SetLabels(ctx, map[string]string{labelStarted: time.Now().UTC().Format(time.RFC3339Nano)}); err != nil {
+		return client.ContainerStartResult{}, err
+	}
+	if err := t.Start(ctx); err != nil {
+		// A failed start leaves nothing running: the task goes, the
+		// container stays for the caller to remove.
+		e.deleteTask(context.WithoutCancel(ctx), t)
+		return client.ContainerStartResult{}, fmt.Errorf("start %s: %w", c.ID(), err)
+	}
+	return client.ContainerStartResult{}, nil
+}
+
+// newTask checks the container's spec and creates its task (the runtime's
+// create: namespaces, mounts, the prestart hook) with its stdio on the
+// engine's files.
+func (e *Engine) newTask(ctx context.Context, c containerd.Container, stdin bool) (containerd.Task, error) {
+	spec, err := c.Spec(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if err := checkSandboxSpec(e, spec); err != nil {
+		return nil, fmt.Errorf("container %s: %w", c.ID(), err)
+	}
+	dir := e.ioDir(c.ID())
+	cfg := cio.Config{Stdout: filepath.Join(dir, "stdout"), Stderr: filepath.Join(dir, "stderr")}
+	if stdin {
+		cfg.Stdin = filepath.Join(dir, "stdin")
+	}
+	t, err := c.NewTask(ctx, func(string) (cio.IO, error) { return fileIO{cfg}, nil })
+	if errdefs.IsAlreadyExists(err) {
+		return nil, fmt.Errorf("container %s already has a task: %w", c.ID(), errdefs.ErrConflict)
+	}
+	return t, err
+}
+
+// fileIO is a task's stdio on files the shim writes (they outlive this
+// process) and a FIFO for stdin.
+type fileIO struct{ cfg cio.Config }
+
+func (f fileIO) Config() cio.Config { return f.cfg }
+func (fileIO) Cancel()              {}
+func (fileIO) Wait()                {}
+func (fileIO) Close() error         { return nil }
+
+// deleteTask kills and deletes a task, whatever its state.
+func (e *Engine) deleteTask(ctx context.Context, t containerd.Task) error {
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if st, err := t.Status(ctx); err == nil && st.Status != containerd.Stopped {
+		t.Kill(ctx, syscall.SIGKILL)
+		if ch, err := t.Wait(ctx); err == nil {
+			select {
+			case <-ch:
+			case <-time.After(10 * time.Second):
+			}
+		}
+	}
+	_, err := t.Delete(ctx, containerd.WithProcessKill)
+	if err != nil && !errdefs.IsNotFound(err) {
+		_, err = t.Delete(ctx, containerd.WithProcessKill)
+	}
+	if errdefs.IsNotFound(err) {
+		return nil
+	}
+	return err
+}
+
+// ContainerKill signals the container's init process.
+func (e *Engine) ContainerKill(ctx context.Context, id string, opts client.ContainerKillOptions) (client.ContainerKillResult, error) {
+	ctx = e.ns(ctx)
+	c, err := e.load(ctx, id)
+	if err != nil {
+		return client.ContainerKillResult{}, err
+	}
+	t, err := c.Task(ctx, nil)
+	if err != nil {
+		return client.ContainerKillResult{}, err
+	}
+	sig := syscall.SIGKILL
+	switch opts.Signal {
+	case "", "SIGKILL", "KILL", "9":
+	case "SIGTERM", "TERM", "15":
+		sig = syscall.SIGTERM
+	default:
+		return client.ContainerKillResult{}, fmt.Errorf("signal %q: %w", opts.Signal, errdefs.ErrInvalidArgument)
+	}
+	if st, err := t.Status(ctx); err == nil && st.Status == containerd.Stopped {
+		return client.ContainerKillResult{}, fmt.Errorf("container %s is not running: %w", c.ID(), errdefs.ErrConflict)
+	}
+	return client.ContainerKillResult{}, t.Kill(ctx, sig)
+}
+
+// ContainerWait waits for the task to exit. A container that never
+// started is not running: the wait ends at once, except for next-exit,
+// which waits for a task to appear and exit.
+func (e *Engine) ContainerWait(ctx context.Context, id string, opts client.ContainerWaitOptions) client.ContainerWaitResult {
+	ctx = e.ns(ctx)
+	res := make(chan container.WaitResponse, 1)
+	errc := make(chan error, 1)
+	go func() {
+		c, err := e.load(ctx, id)
+		if err != nil {
+			errc <- err
+			return
+		}
+		for {
+			t, err := c.Task(ctx, nil)
+			if errdefs.IsNotFound(err) {
+				if opts.Condition != container.WaitConditionNextExit {
+					res <- container.WaitResponse{}
+					return
+				}
+				select {
+				case <-ctx.Done():
+					errc <- ctx.Err()
+					return
+				case <-time.After(20 * time.Millisecond):
+				}
+				continue
+			}
+			if err != nil {
+				errc <- err
+				return
+			}
+			ch, err := t.Wait(ctx)
+			if err != nil {
+				errc <- err
+				return
+			}
+			select {
+			case st := <-ch:
+				res <- container.WaitResponse{StatusCode: int64(st.ExitCode())}
+			case <-ctx.Done():
+				errc <- ctx.Err()
+			}
+			return
+		}
+	}()
+	return client.ContainerWaitResult{Result: res, Error: errc}
+}
+
+// ContainerRemove kills and deletes the task, then the container, its
+// names and its stdio files. The shared root view stays.
+func (e *Engine) ContainerRemove(ctx context.Context, id string, opts client.ContainerRemoveOptions) (client.ContainerRemoveResult, error) {
+	ctx = e.ns(ctx)
+	c, err := e.load(ctx, id)
+	if err != nil {
+		return client.ContainerRemoveResult{}, err
+	}
+	if t, err := c.Task(ctx, nil); err == nil {
+		if st, err := t.Status(ctx); err == nil && st.Status == containerd.Running && !opts.Force {
+			return client.ContainerRemoveResult{}, fmt.Errorf("container %s is running: %w", c.ID(), errdefs.ErrConflict)
+		}
+		if err := e.deleteTask(ctx, t); err != nil {
+			return client.ContainerRemoveResult{}, fmt.Errorf("remove %s: task: %w", c.ID(), err)
+		}
+	} else if !errdefs.IsNotFound(err) {
+		return client.ContainerRemoveResult{}, err
+	}
+	if err := c.Delete(ctx); err != nil && !errdefs.IsNotFound(err) {
+		return client.ContainerRemoveResult{}, fmt.Errorf("remove %s: %w", c.ID(), err)
+	}
+	err = e.releaseNames(ctx, c.ID())
+	os.RemoveAll(e.ioDir(c.ID()))
+	return client.ContainerRemoveResult{}, err
+}
+
+// ContainerList lists the namespace's containers whose labels match the
+// filters' "label" terms.
+func (e *Engine) ContainerList(ctx context.Context, opts client.ContainerListOptions) (client.ContainerListResult, error) {
+	ctx = e.ns(ctx)
+	cs, err := e.c.Containers(ctx)
+	if err != nil {
+		return client.ContainerListResult{}, err
+	}
+	want := labelTerms(opts.Filters)
+	var out client.ContainerListResult
+	for _, c := range cs {
+		info, err := c.Info(ctx, containerd.WithoutRefreshedMetadata)
+		if err != nil || !matchLabels(info.Labels, want) {
+			continue
+		}
+		state := e.state(ctx, c, info)
+		if !opts.All && !state.Running {
+			continue
+		}
+		out.Items = append(out.Items, container.Summary{
+			ID: info.ID, Names: []string{"/" + info.Labels[labelName]}, Image: info.Labels[labelImage], ImageID: info.Labels[labelImage],
+			Labels: userLabels(info.Labels), State: state.Status, Created: info.CreatedAt.Unix(),
+		})
+	}
+	slices.SortFunc(out.Items, func(a, b container.Summary) int { return int(b.Created - a.Created) })
+	return out, nil
+}
+
+// userLabels are a container's labels without the engine's own.
+func userLabels(l map[string]string) map[string]string {
+	out := map[string]string{}
+	for k, v := range l {
+		if !strings.HasPrefix(k, "sandboxd.ctr/") {
+			out[k] = v
+		}
+	}
+	return out
+}
+
+// state is the container's state as Docker reports it.
+func (e *Engine) state(ctx context.Context, c containerd.Container, info containers.Container) *container.State {
+	s := &container.State{Status: container.StateCreated, StartedAt: "0001-01-01T00:00:00Z", FinishedAt: "0001-01-01T00:00:00Z"}
+	if v := info.Labels[labelStarted]; v != "" {
+		s.StartedAt = v
+	}
+	t, err := c.Task(ctx, nil)
+	if err != nil {
+		return s
+	}
+	st, err := t.Status(ctx)
+	if err != nil {
+		return s
+	}
+	s.Pid = int(t.Pid())
+	switch st.Status {
+	case containerd.Created:
+	case containerd.Running, containerd.Paused, containerd.Pausing:
+		s.Status, s.Running = container.StateRunning, true
+	case containerd.Stopped:
+		s.Status = container.StateExited
+		s.ExitCode = int(st.ExitStatus)
+		s.FinishedAt = st.ExitTime.UTC().Format(time.RFC3339Nano)
+		s.OOMKilled = e.oomKilled(ctx, c)
+		s.Pid = 0
+	default:
+		s.Status = container.StateDead
+	}
+	return s
+}
+
+// oomKilled reads the task's memory cgroup (it stays until the task is
+// deleted): did the kernel's OOM killer act in it?
+func (e *Engine) oomKilled(ctx context.Context, c containerd.Container) bool {
+	spec, err := c.Spec(ctx)
+	if err != nil || spec.Linux == nil || spec.Linux.CgroupsPath == "" {
+		return false
+	}
+	p := filepath.Clean("/" + spec.Linux.CgroupsPath)
+	for _, f := range []string{
+		filepath.Join("/sys/fs/cgroup/memory", p, "memory.oom_control"), // v1
+		filepath.Join("/sys/fs/cgroup", p, "memory.events"),             // v2
+	} {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			if v, ok := strings.CutPrefix(line, "oom_kill "); ok {
+				return strings.TrimSpace(v) != "0"
+			}
+		}
+	}
+	return false
+}

@@ -1,0 +1,154 @@
+package containerdengine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"time"
+
+	containerd "github.com/containerd/containerd"
+	"github.com/containerd/containerd/namespaces"
+	"github.com/moby/moby/client"
+)
+
+// Sockets of containerd, in the order they are tried: a dedicated host's
+// packaged service, then the one dockerd runs for itself.
+var DefaultAddresses = []string{"/run/containerd/containerd.sock", "/var/run/docker/containerd/containerd.sock"}
+
+// Config configures the engine. Only cmd/ fills it from flags.
+type Config struct {
+	// Address is containerd's socket; empty: the first of DefaultAddresses
+	// that answers.
+	Address string
+	// Namespace is the containerd namespace of everything this engine
+	// makes. It is never "moby" (dockerd's own).
+	Namespace string
+	// StateDir holds what the engine keeps on the host: volume
+	// directories, the containers' stdio logs and stdin FIFOs. It must be
+	// private to root.
+	StateDir string
+	// HookPath is the sandboxd-hook binary, run as the prestart hook that
+	// brings up lo in the sandbox's new network namespace.
+	HookPath string
+	// RunscPath, if set, is the binary the runc shim runs for jobs that ask
+	// for the runsc runtime (a wrapper passing --network=none: runsc
+	// refuses to run with its network enabled in a namespace without
+	// interfaces). Empty: runsc jobs are refused.
+	RunscPath string
+	// Snapshotter unpacks images; "overlayfs" by default.
+	Snapshotter string
+	// Docker, if set, is the Docker engine images are imported from (by
+	// ID, never pulled) when they are not yet in the namespace.
+	Docker *client.Client
+}
+
+// Default returns the configuration of a host with dockerd's containerd.
+func Default() Config {
+	return Config{Namespace: "sandboxd", StateDir: "/var/lib/sandboxd/containerd", Snapshotter: "overlayfs"}
+}
+
+var namespaceRE = regexp.MustCompile(`^[a-z0-9][a-z0-9_.-]{0,62}$`)
+
+// Validate checks the configuration.
+func (c Config) Validate() error {
+	switch {
+	case !namespaceRE.MatchString(c.Namespace):
+		return fmt.Errorf("containerd engine: namespace %q is not [a-z0-9][a-z0-9_.-]{0,62}", c.Namespace)
+	case c.Namespace == "moby":
+		return errors.New("containerd engine: namespace moby is dockerd's; sandboxd never uses it")
+	case !filepath.IsAbs(c.StateDir):
+		return fmt.Errorf("containerd engine: state directory %q is not absolute", c.StateDir)
+	case c.HookPath == "":
+		return errors.New("containerd engine: HookPath is empty (sandboxd-hook brings up lo in each sandbox)")
+	case c.Snapshotter == "":
+		return errors.New("containerd engine: Snapshotter is empty")
+	}
+	return nil
+}
+
+// Engine is the broker's engine on containerd.
+type Engine struct {
+	cfg      Config
+	c        *containerd.Client
+	runtimes map[string]string // job runtime → the binary the runc shim runs ("" = runc)
+	imports  *importer
+}
+
+// New connects to containerd. It makes the state directory; nothing else
+// is touched until the broker calls.
+func New(ctx context.Context, cfg Config) (*Engine, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if _, err := os.Stat(cfg.HookPath); err != nil {
+		return nil, fmt.Errorf("containerd engine: hook: %w", err)
+	}
+	for _, d := range []string{cfg.StateDir, filepath.Join(cfg.StateDir, "volumes"), filepath.Join(cfg.StateDir, "io")} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			return nil, fmt.Errorf("containerd engine: state directory: %w", err)
+		}
+		if err := os.Chmod(d, 0o700); err != nil {
+			return nil, fmt.Errorf("containerd engine: state directory: %w", err)
+		}
+	}
+	addrs := DefaultAddresses
+	if cfg.Address != "" {
+		addrs = []string{cfg.Address}
+	}
+	var errs []error
+	for _, a := range addrs {
+		if _, err := os.Stat(a); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		c, err := containerd.New(a, containerd.WithDefaultNamespace(cfg.Namespace), containerd.WithTimeout(10*time.Second))
+		if err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", a, err))
+			continue
+		}
+		pctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		_, err = c.Version(pctx)
+		cancel()
+		if err != nil {
+			c.Close()
+			errs = append(errs, fmt.Errorf("%s: %w", a, err))
+			continue
+		}
+		cfg.Address = a
+		e := &Engine{cfg: cfg, c: c, runtimes: map[string]string{"runc": "runc"}}
+		if cfg.RunscPath != "" {
+			e.runtimes["runsc"] = cfg.RunscPath
+		}
+		e.imports = newImporter(e)
+		return e, nil
+	}
+	return nil, fmt.Errorf("containerd engine: no containerd answers: %w", errors.Join(errs...))
+}
+
+// Address is the socket the engine talks to.
+func (e *Engine) Address() string { return e.cfg.Address }
+
+// Namespace is the containerd namespace the engine works in.
+func (e *Engine) Namespace() string { return e.cfg.Namespace }
+
+// Close closes the connection.
+func (e *Engine) Close() error { return e.c.Close() }
+
+func (e *Engine) ns(ctx context.Context) context.Context {
+	return namespaces.WithNamespace(ctx, e.cfg.Namespace)
+}
+
+// ServerVersion reports containerd's version; the engine is named in
+// Platform so that results say which engine ran the job.
+func (e *Engine) ServerVersion(ctx context.Context, _ client.ServerVersionOptions) (client.ServerVersionResult, error) {
+	v, err := e.c.Version(e.ns(ctx))
+	if err != nil {
+		return client.ServerVersionResult{}, err
+	}
+	res := client.ServerVersionResult{Version: "containerd " + v.Version, APIVersion: "containerd/" + v.Version, Os: "linux"}
+	res.Platform.Name = "containerd"
+	return res, nil
+}

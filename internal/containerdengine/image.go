@@ -1,0 +1,266 @@
+package containerdengine
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	containerd "github.com/containerd/containerd"
+	"github.com/containerd/containerd/content"
+	"github.com/containerd/containerd/mount"
+	"github.com/containerd/containerd/snapshots"
+	"github.com/containerd/errdefs"
+	dockerspec "github.com/moby/docker-image-spec/specs-go/v1"
+	"github.com/moby/moby/api/types/image"
+	"github.com/moby/moby/client"
+	"github.com/opencontainers/image-spec/identity"
+	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+
+	"github.com/sandboxd/sandboxd/sandbox"
+)
+
+// imageInfo is what a container of an image needs.
+type imageInfo struct {
+	id      string   // the image ID: the digest of its config
+	env     []string // the config's environment
+	chainID string   // the unpacked image's top snapshot
+	view    string   // a read-only view of it
+}
+
+// importer makes images available in the engine's namespace, by ID.
+type importer struct {
+	e     *Engine
+	mu    sync.Mutex
+	locks map[string]*sync.Mutex
+	known map[string]imageInfo
+}
+
+func newImporter(e *Engine) *importer {
+	return &importer{e: e, locks: map[string]*sync.Mutex{}, known: map[string]imageInfo{}}
+}
+
+// imageName is the name an image is kept under in the namespace: its ID.
+func imageName(id string) string { return "sandboxd.local/image:" + strings.TrimPrefix(id, "sha256:") }
+
+// viewKey is the read-only snapshot of an image's root filesystem.
+func viewKey(id string) string { return "sandboxd-rootfs-" + strings.TrimPrefix(id, "sha256:") }
+
+// ImageInspect returns the image of that ID, importing it from Docker (by
+// ID: `docker save`, never a pull) if it is not yet in the namespace. An
+// image whose config does not hash to its ID is never used.
+func (e *Engine) ImageInspect(ctx context.Context, id string, _ ...client.ImageInspectOption) (client.ImageInspectResult, error) {
+	info, err := e.imports.ensure(e.ns(ctx), id)
+	if err != nil {
+		return client.ImageInspectResult{}, err
+	}
+	cfg := &dockerspec.DockerOCIImageConfig{}
+	cfg.Env = info.env
+	return client.ImageInspectResult{InspectResponse: image.InspectResponse{ID: info.id, Config: cfg}}, nil
+}
+
+func (im *importer) ensure(ctx context.Context, id string) (imageInfo, error) {
+	if !sandbox.ValidDigest(id) {
+		return imageInfo{}, fmt.Errorf("image %q: %w", id, errdefs.ErrInvalidArgument)
+	}
+	im.mu.Lock()
+	l := im.locks[id]
+	if l == nil {
+		l = &sync.Mutex{}
+		im.locks[id] = l
+	}
+	im.mu.Unlock()
+	l.Lock()
+	defer l.Unlock()
+	im.mu.Lock()
+	info, ok := im.known[id]
+	im.mu.Unlock()
+	if ok {
+		// Still there? (someone may have removed it)
+		if _, err := im.e.c.SnapshotService(im.e.cfg.Snapshotter).Stat(ctx, info.view); err == nil {
+			return info, nil
+		}
+	}
+	img, err := im.e.c.GetImage(ctx, imageName(id))
+	if errdefs.IsNotFound(err) {
+		img, err = im.fromDocker(ctx, id)
+	}
+	if err != nil {
+		return imageInfo{}, err
+	}
+	info, err = im.prepare(ctx, img, id)
+	if err != nil {
+		return imageInfo{}, err
+	}
+	im.mu.Lock()
+	im.known[id] = info
+	im.mu.Unlock()
+	return info, nil
+}
+
+// fromDocker imports one image from the Docker engine by ID.
+func (im *importer) fromDocker(ctx context.Context, id string) (containerd.Image, error) {
+	d := im.e.cfg.Docker
+	if d == nil {
+		return nil, fmt.Errorf("image %s: %w in containerd namespace %s (and no Docker engine to import it from)", id, errdefs.ErrNotFound, im.e.cfg.Namespace)
+	}
+	insp, err := d.ImageInspect(ctx, id)
+	if err != nil {
+		return nil, fmt.Errorf("image %s: %w", id, err) // NotFound stays NotFound
+	}
+	if insp.ID != id {
+		return nil, fmt.Errorf("image %s: %w: docker resolved it to %s", id, errdefs.ErrNotFound, insp.ID)
+	}
+	rc, err := d.ImageSave(ctx, []string{id})
+	if err != nil {
+		return nil, fmt.Errorf("image %s: docker save: %w", id, err)
+	}
+	defer rc.Close()
+	return im.importArchive(ctx, rc, id)
+}
+
+// importArchive imports a `docker save` or OCI archive holding the image
+// id, under its ID name, and unpacks it.
+func (im *importer) importArchive(ctx context.Context, r io.Reader, id string) (containerd.Image, error) {
+	name := imageName(id)
+	imgs, err := im.e.c.Import(ctx, r, containerd.WithIndexName(name), containerd.WithSkipDigestRef(func(string) bool { return true }))
+	if err != nil {
+		return nil, fmt.Errorf("image %s: import: %w", id, err)
+	}
+	_ = imgs
+	img, err := im.e.c.GetImage(ctx, name)
+	if err != nil {
+		return nil, fmt.Errorf("image %s: after import: %w", id, err)
+	}
+	return img, nil
+}
+
+// prepare checks that the image's config is the ID, unpacks it and makes
+// its shared read-only view.
+func (im *importer) prepare(ctx context.Context, img containerd.Image, id string) (imageInfo, error) {
+	desc, err := img.Config(ctx)
+	if err != nil {
+		return imageInfo{}, fmt.Errorf("image %s: config: %w", id, err)
+	}
+	if desc.Digest.String() != id {
+		im.e.c.ImageService().Delete(ctx, img.Name())
+		return imageInfo{}, fmt.Errorf("image %s: %w: the imported image's config is %s", id, errdefs.ErrNotFound, desc.Digest)
+	}
+	blob, err := content.ReadBlob(ctx, img.ContentStore(), desc)
+	if err != nil {
+		return imageInfo{}, fmt.Errorf("image %s: read config: %w", id, err)
+	}
+	var oc ocispec.Image
+	if err := json.Unmarshal(blob, &oc); err != nil {
+		return imageInfo{}, fmt.Errorf("image %s: parse config: %w", id, err)
+	}
+	sn := im.e.cfg.Snapshotter
+	if ok, err := img.IsUnpacked(ctx, sn); err != nil || !ok {
+		if err := img.Unpack(ctx, sn); err != nil {
+			return imageInfo{}, fmt.Errorf("image %s: unpack: %w", id, err)
+		}
+	}
+	diffs, err := img.RootFS(ctx)
+	if err != nil {
+		return imageInfo{}, fmt.Errorf("image %s: layers: %w", id, err)
+	}
+	key := viewKey(id)
+	labels := map[string]string{"containerd.io/gc.root": time.Now().UTC().Format(time.RFC3339)}
+	_, err = im.e.c.SnapshotService(sn).View(ctx, key, identity.ChainID(diffs).String(), snapshots.WithLabels(labels))
+	if err != nil && !errdefs.IsAlreadyExists(err) {
+		return imageInfo{}, fmt.Errorf("image %s: root filesystem view: %w", id, err)
+	}
+	return imageInfo{id: id, env: oc.Config.Env, chainID: identity.ChainID(diffs).String(), view: key}, nil
+}
+
+// rootfsFor returns the read-only view jobs of the image share for a set
+// of mount points: the image with those directories made (root-owned,
+// 0755) in one committed layer on top, as Docker's init layer makes them:
+// runc cannot create a mount point in a read-only root.
+func (im *importer) rootfsFor(ctx context.Context, info imageInfo, targets []string) (string, error) {
+	targets = slices.Clone(targets)
+	slices.Sort(targets)
+	targets = slices.Compact(targets)
+	h := sha256.Sum256([]byte(strings.Join(targets, "\n")))
+	key := "sandboxd-rootfs-" + strings.TrimPrefix(info.id, "sha256:")[:32] + "-" + hex.EncodeToString(h[:16])
+	im.mu.Lock()
+	l := im.locks[key]
+	if l == nil {
+		l = &sync.Mutex{}
+		im.locks[key] = l
+	}
+	im.mu.Unlock()
+	l.Lock()
+	defer l.Unlock()
+	sn := im.e.c.SnapshotService(im.e.cfg.Snapshotter)
+	if _, err := sn.Stat(ctx, key); err == nil {
+		return key, nil
+	}
+	labels := map[string]string{"containerd.io/gc.root": time.Now().UTC().Format(time.RFC3339)}
+	layer := key + "-layer"
+	if _, err := sn.Stat(ctx, layer); err != nil {
+		var rnd [8]byte
+		rand.Read(rnd[:])
+		work := key + "-prepare-" + hex.EncodeToString(rnd[:])
+		mounts, err := sn.Prepare(ctx, work, info.chainID)
+		if err != nil {
+			return "", fmt.Errorf("image %s: mount points: %w", info.id, err)
+		}
+		err = mount.WithTempMount(ctx, mounts, func(root string) error {
+			r, err := os.OpenRoot(root)
+			if err != nil {
+				return err
+			}
+			defer r.Close()
+			for _, t := range targets {
+				rel := strings.TrimPrefix(t, "/")
+				if st, err := r.Lstat(rel); err == nil {
+					if !st.IsDir() {
+						return fmt.Errorf("mount point %s is not a directory in the image", t)
+					}
+					continue
+				}
+				if err := r.MkdirAll(rel, 0o755); err != nil {
+					return fmt.Errorf("mount point %s: %w", t, err)
+				}
+			}
+			return nil
+		})
+		if err == nil {
+			err = sn.Commit(ctx, layer, work, snapshots.WithLabels(labels))
+		}
+		if err != nil {
+			sn.Remove(ctx, work)
+			if !errdefs.IsAlreadyExists(err) {
+				return "", fmt.Errorf("image %s: mount points: %w", info.id, err)
+			}
+		}
+	}
+	if _, err := sn.View(ctx, key, layer, snapshots.WithLabels(labels)); err != nil && !errdefs.IsAlreadyExists(err) {
+		return "", fmt.Errorf("image %s: root filesystem view: %w", info.id, err)
+	}
+	return key, nil
+}
+
+// RemoveImage removes an image and its view from the namespace (tests).
+func (e *Engine) RemoveImage(ctx context.Context, id string) error {
+	ctx = e.ns(ctx)
+	e.imports.mu.Lock()
+	delete(e.imports.known, id)
+	e.imports.mu.Unlock()
+	if err := e.c.SnapshotService(e.cfg.Snapshotter).Remove(ctx, viewKey(id)); err != nil && !errdefs.IsNotFound(err) {
+		return err
+	}
+	if err := e.c.ImageService().Delete(ctx, imageName(id)); err != nil && !errdefs.IsNotFound(err) {
+		return err
+	}
+	return nil
+}

@@ -1,0 +1,326 @@
+package containerdengine
+
+import (
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"time"
+
+	containerd "github.com/containerd/containerd"
+	"github.com/containerd/fifo"
+	"github.com/docker/go-units"
+	"github.com/moby/moby/api/pkg/stdcopy"
+	"github.com/moby/moby/api/types/container"
+	"github.com/moby/moby/client"
+	"golang.org/x/sys/unix"
+)
+
+// A container's stdio: the shim writes stdout and stderr into regular
+// files of the engine (they outlive this process, as Docker's log does),
+// and reads stdin from a FIFO. An attach follows the files as they grow;
+// the logs are the files.
+
+func (e *Engine) ioDir(id string) string { return filepath.Join(e.cfg.StateDir, "io", id) }
+
+func (e *Engine) makeIO(id string) error {
+	dir := e.ioDir(id)
+	os.RemoveAll(dir) // a leftover of a removed container of the same name
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		return fmt.Errorf("container %s: stdio directory: %w", id, err)
+	}
+	for _, f := range []string{"stdout", "stderr"} {
+		fh, err := os.OpenFile(filepath.Join(dir, f), os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
+		if err != nil {
+			return fmt.Errorf("container %s: %s: %w", id, f, err)
+		}
+		fh.Close()
+	}
+	if err := unix.Mkfifo(filepath.Join(dir, "stdin"), 0o600); err != nil {
+		return fmt.Errorf("container %s: stdin: %w", id, err)
+	}
+	return nil
+}
+
+// ContainerAttach creates the container's task with its stdin on a FIFO
+// this process writes and returns the two output files, followed, as one
+// multiplexed stream (Docker's attach framing).
+func (e *Engine) ContainerAttach(ctx context.Context, id string, opts client.ContainerAttachOptions) (client.ContainerAttachResult, error) {
+	ctx = e.ns(ctx)
+	c, err := e.load(ctx, id)
+	if err != nil {
+		return client.ContainerAttachResult{}, err
+	}
+	if !opts.Stream || !opts.Stdin || !opts.Stdout || !opts.Stderr {
+		return client.ContainerAttachResult{}, fmt.Errorf("attach %s: only a streaming attach of stdin, stdout and stderr is supported", c.ID())
+	}
+	dir := e.ioDir(c.ID())
+	// Follow the outputs before the shim opens them, so that its close
+	// (when the last process holding them is gone) is seen.
+	pr, pw := io.Pipe()
+	mux := &muxWriter{w: pw}
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	var tails []*tail
+	for _, s := range []struct {
+		name string
+		typ  stdcopy.StdType
+	}{{"stdout", stdcopy.Stdout}, {"stderr", stdcopy.Stderr}} {
+		t, err := newTail(filepath.Join(dir, s.name))
+		if err != nil {
+			for _, t := range tails {
+				t.close()
+			}
+			return client.ContainerAttachResult{}, err
+		}
+		tails = append(tails, t)
+		w := newFrameWriter(mux, s.typ)
+		wg.Go(func() { t.follow(w, stop) })
+	}
+	go func() {
+		wg.Wait()
+		pw.Close()
+	}()
+	closeTails := func() {
+		for _, t := range tails {
+			t.close()
+		}
+	}
+	stdin, err := fifo.OpenFifo(ctx, filepath.Join(dir, "stdin"), syscall.O_WRONLY|syscall.O_NONBLOCK, 0)
+	if err != nil {
+		close(stop)
+		closeTails()
+		return client.ContainerAttachResult{}, fmt.Errorf("attach %s: stdin: %w", c.ID(), err)
+	}
+	task, err := e.newTask(ctx, c, true)
+	if err != nil {
+		stdin.Close()
+		close(stop)
+		closeTails()
+		return client.ContainerAttachResult{}, err
+	}
+	conn := &stdioConn{e: e, task: task, stdin: stdin, out: pr, stop: stop, closeTails: closeTails}
+	return client.ContainerAttachResult{HijackedResponse: client.NewHijackedResponse(conn, "application/vnd.docker.multiplexed-stream")}, nil
+}
+
+// frameWriter frames what it is given as Docker's multiplexed stream
+// does: one byte of stream type, three zero bytes, the length (big endian).
+type frameWriter struct {
+	w   io.Writer
+	typ stdcopy.StdType
+}
+
+func newFrameWriter(w io.Writer, typ stdcopy.StdType) io.Writer { return &frameWriter{w: w, typ: typ} }
+
+func (f *frameWriter) Write(p []byte) (int, error) {
+	buf := make([]byte, 8+len(p))
+	buf[0] = byte(f.typ)
+	binary.BigEndian.PutUint32(buf[4:8], uint32(len(p)))
+	copy(buf[8:], p)
+	if _, err := f.w.Write(buf); err != nil {
+		return 0, err
+	}
+	return len(p), nil
+}
+
+// muxWriter serialises the frames of both outputs.
+type muxWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (m *muxWriter) Write(p []byte) (int, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.w.Write(p)
+}
+
+// tail follows a file the shim writes until the shim closes it.
+type tail struct {
+	f      *os.File
+	notify *os.File // inotify
+}
+
+func newTail(path string) (*tail, error) {
+	fd, err := unix.InotifyInit1(unix.IN_NONBLOCK | unix.IN_CLOEXEC)
+	if err != nil {
+		return nil, fmt.Errorf("inotify: %w", err)
+	}
+	if _, err := unix.InotifyAddWatch(fd, path, unix.IN_MODIFY|unix.IN_CLOSE_WRITE); err != nil {
+		unix.Close(fd)
+		return nil, fmt.Errorf("inotify %s: %w", path, err)
+	}
+	f, err := os.Open(path)
+	if err != nil {
+		unix.Close(fd)
+		return nil, err
+	}
+	return &tail{f: f, notify: os.NewFile(uintptr(fd), "inotify")}, nil
+}
+
+func (t *tail) close() {
+	t.notify.Close()
+	t.f.Close()
+}
+
+// follow copies the file to w as it grows, until its writer closed it and
+// all of it was read, or stop is closed.
+func (t *tail) follow(w io.Writer, stop <-chan struct{}) {
+	defer t.close()
+	buf := make([]byte, 256<<10)
+	ev := make([]byte, 4096)
+	closed := false
+	for {
+		n, err := t.f.Read(buf)
+		if n > 0 {
+			if _, werr := w.Write(buf[:n]); werr != nil {
+				return
+			}
+			continue
+		}
+		if err != nil && err != io.EOF {
+			return
+		}
+		if closed {
+			return
+		}
+		select {
+		case <-stop:
+			return
+		default:
+		}
+		// Wait for more, or for the close.
+		t.notify.SetReadDeadline(time.Now().Add(250 * time.Millisecond))
+		m, err := t.notify.Read(ev)
+		if err != nil && !errors.Is(err, os.ErrDeadlineExceeded) {
+			return
+		}
+		for off := 0; off+unix.SizeofInotifyEvent <= m; {
+			mask := uint32(ev[off+4]) | uint32(ev[off+5])<<8 | uint32(ev[off+6])<<16 | uint32(ev[off+7])<<24
+			nameLen := int(uint32(ev[off+12]) | uint32(ev[off+13])<<8 | uint32(ev[off+14])<<16 | uint32(ev[off+15])<<24)
+			if mask&unix.IN_CLOSE_WRITE != 0 {
+				closed = true // read what is left, then stop
+			}
+			off += unix.SizeofInotifyEvent + nameLen
+		}
+	}
+}
+
+// stdioConn is the attach's connection: writes go to the task's stdin,
+// reads come from the multiplexed outputs.
+type stdioConn struct {
+	e          *Engine
+	task       containerd.Task
+	stdin      io.WriteCloser
+	out        *io.PipeReader
+	stop       chan struct{}
+	closeTails func()
+	once, cw   sync.Once
+}
+
+func (c *stdioConn) Read(p []byte) (int, error)  { return c.out.Read(p) }
+func (c *stdioConn) Write(p []byte) (int, error) { return c.stdin.Write(p) }
+
+// CloseWrite ends the task's stdin: this side of the FIFO, and the
+// shim's own handle on it.
+func (c *stdioConn) CloseWrite() error {
+	var err error
+	c.cw.Do(func() {
+		err = c.stdin.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if cerr := c.task.CloseIO(c.e.ns(ctx), containerd.WithStdinCloser); cerr != nil && err == nil {
+			err = cerr
+		}
+	})
+	return err
+}
+
+func (c *stdioConn) Close() error {
+	c.once.Do(func() {
+		c.CloseWrite()
+		close(c.stop)
+		c.out.Close()
+	})
+	return nil
+}
+
+func (c *stdioConn) LocalAddr() net.Addr              { return stdioAddr{} }
+func (c *stdioConn) RemoteAddr() net.Addr             { return stdioAddr{} }
+func (c *stdioConn) SetDeadline(time.Time) error      { return nil }
+func (c *stdioConn) SetReadDeadline(time.Time) error  { return nil }
+func (c *stdioConn) SetWriteDeadline(time.Time) error { return nil }
+func (stdioAddr) Network() string                     { return "stdio" }
+func (stdioAddr) String() string                      { return "stdio" }
+
+type stdioAddr struct{}
+
+var _ net.Conn = (*stdioConn)(nil)
+
+// ContainerLogs returns what the container wrote, multiplexed as Docker's
+// logs are. With the "local" log's max-size, only the last max-size bytes
+// of each stream are kept, as Docker's one-file local log keeps them: a
+// longer stream cannot be read back whole.
+func (e *Engine) ContainerLogs(ctx context.Context, id string, opts client.ContainerLogsOptions) (client.ContainerLogsResult, error) {
+	ctx = e.ns(ctx)
+	c, err := e.load(ctx, id)
+	if err != nil {
+		return nil, err
+	}
+	labels, err := c.Labels(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var lc container.LogConfig
+	json.Unmarshal([]byte(labels[labelLog]), &lc)
+	var limit int64 = -1
+	if v := lc.Config["max-size"]; v != "" {
+		if n, err := units.RAMInBytes(v); err == nil {
+			limit = n
+		}
+	}
+	dir := e.ioDir(c.ID())
+	pr, pw := io.Pipe()
+	go func() {
+		var err error
+		for _, s := range []struct {
+			name string
+			typ  stdcopy.StdType
+			want bool
+		}{{"stdout", stdcopy.Stdout, opts.ShowStdout}, {"stderr", stdcopy.Stderr, opts.ShowStderr}} {
+			if !s.want || err != nil {
+				continue
+			}
+			err = copyTail(newFrameWriter(pw, s.typ), filepath.Join(dir, s.name), limit)
+		}
+		pw.CloseWithError(err)
+	}()
+	return pr, nil
+}
+
+func copyTail(w io.Writer, path string, limit int64) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return err
+	}
+	if limit >= 0 && st.Size() > limit {
+		if _, err := f.Seek(st.Size()-limit, io.SeekStart); err != nil {
+			return err
+		}
+	}
+	buf := make([]byte, 32<<10) // one frame of Docker's size at most
+	_, err = io.CopyBuffer(w, io.LimitReader(f, st.Size()), buf)
+	return err
+}
