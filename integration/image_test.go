@@ -23,12 +23,12 @@ func TestImageBuildIsReproducible(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "image.json"), []byte(spec), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	first, err := image.Build(ctx, env.Eng, dir, t.TempDir(), nil)
+	first, err := image.Build(ctx, env.Docker, dir, t.TempDir(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { removeImage(t, first.ID) })
-	again, err := image.Build(ctx, env.Eng, dir, t.TempDir(), nil)
+	again, err := image.Build(ctx, env.Docker, dir, t.TempDir(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -39,7 +39,7 @@ func TestImageBuildIsReproducible(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "image.json"), changed, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	other, err := image.Build(ctx, env.Eng, dir, t.TempDir(), nil)
+	other, err := image.Build(ctx, env.Docker, dir, t.TempDir(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -50,7 +50,7 @@ func TestImageBuildIsReproducible(t *testing.T) {
 }
 
 func removeImage(t *testing.T, id string) {
-	if _, err := env.Eng.ImageRemove(context.Background(), id, client.ImageRemoveOptions{Force: true, PruneChildren: true}); err != nil {
+	if _, err := env.Docker.ImageRemove(context.Background(), id, client.ImageRemoveOptions{Force: true, PruneChildren: true}); err != nil {
 		t.Logf("remove image %s: %v", id, err)
 	}
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/moby/moby/client"
 
 	"github.com/sandboxd/sandboxd/internal/broker"
+	"github.com/sandboxd/sandboxd/internal/testharness"
 	"github.com/sandboxd/sandboxd/sandbox"
 )
 
@@ -298,16 +299,16 @@ func TestSameJobTwiceConflictsInThePool(t *testing.T) {
 // failingRemove refuses the first removal of a pooled sandbox, as an engine
 // under trouble might.
 type failingRemove struct {
-	*client.Client
+	testharness.Engine
 	failed atomic.Bool
 }
 
 func (f *failingRemove) ContainerRemove(ctx context.Context, id string, o client.ContainerRemoveOptions) (client.ContainerRemoveResult, error) {
-	if insp, err := f.Client.ContainerInspect(ctx, id, client.ContainerInspectOptions{}); err == nil &&
+	if insp, err := f.Engine.ContainerInspect(ctx, id, client.ContainerInspectOptions{}); err == nil &&
 		insp.Container.Config.Labels[broker.LabelRole] == "pool" && strings.Contains(insp.Container.Name, "-pool-") && f.failed.CompareAndSwap(false, true) {
 		return client.ContainerRemoveResult{}, errors.New("injected: remove refused")
 	}
-	return f.Client.ContainerRemove(ctx, id, o)
+	return f.Engine.ContainerRemove(ctx, id, o)
 }
 
 // Stale pooled sandboxes: a process's own ready ones never are; another
@@ -326,7 +327,7 @@ func TestStalePooledSandboxesAreListed(t *testing.T) {
 	}
 	cfg := env.Cfg
 	cfg.Name, cfg.VolumePrefix, cfg.PoolSize, cfg.PoolIdle = name, name, 2, time.Minute
-	fr := &failingRemove{Client: env.Eng}
+	fr := &failingRemove{Engine: env.Eng}
 	next, err := broker.New(fr, env.Blobs, cfg)
 	if err != nil {
 		t.Fatal(err)

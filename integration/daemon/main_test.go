@@ -284,7 +284,7 @@ func (d *daemon) rssKiB() int {
 func (d *daemon) followEvents(f client.Filters, handle func(events.Message)) (stop func()) {
 	d.t.Helper()
 	ctx, cancel := context.WithCancel(context.Background())
-	res := env.Eng.Events(ctx, client.EventsListOptions{Since: strconv.FormatInt(time.Now().Add(-time.Second).Unix(), 10), Filters: f})
+	res := env.Events(ctx, client.EventsListOptions{Since: strconv.FormatInt(time.Now().Add(-time.Second).Unix(), 10), Filters: f})
 	var streamErr error
 	done := make(chan struct{})
 	go func() {

@@ -165,7 +165,10 @@ func runWeakened(t *testing.T, argv []string) []byte {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	created, err := env.Eng.ContainerCreate(ctx, client.ContainerCreateOptions{
+	// The negative control runs on Docker on either engine: it proves the
+	// probe sees a weakened sandbox, and the containerd engine refuses to
+	// make one at all (spec.go).
+	created, err := env.Docker.ContainerCreate(ctx, client.ContainerCreateOptions{
 		Name: "sandboxd-negative-control-" + fmt.Sprint(time.Now().UnixNano()),
 		Config: &container.Config{
 			Image: env.Minimal, Entrypoint: argv, Cmd: []string{}, User: "0:0", Env: []string{},
@@ -187,7 +190,7 @@ func runWeakened(t *testing.T, argv []string) []byte {
 	defer func() {
 		rctx, rcancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer rcancel()
-		if _, err := env.Eng.ContainerRemove(rctx, created.ID, client.ContainerRemoveOptions{Force: true, RemoveVolumes: true}); err != nil {
+		if _, err := env.Docker.ContainerRemove(rctx, created.ID, client.ContainerRemoveOptions{Force: true, RemoveVolumes: true}); err != nil {
 			t.Errorf("remove weakened container: %v", err)
 		}
 	}()
@@ -197,11 +200,11 @@ func runWeakened(t *testing.T, argv []string) []byte {
 	tw.WriteHeader(&tar.Header{Name: "sandboxd-probe", Mode: 0o755, Size: int64(len(bin)), Typeflag: tar.TypeReg})
 	tw.Write(bin)
 	tw.Close()
-	if _, err := env.Eng.CopyToContainer(ctx, created.ID, client.CopyToContainerOptions{DestinationPath: "/", Content: &buf}); err != nil {
+	if _, err := env.Docker.CopyToContainer(ctx, created.ID, client.CopyToContainerOptions{DestinationPath: "/", Content: &buf}); err != nil {
 		t.Fatalf("copy the probe in: %v", err)
 	}
-	wait := env.Eng.ContainerWait(ctx, created.ID, client.ContainerWaitOptions{Condition: container.WaitConditionNextExit})
-	if _, err := env.Eng.ContainerStart(ctx, created.ID, client.ContainerStartOptions{}); err != nil {
+	wait := env.Docker.ContainerWait(ctx, created.ID, client.ContainerWaitOptions{Condition: container.WaitConditionNextExit})
+	if _, err := env.Docker.ContainerStart(ctx, created.ID, client.ContainerStartOptions{}); err != nil {
 		t.Fatalf("start weakened container: %v", err)
 	}
 	select {
@@ -212,7 +215,7 @@ func runWeakened(t *testing.T, argv []string) []byte {
 	case err := <-wait.Error:
 		t.Fatalf("wait: %v", err)
 	}
-	logs, err := env.Eng.ContainerLogs(ctx, created.ID, client.ContainerLogsOptions{ShowStdout: true, ShowStderr: true})
+	logs, err := env.Docker.ContainerLogs(ctx, created.ID, client.ContainerLogsOptions{ShowStdout: true, ShowStderr: true})
 	if err != nil {
 		t.Fatalf("logs: %v", err)
 	}

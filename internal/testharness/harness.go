@@ -21,14 +21,30 @@ import (
 
 	"github.com/sandboxd/sandboxd/internal/broker"
 	"github.com/sandboxd/sandboxd/internal/bundle"
+	"github.com/sandboxd/sandboxd/internal/containerdengine"
 	"github.com/sandboxd/sandboxd/internal/image"
 	"github.com/sandboxd/sandboxd/internal/store"
 	"github.com/sandboxd/sandboxd/sandbox"
 )
 
+// Engine is what the suites call on the broker's engine: the broker's
+// own calls and a resource update (to tamper with a pooled sandbox).
+type Engine interface {
+	broker.Engine
+	ContainerUpdate(ctx context.Context, id string, options client.ContainerUpdateOptions) (client.ContainerUpdateResult, error)
+}
+
 // Env is the shared test environment.
 type Env struct {
-	Eng        *client.Client
+	// Eng is the broker's engine: Docker, or containerd when
+	// SANDBOXD_ENGINE=containerd (images are built by Docker either way).
+	Eng Engine
+	// Docker is the Docker engine: images, and what only Docker has.
+	Docker *client.Client
+	// EngineName is "docker" or "containerd".
+	EngineName string
+	// Ctr is the containerd engine, nil on Docker.
+	Ctr        *containerdengine.Engine
 	Blobs      *store.Store
 	Broker     *broker.Broker
 	Cfg        broker.Config
@@ -90,10 +106,13 @@ func setup(ctx context.Context) (*Env, error) {
 	if err != nil {
 		return nil, err
 	}
-	e := &Env{Eng: eng}
+	e := &Env{Eng: eng, Docker: eng, EngineName: "docker"}
 	_, file, _, _ := runtime.Caller(0)
 	e.Repo = filepath.Dir(filepath.Dir(filepath.Dir(file)))
 	if e.Tmp, err = os.MkdirTemp("", "sandboxd-it-"); err != nil {
+		return nil, err
+	}
+	if err := e.connectContainerd(ctx); err != nil {
 		return nil, err
 	}
 	e.Shim = filepath.Join(e.Tmp, "sandboxd-shim")
@@ -104,7 +123,7 @@ func setup(ctx context.Context) (*Env, error) {
 	if err := GoBuild(e.Repo, "./cmd/sandboxd-probe", e.Probe); err != nil {
 		return nil, err
 	}
-	img, err := image.Build(ctx, eng, filepath.Join(e.Repo, "images", "minimal"), e.Tmp, nil)
+	img, err := image.Build(ctx, e.Docker, filepath.Join(e.Repo, "images", "minimal"), e.Tmp, nil)
 	if err != nil {
 		return nil, fmt.Errorf("build minimal image: %w", err)
 	}
@@ -125,7 +144,7 @@ func setup(ctx context.Context) (*Env, error) {
 	if n, err := strconv.Atoi(os.Getenv("SANDBOXD_IT_POOL")); err == nil && n > 0 {
 		bcfg.PoolSize, bcfg.PoolIdle = n, 10*time.Minute
 	}
-	if e.Broker, err = broker.New(eng, e.Blobs, bcfg); err != nil {
+	if e.Broker, err = broker.New(e.Eng, e.Blobs, bcfg); err != nil {
 		return nil, err
 	}
 	return e, nil
@@ -312,4 +331,51 @@ func (e *Env) PutTree(t testing.TB, files map[string]string) string {
 		t.Fatal(err)
 	}
 	return sum.Digest
+}
+
+// connectContainerd switches the suites to the containerd engine when
+// SANDBOXD_ENGINE=containerd: its hook is built from this checkout and
+// named in the environment (daemons the suites start inherit it), and its
+// state lives in a directory of this run.
+func (e *Env) connectContainerd(ctx context.Context) error {
+	switch os.Getenv("SANDBOXD_ENGINE") {
+	case "", "docker":
+		return nil
+	case "containerd":
+	default:
+		return fmt.Errorf("SANDBOXD_ENGINE=%q is not docker or containerd", os.Getenv("SANDBOXD_ENGINE"))
+	}
+	hook := filepath.Join(e.Tmp, "sandboxd-hook")
+	if err := GoBuild(e.Repo, "./cmd/sandboxd-hook", hook); err != nil {
+		return err
+	}
+	cfg := containerdengine.Default()
+	cfg.HookPath = hook
+	cfg.Docker = e.Docker
+	cfg.Address = os.Getenv("SANDBOXD_CONTAINERD_ADDRESS")
+	if d := os.Getenv("SANDBOXD_CONTAINERD_STATE"); d != "" {
+		cfg.StateDir = d
+	}
+	cfg.RunscPath = os.Getenv("SANDBOXD_RUNSC")
+	ctr, err := containerdengine.New(ctx, cfg)
+	if err != nil {
+		if os.Getenv("CI") == "true" {
+			return fmt.Errorf("SANDBOXD_ENGINE=containerd but containerd does not answer, and CI=true: failing: %w", err)
+		}
+		fmt.Fprintln(os.Stderr, "SANDBOXD_ENGINE=containerd but containerd does not answer; engine tests are skipped:", err)
+		return ErrNoEngine
+	}
+	os.Setenv("SANDBOXD_HOOK", hook)
+	e.Eng, e.Ctr, e.EngineName = ctr, ctr, "containerd"
+	fmt.Fprintf(os.Stderr, "harness: engine containerd at %s, namespace %s\n", ctr.Address(), ctr.Namespace())
+	return nil
+}
+
+// Events follows the engine's container events from now on (Docker also
+// replays the last second; containerd replays nothing).
+func (e *Env) Events(ctx context.Context, opts client.EventsListOptions) client.EventsResult {
+	if e.Ctr != nil {
+		return e.Ctr.Events(ctx, opts)
+	}
+	return e.Docker.Events(ctx, opts)
 }
