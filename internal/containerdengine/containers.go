@@ -62,7 +62,11 @@ func (e *Engine) ContainerCreate(ctx context.Context, opts client.ContainerCreat
 	for _, m := range spec.Mounts {
 		targets = append(targets, m.Destination)
 	}
-	view, err := e.imports.rootfsFor(ctx, img, targets)
+	resolver := ""
+	if len(opts.HostConfig.DNS) == 1 {
+		resolver = opts.HostConfig.DNS[0].String()
+	}
+	view, err := e.imports.rootfsFor(ctx, img, targets, resolver)
 	if err != nil {
 		return client.ContainerCreateResult{}, err
 	}

@@ -183,13 +183,19 @@ func (im *importer) prepare(ctx context.Context, img containerd.Image, id string
 
 // rootfsFor returns the read-only view jobs of the image share for a set
 // of mount points: the image with those directories made (root-owned,
-// 0755) in one committed layer on top, as Docker's init layer makes them:
-// runc cannot create a mount point in a read-only root.
-func (im *importer) rootfsFor(ctx context.Context, info imageInfo, targets []string) (string, error) {
+// 0755) in one committed layer on top, as Docker's init layer makes them
+// (runc cannot create a mount point in a read-only root). With a resolver
+// address, the layer's /etc/resolv.conf names only it, as Docker's
+// --dns writes it, but as a file of the layer, not a mount of a host file.
+func (im *importer) rootfsFor(ctx context.Context, info imageInfo, targets []string, resolver string) (string, error) {
 	targets = slices.Clone(targets)
 	slices.Sort(targets)
 	targets = slices.Compact(targets)
-	h := sha256.Sum256([]byte(strings.Join(targets, "\n")))
+	resolv := ""
+	if resolver != "" {
+		resolv = "nameserver " + resolver + "\n"
+	}
+	h := sha256.Sum256([]byte(strings.Join(targets, "\n") + "\x00" + resolv))
 	key := "sandboxd-rootfs-" + strings.TrimPrefix(info.id, "sha256:")[:32] + "-" + hex.EncodeToString(h[:16])
 	im.mu.Lock()
 	l := im.locks[key]
@@ -210,7 +216,7 @@ func (im *importer) rootfsFor(ctx context.Context, info imageInfo, targets []str
 		var rnd [8]byte
 		rand.Read(rnd[:])
 		work := key + "-prepare-" + hex.EncodeToString(rnd[:])
-		mounts, err := sn.Prepare(ctx, work, info.chainID)
+		mounts, err := sn.Prepare(ctx, work, info.chainID, snapshots.WithLabels(labels))
 		if err != nil {
 			return "", fmt.Errorf("image %s: mount points: %w", info.id, err)
 		}
@@ -230,6 +236,19 @@ func (im *importer) rootfsFor(ctx context.Context, info imageInfo, targets []str
 				}
 				if err := r.MkdirAll(rel, 0o755); err != nil {
 					return fmt.Errorf("mount point %s: %w", t, err)
+				}
+			}
+			if resolv != "" {
+				if err := r.MkdirAll("etc", 0o755); err != nil {
+					return err
+				}
+				if st, err := r.Lstat("etc/resolv.conf"); err == nil && !st.Mode().IsRegular() {
+					if err := r.Remove("etc/resolv.conf"); err != nil {
+						return err
+					}
+				}
+				if err := r.WriteFile("etc/resolv.conf", []byte(resolv), 0o644); err != nil {
+					return fmt.Errorf("resolv.conf: %w", err)
 				}
 			}
 			return nil
