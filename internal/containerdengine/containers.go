@@ -330,6 +330,7 @@ func (e *Engine) ContainerWait(ctx context.Context, id string, opts client.Conta
 			errc <- err
 			return
 		}
+		e.endOrphanedStdin(ctx, c)
 		for {
 			t, err := c.Task(ctx, nil)
 			if errdefs.IsNotFound(err) {

@@ -1,6 +1,7 @@
 package containerdengine
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"encoding/json"
@@ -10,6 +11,8 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -98,6 +101,13 @@ func (e *Engine) ContainerAttach(ctx context.Context, id string, opts client.Con
 		close(stop)
 		closeTails()
 		return client.ContainerAttachResult{}, fmt.Errorf("attach %s: stdin: %w", c.ID(), err)
+	}
+	// Whoever comes next knows who holds stdin (see endOrphanedStdin).
+	if _, err := c.SetLabels(ctx, map[string]string{labelAttacher: attacher(os.Getpid())}); err != nil {
+		stdin.Close()
+		close(stop)
+		closeTails()
+		return client.ContainerAttachResult{}, err
 	}
 	task, err := e.newTask(ctx, c, true)
 	if err != nil {
@@ -323,4 +333,42 @@ func copyTail(w io.Writer, path string, limit int64) error {
 	buf := make([]byte, 32<<10) // one frame of Docker's size at most
 	_, err = io.CopyBuffer(w, io.LimitReader(f, st.Size()), buf)
 	return err
+}
+
+// labelAttacher names the process holding a container's stdin: its pid
+// and start time (so a reused pid is not taken for it).
+const labelAttacher = "sandboxd.ctr/attacher"
+
+func attacher(pid int) string {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return ""
+	}
+	// The start time is field 22; the command (field 2) may hold spaces
+	// but ends at the last ')'.
+	rest := string(b[bytes.LastIndexByte(b, ')')+1:])
+	f := strings.Fields(rest)
+	if len(f) < 20 {
+		return ""
+	}
+	return fmt.Sprintf("%d:%s", pid, f[19])
+}
+
+// endOrphanedStdin ends the stdin of a container whose attaching process
+// is gone, as Docker's attach stream ends with its client: the shim keeps
+// the FIFO open for writing, so without this the helper would wait for
+// its config until the job's deadline.
+func (e *Engine) endOrphanedStdin(ctx context.Context, c containerd.Container) {
+	labels, err := c.Labels(ctx)
+	if err != nil || labels[labelAttacher] == "" {
+		return
+	}
+	pid, _, _ := strings.Cut(labels[labelAttacher], ":")
+	n, err := strconv.Atoi(pid)
+	if err != nil || attacher(n) == labels[labelAttacher] {
+		return // still alive
+	}
+	if t, err := c.Task(ctx, nil); err == nil {
+		t.CloseIO(ctx, containerd.WithStdinCloser)
+	}
 }
