@@ -644,3 +644,12 @@ func TestCodeUIDCannotReadTheBundle(t *testing.T) {
 		t.Fatalf("stdout %q, want only the grader to read the bundle", got)
 	}
 }
+
+// The result names the engine and the runtime that ran the job.
+func TestResultNamesEngineAndRuntime(t *testing.T) {
+	t.Parallel()
+	res := runJob(t, newJob(t, sh("true"), nil))
+	if res.Runtime.Engine != env.EngineName || res.Runtime.Runtime != sandbox.RuntimeRunc || res.Security.Runtime != sandbox.RuntimeRunc {
+		t.Fatalf("engine %q runtime %q (security %q), want %q and runc", res.Runtime.Engine, res.Runtime.Runtime, res.Security.Runtime, env.EngineName)
+	}
+}

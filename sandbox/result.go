@@ -155,6 +155,9 @@ type Mount struct {
 // RuntimeFacts describe the broker and engine that ran the job.
 type RuntimeFacts struct {
 	BrokerVersion string `json:"broker_version"`
+	// Engine names the engine that ran the job: "docker" or "containerd"
+	// (absent from results made before there was a choice: docker).
+	Engine        string `json:"engine,omitempty"`
 	EngineVersion string `json:"engine_version"`
 	EngineAPI     string `json:"engine_api"`
 	Runtime       string `json:"runtime"`

@@ -41,6 +41,7 @@ func cmdExec(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.Var(&outputs, "output", "output directory to collect (repeatable)")
 	fs.Var(&env, "env", "KEY=VALUE for the command (repeatable)")
 	eo := addEngineFlags(fs)
+	rt := fs.String("runtime", sandbox.RuntimeRunc, "runtime of the sandbox: runc or runsc (gVisor)")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: sandboxd exec --image ID|DIR [flags] -- COMMAND [ARG...]")
 		fs.PrintDefaults()
@@ -58,7 +59,7 @@ func cmdExec(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return exitInfraError
 	}
 	defer eng.Close()
-	beng, closeEng, err := eo.open(ctx, eng, false)
+	beng, closeEng, err := eo.open(ctx, eng, *rt == sandbox.RuntimeRunsc)
 	if err != nil {
 		fmt.Fprintln(stderr, "sandboxd exec: engine:", err)
 		return exitInfraError
@@ -95,13 +96,13 @@ func cmdExec(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	job := sandbox.Job{
 		Schema: sandbox.JobSchema, ID: *id, Image: imageID,
 		Argv: fs.Args(), Env: envMap, WorkDir: *workdir, Outputs: outputs,
-		Limits: limits, Network: sandbox.NetworkNone, Runtime: sandbox.RuntimeRunc,
+		Limits: limits, Network: sandbox.NetworkNone, Runtime: *rt,
 	}
 	if err := job.Seal(); err != nil {
 		fmt.Fprintln(stderr, "sandboxd exec:", err)
 		return exitBadInput
 	}
-	b, blobs, err := newBroker(beng)
+	b, blobs, err := newBrokerAllowing(beng, *rt == sandbox.RuntimeRunsc)
 	if err != nil {
 		fmt.Fprintln(stderr, "sandboxd exec:", err)
 		return exitInfraError
@@ -134,6 +135,11 @@ func cmdExec(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 }
 
 func newBroker(eng broker.Engine) (*broker.Broker, *store.Store, error) {
+	return newBrokerAllowing(eng, false)
+}
+
+// newBrokerAllowing is newBroker, allowing runsc jobs or not.
+func newBrokerAllowing(eng broker.Engine, allowRunsc bool) (*broker.Broker, *store.Store, error) {
 	shim, err := shimPath()
 	if err != nil {
 		return nil, nil, err
@@ -150,6 +156,7 @@ func newBroker(eng broker.Engine) (*broker.Broker, *store.Store, error) {
 	cfg.ShimPath = shim
 	cfg.Version = version
 	cfg.CacheDir = filepath.Join(dir, "checked-volumes")
+	cfg.AllowRunsc = allowRunsc
 	// Not the daemon's default name: a daemon reaps the job containers of
 	// its own name that its journal does not know, and would take a
 	// one-shot run's container for one.

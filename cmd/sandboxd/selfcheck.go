@@ -27,11 +27,12 @@ func cmdSelfcheck(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	force := fs.Bool("force", false, "ignore a cached pass and check again")
 	asJSON := fs.Bool("json", false, "print the full report as JSON")
 	eo := addEngineFlags(fs)
+	rt := fs.String("runtime", sandbox.RuntimeRunc, "runtime to check: runc or runsc (each is checked on its own)")
 	if code := parseFlags(fs, args); code >= 0 {
 		return code
 	}
 	if fs.NArg() != 0 {
-		fmt.Fprintln(stderr, "usage: sandboxd selfcheck [--engine docker|containerd] [--image DIR] [--force] [--json]")
+		fmt.Fprintln(stderr, "usage: sandboxd selfcheck [--engine docker|containerd] [--runtime runc|runsc] [--image DIR] [--force] [--json]")
 		return exitUsage
 	}
 	eng, err := broker.NewEngine()
@@ -45,13 +46,18 @@ func cmdSelfcheck(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		fmt.Fprintln(stderr, "sandboxd selfcheck:", err)
 		return exitInfraError
 	}
-	beng, closeEng, err := eo.open(ctx, eng, false)
+	runsc := *rt == sandbox.RuntimeRunsc
+	if !runsc && *rt != sandbox.RuntimeRunc {
+		fmt.Fprintf(stderr, "sandboxd selfcheck: --runtime %q is not runc or runsc\n", *rt)
+		return exitUsage
+	}
+	beng, closeEng, err := eo.open(ctx, eng, runsc)
 	if err != nil {
 		fmt.Fprintln(stderr, "sandboxd selfcheck: engine:", err)
 		return exitInfraError
 	}
 	defer closeEng.Close()
-	b, blobs, err := newBroker(beng)
+	b, blobs, err := newBrokerAllowing(beng, runsc)
 	if err != nil {
 		fmt.Fprintln(stderr, "sandboxd selfcheck:", err)
 		return exitInfraError
@@ -61,7 +67,7 @@ func cmdSelfcheck(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		fmt.Fprintln(stderr, "sandboxd selfcheck:", err)
 		return exitInfraError
 	}
-	r, err := runSelfcheck(ctx, beng, b, blobs, state, img.ID, sandbox.RuntimeRunc, *force)
+	r, err := runSelfcheck(ctx, beng, b, blobs, state, img.ID, *rt, *force)
 	if r != nil {
 		printSelfcheck(stdout, r, *asJSON)
 	}

@@ -100,8 +100,13 @@ func (b *Broker) Facts(ctx context.Context) (sandbox.RuntimeFacts, error) {
 			b.factsErr = fmt.Errorf("engine version: %w", err)
 			return
 		}
+		engine := "docker"
+		if v.Platform.Name == "containerd" {
+			engine = "containerd"
+		}
 		b.facts = sandbox.RuntimeFacts{
 			BrokerVersion: b.cfg.Version,
+			Engine:        engine,
 			EngineVersion: v.Version,
 			EngineAPI:     v.APIVersion,
 			Runtime:       sandbox.RuntimeRunc,

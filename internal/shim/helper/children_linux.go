@@ -184,10 +184,7 @@ func collectFrames(w io.Writer, cfg *shim.Config) int {
 	for _, dir := range cfg.Outputs {
 		// No component of the output path may be a link: the candidate
 		// owns every directory below the scratch mount points.
-		fd, err := unix.Openat2(unix.AT_FDCWD, dir, &unix.OpenHow{
-			Flags:   unix.O_RDONLY | unix.O_DIRECTORY | unix.O_CLOEXEC,
-			Resolve: unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS,
-		})
+		fd, err := openDirNoLinks(dir)
 		if err != nil {
 			if errors.Is(err, unix.ENOENT) {
 				continue // an output directory the command never made holds nothing
@@ -483,4 +480,48 @@ func sanitizeName(s string) string {
 		}
 		return r
 	}, strings.ToValidUTF8(s, "?"))
+}
+
+// openDirNoLinks opens an absolute directory path none of whose components
+// is a link: with openat2's RESOLVE_NO_SYMLINKS, or, where the kernel has
+// no openat2 (gVisor's runsc does not implement it), one component at a
+// time with O_NOFOLLOW, each relative to the one before.
+func openDirNoLinks(dir string) (int, error) {
+	const flags = unix.O_RDONLY | unix.O_DIRECTORY | unix.O_CLOEXEC
+	fd, err := unix.Openat2(unix.AT_FDCWD, dir, &unix.OpenHow{
+		Flags:   flags,
+		Resolve: unix.RESOLVE_NO_SYMLINKS | unix.RESOLVE_NO_MAGICLINKS,
+	})
+	if !errors.Is(err, unix.ENOSYS) && !errors.Is(err, unix.EPERM) {
+		return fd, err
+	}
+	return openDirByComponents(dir)
+}
+
+// openDirByComponents is openDirNoLinks without openat2.
+func openDirByComponents(dir string) (int, error) {
+	const flags = unix.O_RDONLY | unix.O_DIRECTORY | unix.O_CLOEXEC
+	if !filepath.IsAbs(dir) {
+		return -1, unix.EINVAL
+	}
+	fd, err := unix.Open("/", flags, 0)
+	if err != nil {
+		return -1, err
+	}
+	for _, name := range strings.Split(strings.Trim(filepath.Clean(dir), "/"), "/") {
+		if name == "" {
+			continue
+		}
+		if name == ".." {
+			unix.Close(fd)
+			return -1, unix.EINVAL
+		}
+		next, err := unix.Openat(fd, name, flags|unix.O_NOFOLLOW, 0)
+		unix.Close(fd)
+		if err != nil {
+			return -1, err
+		}
+		fd = next
+	}
+	return fd, nil
 }
