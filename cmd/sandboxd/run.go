@@ -50,6 +50,7 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.Int64Var(&o.maxBytes, "workspace-max-bytes", bundle.DefaultLimits().MaxBytes, "ceiling on the workspace's file bytes")
 	fs.Int64Var(&o.maxFiles, "workspace-max-files", bundle.DefaultLimits().MaxFiles, "ceiling on the workspace's files and directories")
 	eo := addEngineFlags(fs)
+	rt := fs.String("runtime", sandbox.RuntimeRunc, "runtime every job of the evaluation runs on: runc or runsc (gVisor)")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: sandboxd run --bundle DIR|LAYOUT --workspace DIR|TAR --key FILE|--ephemeral-key [--out DIR] [--json]")
 		fs.PrintDefaults()
@@ -93,13 +94,17 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return exitInfraError
 	}
 	defer eng.Close()
-	beng, closeEng, err := eo.open(ctx, eng, false)
+	if *rt != sandbox.RuntimeRunc && *rt != sandbox.RuntimeRunsc {
+		return bad("--runtime %q is not runc or runsc", *rt)
+	}
+	runsc := *rt == sandbox.RuntimeRunsc
+	beng, closeEng, err := eo.open(ctx, eng, runsc)
 	if err != nil {
 		fmt.Fprintln(stderr, "sandboxd run: engine:", err)
 		return exitInfraError
 	}
 	defer closeEng.Close()
-	b, blobs, err := newBroker(beng)
+	b, blobs, err := newBrokerAllowing(beng, runsc)
 	if err != nil {
 		fmt.Fprintln(stderr, "sandboxd run:", err)
 		return exitInfraError
@@ -140,7 +145,7 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(progress, "sandboxd: checking isolation on this engine (selfcheck)")
 	}
 	gated := gatedBroker(beng, b, blobs, state)
-	for _, job := range []sandbox.Job{evaluate.CandidateJob(bun.Manifest, "", "", ""), evaluate.GraderJob(bun.Manifest, "", "", "", "")} {
+	for _, job := range []sandbox.Job{evaluate.CandidateJob(bun.Manifest, "", "", "", *rt), evaluate.GraderJob(bun.Manifest, "", "", "", "", *rt)} {
 		if err := gated.Precheck(ctx, job); err != nil {
 			if errors.Is(err, sandbox.ErrImageRefused) {
 				return bad("bundle %s: evaluator image %s: %v", o.bundle, bun.Manifest.Image, err)
@@ -156,7 +161,7 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	outcome, err := evaluate.Run(ctx, evaluate.Deps{
 		Broker: gated, Blobs: blobs, Signer: signer, Supervisor: supervisor.New(sstore), Progress: progress,
-	}, evaluate.Request{Bundle: bun, WorkspaceDigest: ws.Digest})
+	}, evaluate.Request{Bundle: bun, WorkspaceDigest: ws.Digest, Runtime: *rt})
 	switch {
 	case err == nil:
 	case errors.Is(err, evaluate.ErrCandidateExport):

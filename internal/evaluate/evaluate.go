@@ -47,6 +47,9 @@ type Request struct {
 	RunID           string // prefix of the job ids; random when empty
 	Bundle          *bundle.Bundle
 	WorkspaceDigest string
+	// Runtime is what every job of the evaluation runs on: runc ("" too)
+	// or runsc, as the host's policy allows.
+	Runtime string
 }
 
 // JobRecord is one job of an evaluation with its signed envelopes.
@@ -178,7 +181,7 @@ func (d Deps) runEvaluation(ctx context.Context, out *Outcome, req Request, cont
 		return Evaluation{}, fmt.Errorf("workspace %s: %w", workspace, err)
 	}
 	if m.Candidate != nil {
-		rec, err := d.runJob(ctx, Role(control, RoleCandidate), CandidateJob(m, req.Bundle.Digest, workspace, JobID(req.RunID, control, RoleCandidate)))
+		rec, err := d.runJob(ctx, Role(control, RoleCandidate), CandidateJob(m, req.Bundle.Digest, workspace, JobID(req.RunID, control, RoleCandidate), req.Runtime))
 		if err != nil {
 			return Evaluation{}, err
 		}
@@ -191,7 +194,7 @@ func (d Deps) runEvaluation(ctx context.Context, out *Outcome, req Request, cont
 			return Evaluation{}, fmt.Errorf("candidate export: %w: %w", ErrCandidateExport, err)
 		}
 	}
-	g := GraderJob(m, req.Bundle.Digest, req.Bundle.LayerDigest, export, JobID(req.RunID, control, RoleGrader))
+	g := GraderJob(m, req.Bundle.Digest, req.Bundle.LayerDigest, export, JobID(req.RunID, control, RoleGrader), req.Runtime)
 	grader, err := d.runJob(ctx, Role(control, RoleGrader), g)
 	if err != nil {
 		return Evaluation{}, err
@@ -314,16 +317,18 @@ func AssessRun(blobs *store.Store, bundleDigest, imageID string, p supervisor.Po
 }
 
 // CandidateJob is the job that runs a bundle's candidate command on a
-// workspace (unsealed). It is the only form a candidate job of an
-// evaluation may have: whoever judges one rebuilds it and compares digests.
-func CandidateJob(m bundle.Manifest, bundleDigest, workspace, id string) sandbox.Job {
+// workspace (unsealed), on runtime (runc or runsc; "" is runc: the host's
+// policy chooses it, never the bundle or the candidate). It is the only
+// form a candidate job of an evaluation may have: whoever judges one
+// rebuilds it and compares digests.
+func CandidateJob(m bundle.Manifest, bundleDigest, workspace, id, runtime string) sandbox.Job {
 	return sandbox.Job{
 		Schema: sandbox.JobSchema, ID: id, Image: m.Image, Bundle: bundleDigest,
 		Inputs:  []sandbox.Input{{Name: "workspace", Digest: workspace, Path: sandbox.WorkPath, Writable: true}},
 		Argv:    m.Candidate.Argv,
 		Env:     map[string]string{"SANDBOXD_EXPORT": ExportPath},
 		WorkDir: sandbox.WorkPath, Outputs: []string{ExportPath},
-		Limits: m.DefaultLimits, Network: sandbox.NetworkNone, Runtime: sandbox.RuntimeRunc,
+		Limits: m.DefaultLimits, Network: sandbox.NetworkNone, Runtime: runtimeOr(runtime),
 	}
 }
 
@@ -331,11 +336,19 @@ func CandidateJob(m bundle.Manifest, bundleDigest, workspace, id string) sandbox
 // with the bundle layer and the export read-only: the grader template with
 // the export appended at sandbox.CandidateExportPath, as sandbox.GraderJob
 // appends it. As for CandidateJob, a grader job is judged only if it is
-// exactly this one.
-func GraderJob(m bundle.Manifest, bundleDigest, layerDigest, export, id string) sandbox.Job {
+// exactly this one. It runs on runtime, as CandidateJob does.
+func GraderJob(m bundle.Manifest, bundleDigest, layerDigest, export, id, runtime string) sandbox.Job {
 	g := GraderTemplate(m, bundleDigest, layerDigest, id)
+	g.Runtime = runtimeOr(runtime)
 	g.Inputs = append(g.Inputs, sandbox.Input{Name: sandbox.CandidateExportInput, Digest: export, Path: sandbox.CandidateExportPath})
 	return g
+}
+
+func runtimeOr(r string) string {
+	if r == "" {
+		return sandbox.RuntimeRunc
+	}
+	return r
 }
 
 // SameJob reports whether a journaled or evidence job is exactly the

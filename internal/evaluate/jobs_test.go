@@ -27,7 +27,7 @@ func TestSameJobRefusesAnyOtherJob(t *testing.T) {
 		}
 		return j
 	}
-	want := GraderJob(m, b.Digest, b.LayerDigest, export, "g")
+	want := GraderJob(m, b.Digest, b.LayerDigest, export, "g", "")
 	if err := SameJob("grader", sealed(want), want); err != nil {
 		t.Fatalf("the bundle's own grader job: %v", err)
 	}
@@ -39,9 +39,10 @@ func TestSameJobRefusesAnyOtherJob(t *testing.T) {
 		"another bundle layer":     func(j *sandbox.Job) { j.Inputs[0].Digest = export },
 		"outputs":                  func(j *sandbox.Job) { j.Outputs = []string{"/work/elsewhere"} },
 		"limits":                   func(j *sandbox.Job) { j.Limits.WallTimeMS++ },
+		"runtime":                  func(j *sandbox.Job) { j.Runtime = sandbox.RuntimeRunsc },
 	} {
 		t.Run(name, func(t *testing.T) {
-			got := GraderJob(m, b.Digest, b.LayerDigest, export, "g")
+			got := GraderJob(m, b.Digest, b.LayerDigest, export, "g", "")
 			change(&got)
 			if err := SameJob("grader", sealed(got), want); err == nil {
 				t.Fatal("a changed grader job was accepted")
@@ -104,5 +105,26 @@ func TestEvidence(t *testing.T) {
 				t.Errorf("report opened: %t, want %t", ev.Report != nil, tc.wantReport)
 			}
 		})
+	}
+}
+
+// The host's runtime is honoured: an evaluation on runsc builds runsc jobs,
+// and a judge rebuilding them with that runtime accepts them.
+func TestJobsRunOnTheHostsRuntime(t *testing.T) {
+	b, err := bundle.Pack(context.Background(), "../bundle/testdata/example-bundle", t.TempDir(), bundle.DefaultLimits())
+	if err != nil {
+		t.Fatal(err)
+	}
+	export := "sha256:" + strings.Repeat("e", 64)
+	for _, rt := range []string{"", sandbox.RuntimeRunc, sandbox.RuntimeRunsc} {
+		want := rt
+		if want == "" {
+			want = sandbox.RuntimeRunc
+		}
+		g := GraderJob(b.Manifest, b.Digest, b.LayerDigest, export, "g", rt)
+		c := CandidateJob(b.Manifest, b.Digest, export, "c", rt)
+		if g.Runtime != want || c.Runtime != want {
+			t.Errorf("runtime %q: grader %q candidate %q, want %q", rt, g.Runtime, c.Runtime, want)
+		}
 	}
 }

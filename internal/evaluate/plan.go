@@ -46,12 +46,12 @@ func Plan(m bundle.Manifest, bundleDigest, layerDigest, workspace, candidateID, 
 		ReportFormat: string(policy.Format), ReportPath: policy.ReportPath, SupervisorRevision: supervisor.Revision,
 	}
 	if m.Candidate == nil {
-		p.Grader = GraderJob(m, bundleDigest, layerDigest, workspace, graderID)
+		p.Grader = GraderJob(m, bundleDigest, layerDigest, workspace, graderID, "")
 	} else {
 		if candidateID == graderID {
 			return sandbox.Plan{}, &sandbox.FieldError{Field: "candidate_job_id", Reason: "the candidate and grader jobs need ids of their own"}
 		}
-		c := CandidateJob(m, bundleDigest, workspace, candidateID)
+		c := CandidateJob(m, bundleDigest, workspace, candidateID, "")
 		if err := c.Seal(); err != nil {
 			return sandbox.Plan{}, fmt.Errorf("candidate job: %w", err)
 		}

@@ -370,7 +370,7 @@ func (a *checker) checkGrader(g *verifiedJob) {
 	// of the environment, the outputs, the limits. The export itself is
 	// checked against the candidate job by checkExport.
 	export, _ := input(g.job, "candidate-export")
-	if err := evaluate.SameJob("grader", g.job, evaluate.GraderJob(m, a.bundle.Digest, a.bundle.LayerDigest, export.Digest, g.job.ID)); err != nil {
+	if err := evaluate.SameJob("grader", g.job, evaluate.GraderJob(m, a.bundle.Digest, a.bundle.LayerDigest, export.Digest, g.job.ID, g.job.Runtime)); err != nil {
 		a.problem("%s: %v", g.entry.Job, err)
 	}
 }
@@ -396,7 +396,7 @@ func (a *checker) checkControlWorkspace(kind supervisor.ControlKind, ev *evaluat
 // candidate command on the workspace it was given.
 func (a *checker) checkCandidate(c *verifiedJob) {
 	ws, _ := input(c.job, "workspace")
-	if err := evaluate.SameJob("candidate", c.job, evaluate.CandidateJob(a.bundle.Manifest, a.bundle.Digest, ws.Digest, c.job.ID)); err != nil {
+	if err := evaluate.SameJob("candidate", c.job, evaluate.CandidateJob(a.bundle.Manifest, a.bundle.Digest, ws.Digest, c.job.ID, c.job.Runtime)); err != nil {
 		a.problem("%s: %v", c.entry.Job, err)
 	}
 }

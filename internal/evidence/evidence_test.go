@@ -325,12 +325,12 @@ func TestCheckTakesRolesFromSignedJobsNotTheIndex(t *testing.T) {
 		"the control's own job ids on another workspace": {
 			knownGood: func(t *testing.T, f *fixture) []evaluate.JobRecord {
 				ws := f.workspace(t, "package add // b\n")
-				c := f.signedRun(t, "known-good/candidate", evaluate.CandidateJob(m(f), f.bundle.Digest, ws, "run-a-known-good-candidate"))
+				c := f.signedRun(t, "known-good/candidate", evaluate.CandidateJob(m(f), f.bundle.Digest, ws, "run-a-known-good-candidate", ""))
 				export, err := evaluate.ExportOf(context.Background(), f.blobs, c.Result, m(f).DefaultLimits)
 				if err != nil {
 					t.Fatal(err)
 				}
-				g := f.signedRun(t, "known-good/grader", evaluate.GraderJob(m(f), f.bundle.Digest, f.bundle.LayerDigest, export, "run-a-known-good-grader"))
+				g := f.signedRun(t, "known-good/grader", evaluate.GraderJob(m(f), f.bundle.Digest, f.bundle.LayerDigest, export, "run-a-known-good-grader", ""))
 				return []evaluate.JobRecord{c, g}
 			},
 			want: "jobs/run-a-known-good-candidate.json: job run-a-known-good-candidate of control known-good judged workspace sha256:",

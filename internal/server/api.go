@@ -508,7 +508,7 @@ func (s *Server) assess(w http.ResponseWriter, r *http.Request) {
 			writeError(w, http.StatusInternalServerError, fmt.Errorf("candidate job: %w", err))
 			return
 		}
-		if err := evaluate.SameJob("candidate", cjob, evaluate.CandidateJob(bm, gjob.Bundle, req.WorkspaceDigest, cand.ID)); err != nil {
+		if err := evaluate.SameJob("candidate", cjob, evaluate.CandidateJob(bm, gjob.Bundle, req.WorkspaceDigest, cand.ID, cjob.Runtime)); err != nil {
 			notTheBundles(err)
 			return
 		}
@@ -525,7 +525,7 @@ func (s *Server) assess(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	if err := evaluate.SameJob("grader", gjob, evaluate.GraderJob(bm, gjob.Bundle, layer, export, grec.ID)); err != nil {
+	if err := evaluate.SameJob("grader", gjob, evaluate.GraderJob(bm, gjob.Bundle, layer, export, grec.ID, gjob.Runtime)); err != nil {
 		notTheBundles(err)
 		return
 	}

@@ -77,7 +77,7 @@ func TestPlanIsTheBundlesJobs(t *testing.T) {
 	if b.Manifest.Candidate == nil {
 		t.Fatal("the test bundle has no candidate command; this test expects one")
 	}
-	wantC := evaluate.CandidateJob(b.Manifest, b.Digest, ws, "c1")
+	wantC := evaluate.CandidateJob(b.Manifest, b.Digest, ws, "c1", "")
 	if err := wantC.Seal(); err != nil {
 		t.Fatal(err)
 	}
@@ -92,7 +92,7 @@ func TestPlanIsTheBundlesJobs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := evaluate.GraderJob(m, b.Digest, b.LayerDigest, ws, "g1")
+	want := evaluate.GraderJob(m, b.Digest, b.LayerDigest, ws, "g1", "")
 	if err := want.Seal(); err != nil {
 		t.Fatal(err)
 	}
@@ -131,7 +131,7 @@ func TestPlanIsTheBundlesJobs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	wantG := evaluate.GraderJob(m, b.Digest, b.LayerDigest, daemonExport, "g1")
+	wantG := evaluate.GraderJob(m, b.Digest, b.LayerDigest, daemonExport, "g1", "")
 	if err := wantG.Seal(); err != nil {
 		t.Fatal(err)
 	}
