@@ -269,27 +269,58 @@ func (fileIO) Cancel()              {}
 func (fileIO) Wait()                {}
 func (fileIO) Close() error         { return nil }
 
-// deleteTask kills and deletes a task, whatever its state.
+// deleteTask kills and deletes a task, whatever its state. A task runsc
+// failed to start stays CREATED and cannot be deleted while its sandbox
+// process lives: that process (the task's pid, checked to be this
+// container's) is killed, then the task is deleted.
 func (e *Engine) deleteTask(ctx context.Context, t containerd.Task) error {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	if st, err := t.Status(ctx); err == nil && st.Status != containerd.Stopped {
-		t.Kill(ctx, syscall.SIGKILL)
-		if ch, err := t.Wait(ctx); err == nil {
-			select {
-			case <-ch:
-			case <-time.After(10 * time.Second):
-			}
-		}
-	}
-	_, err := t.Delete(ctx, containerd.WithProcessKill)
-	if err != nil && !errdefs.IsNotFound(err) {
-		_, err = t.Delete(ctx, containerd.WithProcessKill)
-	}
+	st, err := t.Status(ctx)
 	if errdefs.IsNotFound(err) {
 		return nil
 	}
+	if err == nil && st.Status != containerd.Stopped {
+		if ch, werr := t.Wait(ctx); werr == nil {
+			if kerr := t.Kill(ctx, syscall.SIGKILL); kerr == nil {
+				select {
+				case <-ch:
+				case <-time.After(10 * time.Second):
+				}
+			}
+		}
+	}
+	_, err = t.Delete(ctx)
+	if err == nil || errdefs.IsNotFound(err) {
+		return nil
+	}
+	if st, serr := t.Status(ctx); serr == nil && st.Status == containerd.Created {
+		killSandboxProcess(int(t.Pid()), t.ID())
+	}
+	_, err = t.Delete(ctx, containerd.WithProcessKill)
+	if err == nil || errdefs.IsNotFound(err) {
+		return nil
+	}
 	return err
+}
+
+// killSandboxProcess kills a task's own process if it is still the one
+// of that container (its command line names the container).
+func killSandboxProcess(pid int, id string) {
+	if pid <= 1 {
+		return
+	}
+	cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+	if err != nil || !slices.Contains(strings.Split(string(cmdline), "\x00"), id) {
+		return
+	}
+	syscall.Kill(pid, syscall.SIGKILL)
+	for i := 0; i < 100; i++ {
+		if syscall.Kill(pid, 0) != nil {
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
 
 // ContainerKill signals the container's init process.
