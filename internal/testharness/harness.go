@@ -379,3 +379,26 @@ func (e *Env) Events(ctx context.Context, opts client.EventsListOptions) client.
 	}
 	return e.Docker.Events(ctx, opts)
 }
+
+// ContainerdWithRunsc returns a second containerd engine whose runsc
+// runtime is the binary at path (tests of runsc's failures), closed when
+// the test ends. It fails the test on Docker.
+func (e *Env) ContainerdWithRunsc(t testing.TB, path string) *containerdengine.Engine {
+	t.Helper()
+	if e.Ctr == nil {
+		t.Fatal("not on the containerd engine")
+	}
+	cfg := containerdengine.Default()
+	cfg.Address, cfg.Namespace, cfg.Docker = e.Ctr.Address(), e.Ctr.Namespace(), e.Docker
+	cfg.HookPath = os.Getenv("SANDBOXD_HOOK")
+	if d := os.Getenv("SANDBOXD_CONTAINERD_STATE"); d != "" {
+		cfg.StateDir = d
+	}
+	cfg.RunscPath = path
+	ctr, err := containerdengine.New(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ctr.Close() })
+	return ctr
+}

@@ -1,0 +1,57 @@
+package integration
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/moby/moby/client"
+
+	"github.com/sandboxd/sandboxd/internal/broker"
+	"github.com/sandboxd/sandboxd/sandbox"
+)
+
+// On containerd, a start that fails leaves nothing behind: runsc run
+// without --network=none refuses to start and its task stays CREATED
+// until its sandbox process dies; the job ends in error and the engine
+// holds no container, task or sandbox process of it.
+func TestFailedStartLeavesNothing(t *testing.T) {
+	if env.Ctr == nil {
+		t.Skip("a containerd engine test (SANDBOXD_ENGINE=containerd)")
+	}
+	runsc, err := exec.LookPath("runsc")
+	if err != nil {
+		if os.Getenv("CI") == "true" {
+			t.Fatal("runsc is not installed (scripts/setup installs it) and CI=true")
+		}
+		t.Skip("runsc is not installed")
+	}
+	t.Parallel()
+	wrapper := filepath.Join(t.TempDir(), "runsc-with-network")
+	if err := os.WriteFile(wrapper, []byte("#!/bin/sh\nexec "+runsc+" \"$@\"\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	eng := env.ContainerdWithRunsc(t, wrapper)
+	cfg := env.Cfg
+	cfg.AllowRunsc = true
+	b, err := broker.New(eng, env.Blobs, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	j := newJob(t, sh("echo must-not-run"), func(j *sandbox.Job) { j.Runtime = sandbox.RuntimeRunsc })
+	res := env.Run(t, b, j)
+	if res.Status != sandbox.StatusError || !strings.Contains(res.Cause, "start") {
+		t.Fatalf("status %s cause %q, want error at start", res.Status, res.Cause)
+	}
+	cs, err := eng.ContainerList(context.Background(), client.ContainerListOptions{All: true, Filters: make(client.Filters).Add("label", broker.LabelJob+"="+j.ID)})
+	if err != nil || len(cs.Items) != 0 {
+		t.Fatalf("containers of the job: %v %v", cs.Items, err)
+	}
+	out, _ := exec.Command("pgrep", "-f", "runsc-sandbox.* "+broker.ContainerName(env.BrokerName, j.ID, j.Digest)+"$").Output()
+	if len(strings.TrimSpace(string(out))) > 0 {
+		t.Fatalf("the job's runsc sandbox process is still alive: %s", out)
+	}
+}
