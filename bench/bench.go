@@ -17,6 +17,7 @@ import (
 	"github.com/moby/moby/client"
 
 	"github.com/sandboxd/sandboxd/internal/broker"
+	"github.com/sandboxd/sandboxd/internal/containerdengine"
 	"github.com/sandboxd/sandboxd/sandbox"
 )
 
@@ -24,15 +25,41 @@ import (
 // the samples.
 type bench struct {
 	o       options
-	d       *daemon
+	d       *daemon // on Docker
+	dc      *daemon // on containerd
 	eng     *client.Client
+	ceng    *containerdengine.Engine
 	results map[string]any
+}
+
+// ctrName is the broker name of this run's containerd side.
+func (b *bench) ctrName() string { return b.o.name + "-ctr" }
+
+// ctrEngine returns the containerd engine, connecting once; images come
+// from Docker by ID.
+func (b *bench) ctrEngine(ctx context.Context) (*containerdengine.Engine, error) {
+	if b.ceng != nil {
+		return b.ceng, nil
+	}
+	eng, err := b.engine()
+	if err != nil {
+		return nil, err
+	}
+	cfg := containerdengine.Default()
+	cfg.Docker = eng
+	cfg.HookPath = filepath.Join(b.o.bin, "sandboxd-hook")
+	if b.ceng, err = containerdengine.New(ctx, cfg); err != nil {
+		return nil, err
+	}
+	return b.ceng, nil
 }
 
 // close stops the daemon and removes everything this run created.
 func (b *bench) close() {
-	if b.d != nil {
-		b.d.stop()
+	for _, d := range []*daemon{b.d, b.dc} {
+		if d != nil {
+			d.stop()
+		}
 	}
 	b.removeLeftovers()
 	if b.eng != nil {
@@ -137,6 +164,12 @@ func (b *bench) sandboxdExec(ctx context.Context) error {
 	return sh(ctx, b.execEnv(), filepath.Join(b.o.bin, "sandboxd"), "exec", "--image", b.o.image, "--", "/bin/true")
 }
 
+// sandboxdExecCtr is sandboxdExec on the containerd engine.
+func (b *bench) sandboxdExecCtr(ctx context.Context) error {
+	env := []string{"SANDBOXD_BROKER_NAME=" + b.ctrName(), "SANDBOXD_STATE=" + filepath.Join(b.o.tmp, "exec-ctr-state")}
+	return sh(ctx, env, filepath.Join(b.o.bin, "sandboxd"), "exec", "--engine", "containerd", "--image", b.o.image, "--", "/bin/true")
+}
+
 // noopJob is a sealed no-op job with the limits `sandboxd exec` uses.
 func (b *bench) noopJob() sandbox.Job {
 	l := sandbox.DefaultLimits()
@@ -196,6 +229,7 @@ func (b *bench) removeLeftovers() {
 			fmt.Printf("cleanup: LEFT BEHIND: volume %s\n", v.Name)
 		}
 	}
+	b.removeCtrLeftovers(ctx)
 	// The docker-cp peer's own resources carry the run's name too.
 	fp := make(client.Filters).Add("label", "sandboxd.bench="+b.o.name)
 	if cs, err := eng.ContainerList(ctx, client.ContainerListOptions{All: true, Filters: fp}); err == nil {
@@ -208,4 +242,22 @@ func (b *bench) removeLeftovers() {
 			eng.VolumeRemove(ctx, v.Name, client.VolumeRemoveOptions{Force: true})
 		}
 	}
+}
+
+// removeCtrLeftovers is removeLeftovers for the containerd side.
+func (b *bench) removeCtrLeftovers(ctx context.Context) {
+	if b.ceng == nil {
+		return
+	}
+	f := make(client.Filters).Add("label", broker.LabelBroker+"="+b.ctrName())
+	if cs, err := b.ceng.ContainerList(ctx, client.ContainerListOptions{All: true, Filters: f}); err == nil {
+		for _, c := range cs.Items {
+			fmt.Printf("cleanup: LEFT BEHIND on containerd: container %s (%v, role %s)\n", c.ID, c.Names, c.Labels[broker.LabelRole])
+			b.ceng.ContainerRemove(ctx, c.ID, client.ContainerRemoveOptions{Force: true})
+		}
+	}
+	if err := broker.RemoveCache(ctx, b.ceng, b.ctrName()); err != nil {
+		fmt.Println("cleanup: remove containerd cache volumes:", err)
+	}
+	b.ceng.Close()
 }

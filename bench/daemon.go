@@ -34,15 +34,30 @@ func (b *bench) startDaemon(ctx context.Context) (*daemon, error) {
 	if b.d != nil {
 		return b.d, nil
 	}
-	dir := filepath.Join(b.o.tmp, "daemon")
+	return b.startDaemonOn(ctx, "docker", b.o.name, &b.d)
+}
+
+// startCtrDaemon starts (once) the daemon on the containerd engine.
+func (b *bench) startCtrDaemon(ctx context.Context) (*daemon, error) {
+	if b.dc != nil {
+		return b.dc, nil
+	}
+	return b.startDaemonOn(ctx, "containerd", b.ctrName(), &b.dc)
+}
+
+// startDaemonOn starts a daemon on engine; it is in *slot from its start,
+// so that close stops it on every path.
+func (b *bench) startDaemonOn(ctx context.Context, engine, name string, slot **daemon) (*daemon, error) {
+	dir := filepath.Join(b.o.tmp, "daemon-"+engine)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, err
 	}
 	d := &daemon{socket: filepath.Join(dir, "sandboxd.sock"), done: make(chan struct{})}
 	d.cmd = exec.Command(filepath.Join(b.o.bin, "sandboxd"), "serve",
 		"--socket", d.socket, "--state", filepath.Join(dir, "state"), "--ephemeral-key",
-		"--name", b.o.name, "--concurrency", "4", "--max-blob-bytes", strconv.Itoa(2<<30))
-	logf, err := os.Create(filepath.Join(b.o.tmp, "daemon.log"))
+		"--name", name, "--concurrency", "4", "--max-blob-bytes", strconv.Itoa(2<<30), "--engine", engine)
+	logName := filepath.Join(b.o.tmp, "daemon-"+engine+".log")
+	logf, err := os.Create(logName)
 	if err != nil {
 		return nil, err
 	}
@@ -51,7 +66,7 @@ func (b *bench) startDaemon(ctx context.Context) (*daemon, error) {
 		return nil, err
 	}
 	go func() { d.cmd.Wait(); logf.Close(); close(d.done) }()
-	b.d = d
+	*slot = d
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		c := sbclient.New(d.socket, sandbox.KeySet{})
@@ -68,7 +83,7 @@ func (b *bench) startDaemon(ctx context.Context) (*daemon, error) {
 		}
 		select {
 		case <-d.done:
-			log, _ := os.ReadFile(filepath.Join(b.o.tmp, "daemon.log"))
+			log, _ := os.ReadFile(logName)
 			return nil, fmt.Errorf("sandboxd serve exited: %s", lastLines(string(log), 5))
 		default:
 		}

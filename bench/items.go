@@ -35,6 +35,14 @@ func (b *bench) noop(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	dc, err := b.startCtrDaemon(ctx)
+	if err != nil {
+		return err
+	}
+	clib, ctim, err := b.ctrLibraryBroker(ctx, filepath.Join(b.o.tmp, "lib-ctr-state"))
+	if err != nil {
+		return err
+	}
 	sides := []struct {
 		name string
 		fn   func(context.Context) error
@@ -43,6 +51,9 @@ func (b *bench) noop(ctx context.Context) error {
 		{"sandboxd exec", b.sandboxdExec},
 		{"sandboxd daemon", func(ctx context.Context) error { return succeeded(d.job(ctx, b.noopJob())) }},
 		{"broker library", func(ctx context.Context) error { return succeeded(lib.Run(ctx, b.noopJob())) }},
+		{"sandboxd exec (containerd)", b.sandboxdExecCtr},
+		{"sandboxd daemon (containerd)", func(ctx context.Context) error { return succeeded(dc.job(ctx, b.noopJob())) }},
+		{"broker library (containerd)", func(ctx context.Context) error { return succeeded(clib.Run(ctx, b.noopJob())) }},
 	}
 	// One warm-up of each: cache volumes, image layers, page cache.
 	for _, s := range sides {
@@ -51,6 +62,7 @@ func (b *bench) noop(ctx context.Context) error {
 		}
 	}
 	tim.reset()
+	ctim.reset()
 	if b.o.profile != "" {
 		// This process runs the broker library side and the daemon's
 		// client (verification); the others are subprocesses.
@@ -74,6 +86,9 @@ func (b *bench) noop(ctx context.Context) error {
 			if err := d.settle(ctx); err != nil {
 				return err
 			}
+			if err := dc.settle(ctx); err != nil {
+				return err
+			}
 			dur, err := timed(func() error { return sides[i].fn(ctx) })
 			if err != nil {
 				return fmt.Errorf("%s: %w", sides[i].name, err)
@@ -89,15 +104,20 @@ func (b *bench) noop(ctx context.Context) error {
 		fmt.Printf("  %-34s %10s %8.2f\n", s.name, ms(m), float64(m)/float64(base))
 		raw[s.name] = msList(samples[i])
 	}
-	fmt.Printf("  targets: exec ratio <= 1.0, daemon ratio <= 0.5\n")
+	fmt.Printf("  targets: exec ratio <= 1.0, daemon ratio <= 0.5; on containerd: exec <= 0.5, daemon (pooled) <= 0.1\n")
 	if m1, err := d.metrics(ctx); err == nil {
 		used := m1["sandboxd_pool_used_total"] - m0["sandboxd_pool_used_total"]
 		fmt.Printf("  daemon jobs that ran in a pooled sandbox: %.0f of %d (sandboxd serve --pool, default 2)\n", used, b.o.rounds)
 		b.results["item1_daemon_pooled"] = used
 	}
+	if m1, err := dc.metrics(ctx); err == nil {
+		fmt.Printf("  containerd daemon jobs that ran in a pooled sandbox: %.0f of %d\n", m1["sandboxd_pool_used_total"], b.o.rounds+1)
+	}
 	fmt.Printf("  broker library, engine calls per job (median ms): %s\n", tim.summary(b.o.rounds))
+	fmt.Printf("  broker library on containerd, engine calls per job (median ms): %s\n", ctim.summary(b.o.rounds))
 	b.results["item1_ms"] = raw
 	b.results["item1_engine_calls"] = tim.medians()
+	b.results["item1_engine_calls_containerd"] = ctim.medians()
 	return nil
 }
 
@@ -114,6 +134,24 @@ func (b *bench) libraryBroker(state string) (*broker.Broker, *timingEngine, erro
 	}
 	cfg := broker.Default()
 	cfg.Name, cfg.VolumePrefix = b.o.name, b.o.name
+	cfg.ShimPath = filepath.Join(b.o.bin, "sandboxd-shim")
+	tim := newTimingEngine(eng)
+	br, err := broker.New(tim, blobs, cfg)
+	return br, tim, err
+}
+
+// ctrLibraryBroker is libraryBroker on the containerd engine.
+func (b *bench) ctrLibraryBroker(ctx context.Context, state string) (*broker.Broker, *timingEngine, error) {
+	eng, err := b.ctrEngine(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	blobs, err := store.Open(filepath.Join(state, "blobs"))
+	if err != nil {
+		return nil, nil, err
+	}
+	cfg := broker.Default()
+	cfg.Name, cfg.VolumePrefix = b.ctrName(), b.ctrName()
 	cfg.ShimPath = filepath.Join(b.o.bin, "sandboxd-shim")
 	tim := newTimingEngine(eng)
 	br, err := broker.New(tim, blobs, cfg)
@@ -142,33 +180,39 @@ func (b *bench) throughput(ctx context.Context) error {
 		}
 		return nil
 	}
-	daemon := func(ctx context.Context) error {
-		js := make([]sandbox.Job, jobs)
-		for i := range js {
-			js[i] = b.noopJob()
-		}
-		// Submit everything (the queue holds it), then wait for each.
-		errs := make(chan error, jobs)
-		var wg sync.WaitGroup
-		for _, j := range js {
-			wg.Go(func() { errs <- succeeded(d.job(ctx, j)) })
-		}
-		wg.Wait()
-		close(errs)
-		for err := range errs {
-			if err != nil {
-				return err
-			}
-		}
-		return nil
+	dc, err := b.startCtrDaemon(ctx)
+	if err != nil {
+		return err
 	}
-	var a, s []time.Duration
+	daemonOn := func(d *daemon) func(ctx context.Context) error {
+		return func(ctx context.Context) error {
+			js := make([]sandbox.Job, jobs)
+			for i := range js {
+				js[i] = b.noopJob()
+			}
+			// Submit everything (the queue holds it), then wait for each.
+			errs := make(chan error, jobs)
+			var wg sync.WaitGroup
+			for _, j := range js {
+				wg.Go(func() { errs <- succeeded(d.job(ctx, j)) })
+			}
+			wg.Wait()
+			close(errs)
+			for err := range errs {
+				if err != nil {
+					return err
+				}
+			}
+			return nil
+		}
+	}
+	daemon, ctrDaemon := daemonOn(d), daemonOn(dc)
+	var a, s, c []time.Duration
 	// CPU seconds the whole machine and the daemon spent, per side: on two
 	// cores, the engine's share says whether anything but the engine
 	// could matter.
-	var cpuA, cpuS, ownS int64
-	pid := d.cmd.Process.Pid
-	measure := func(total, own *int64, fn func(context.Context) error) func(context.Context) error {
+	var cpuA, cpuS, ownS, cpuC, ownC int64
+	measure := func(total, own *int64, pid int, fn func(context.Context) error) func(context.Context) error {
 		return func(ctx context.Context) error {
 			t0, o0 := cpuTicks(), procTicks(pid)
 			err := fn(ctx)
@@ -179,46 +223,47 @@ func (b *bench) throughput(ctx context.Context) error {
 			return err
 		}
 	}
-	xargs, daemon = measure(&cpuA, nil, xargs), measure(&cpuS, &ownS, daemon)
+	xargs = measure(&cpuA, nil, 0, xargs)
+	daemon = measure(&cpuS, &ownS, d.cmd.Process.Pid, daemon)
+	ctrDaemon = measure(&cpuC, &ownC, dc.cmd.Process.Pid, ctrDaemon)
 	m0, err := d.metrics(ctx)
 	if err != nil {
 		return err
 	}
+	sides := []struct {
+		fn  func(context.Context) error
+		out *[]time.Duration
+	}{{xargs, &a}, {daemon, &s}, {ctrDaemon, &c}}
 	for r := range b.o.batches {
-		first, second := &a, &s
-		f1, f2 := xargs, daemon
-		if r%2 == 1 {
-			first, second, f1, f2 = second, first, f2, f1
+		// Rotate the order each round so no side always follows another.
+		for k := range sides {
+			side := sides[(k+r)%len(sides)]
+			if err := d.settle(ctx); err != nil {
+				return err
+			}
+			if err := dc.settle(ctx); err != nil {
+				return err
+			}
+			dur, err := timed(func() error { return side.fn(ctx) })
+			if err != nil {
+				return err
+			}
+			*side.out = append(*side.out, dur)
 		}
-		if err := d.settle(ctx); err != nil {
-			return err
-		}
-		d1, err := timed(func() error { return f1(ctx) })
-		if err != nil {
-			return err
-		}
-		if err := d.settle(ctx); err != nil {
-			return err
-		}
-		d2, err := timed(func() error { return f2(ctx) })
-		if err != nil {
-			return err
-		}
-		*first = append(*first, d1)
-		*second = append(*second, d2)
 	}
-	ma, ms_ := median(a), median(s)
+	ma, ms_, mc := median(a), median(s), median(c)
 	fmt.Printf("  %-34s %10s %10s\n", "", "median", "jobs/s")
 	fmt.Printf("  %-34s %10s %10.2f\n", "xargs -P4 docker run", ms(ma), jobs/ma.Seconds())
 	fmt.Printf("  %-34s %10s %10.2f\n", "sandboxd daemon (concurrency 4)", ms(ms_), jobs/ms_.Seconds())
-	fmt.Printf("  throughput ratio sandboxd/docker: %.2f (target >= 1.25)\n", ma.Seconds()/ms_.Seconds())
+	fmt.Printf("  %-34s %10s %10.2f\n", "  on containerd", ms(mc), jobs/mc.Seconds())
+	fmt.Printf("  throughput ratio sandboxd/docker: %.2f (target >= 1.25), on containerd %.2f (target >= 2)\n", ma.Seconds()/ms_.Seconds(), ma.Seconds()/mc.Seconds())
 	perJob := func(t int64) float64 { return float64(t) / 100 / float64(jobs*b.o.batches) * 1000 } // USER_HZ = 100
-	fmt.Printf("  CPU per job (all processes): docker %.0f ms, sandboxd %.0f ms, of which the sandboxd daemon %.0f ms\n",
-		perJob(cpuA), perJob(cpuS), perJob(ownS))
+	fmt.Printf("  CPU per job (all processes): docker %.0f ms, sandboxd %.0f ms (of which its daemon %.0f ms), on containerd %.0f ms (daemon %.0f ms)\n",
+		perJob(cpuA), perJob(cpuS), perJob(ownS), perJob(cpuC), perJob(ownC))
 	if m1, err := d.metrics(ctx); err == nil {
 		fmt.Printf("  daemon jobs that ran in a pooled sandbox: %.0f of %d\n", m1["sandboxd_pool_used_total"]-m0["sandboxd_pool_used_total"], jobs*b.o.batches)
 	}
-	b.results["item2_ms"] = map[string][]float64{"xargs": msList(a), "daemon": msList(s)}
+	b.results["item2_ms"] = map[string][]float64{"xargs": msList(a), "daemon": msList(s), "daemon_containerd": msList(c)}
 	return nil
 }
 
@@ -282,48 +327,56 @@ func (b *bench) staging(ctx context.Context) error {
 		return err
 	}
 	var ingest, run []time.Duration
-	sandboxd := func(ctx context.Context) error {
-		var sum bundle.Summary
-		d, err := timed(func() error {
-			var err error
-			sum, err = bundle.Ingest(ctx, blobs, ws, bundle.Options{})
-			return err
-		})
-		if err != nil {
-			return fmt.Errorf("ingest: %w", err)
+	sandboxdOn := func(lib *broker.Broker, ingest, run *[]time.Duration) func(ctx context.Context) error {
+		return func(ctx context.Context) error {
+			var sum bundle.Summary
+			d, err := timed(func() error {
+				var err error
+				sum, err = bundle.Ingest(ctx, blobs, ws, bundle.Options{})
+				return err
+			})
+			if err != nil {
+				return fmt.Errorf("ingest: %w", err)
+			}
+			*ingest = append(*ingest, d)
+			j := b.noopJob()
+			j.Argv = []string{"/bin/cp", "-r", "/work/ws", "/tmp/out/"}
+			j.Inputs = []sandbox.Input{{Name: "workspace", Digest: sum.Digest, Path: "/work/ws", Writable: true}}
+			j.Outputs = []string{"/tmp/out"}
+			j.Limits.DiskBytes = 256 << 20
+			j.Limits.MemoryBytes = 1 << 30
+			j.Limits.OutputBytes = 256 << 20
+			j.Limits.FileCount = 10_000
+			j.Limits.WallTimeMS = 120_000
+			if err := j.Seal(); err != nil {
+				return err
+			}
+			var res sandbox.Result
+			d, err = timed(func() error {
+				var err error
+				res, err = lib.Run(ctx, j)
+				return succeeded(res, err)
+			})
+			*run = append(*run, d)
+			if err != nil {
+				return err
+			}
+			var got int64
+			for _, a := range res.Artifacts {
+				got += a.Size
+			}
+			if len(res.Artifacts) != files || got != total/files*files {
+				return fmt.Errorf("collected %d files / %d bytes, want %d / %d", len(res.Artifacts), got, files, total/files*files)
+			}
+			return nil
 		}
-		ingest = append(ingest, d)
-		j := b.noopJob()
-		j.Argv = []string{"/bin/cp", "-r", "/work/ws", "/tmp/out/"}
-		j.Inputs = []sandbox.Input{{Name: "workspace", Digest: sum.Digest, Path: "/work/ws", Writable: true}}
-		j.Outputs = []string{"/tmp/out"}
-		j.Limits.DiskBytes = 256 << 20
-		j.Limits.MemoryBytes = 1 << 30
-		j.Limits.OutputBytes = 256 << 20
-		j.Limits.FileCount = 10_000
-		j.Limits.WallTimeMS = 120_000
-		if err := j.Seal(); err != nil {
-			return err
-		}
-		var res sandbox.Result
-		d, err = timed(func() error {
-			var err error
-			res, err = lib.Run(ctx, j)
-			return succeeded(res, err)
-		})
-		run = append(run, d)
-		if err != nil {
-			return err
-		}
-		var got int64
-		for _, a := range res.Artifacts {
-			got += a.Size
-		}
-		if len(res.Artifacts) != files || got != total/files*files {
-			return fmt.Errorf("collected %d files / %d bytes, want %d / %d", len(res.Artifacts), got, files, total/files*files)
-		}
-		return nil
 	}
+	clib, _, err := b.ctrLibraryBroker(ctx, filepath.Join(b.o.tmp, "stage-state")) // the same blob store: both stage what was ingested once
+	if err != nil {
+		return err
+	}
+	var ingestC, runC []time.Duration
+	sandboxd, sandboxdCtr := sandboxdOn(lib, &ingest, &run), sandboxdOn(clib, &ingestC, &runC)
 	if b.o.profile != "" {
 		// The first sandboxd round runs under the CPU profiler.
 		inner, profiled := sandboxd, false
@@ -347,6 +400,7 @@ func (b *bench) staging(ctx context.Context) error {
 		{"tar -c | openssl dgst -sha256", limit},
 		{"docker cp into a volume", dockerCp},
 		{"sandboxd ingest+stage+collect", sandboxd},
+		{"  on containerd", sandboxdCtr},
 	}
 	samples := make([][]time.Duration, len(sides))
 	for r := range b.o.stage {
@@ -372,9 +426,13 @@ func (b *bench) staging(ctx context.Context) error {
 	ms3 := median(samples[2])
 	fmt.Printf("  sandboxd throughput vs docker cp: %.2fx (target >= 4), vs the limit: %.0f%% (target >= 50%%)\n",
 		median(cpOnly).Seconds()/ms3.Seconds(), 100*median(samples[0]).Seconds()/ms3.Seconds())
+	ms4 := median(samples[3])
+	fmt.Printf("  on containerd: ingest %s, job %s; vs docker cp: %.2fx (target >= 4), vs the limit: %.0f%% (target >= 50%%)\n",
+		ms(median(ingestC)), ms(median(runC)), median(cpOnly).Seconds()/ms4.Seconds(), 100*median(samples[0]).Seconds()/ms4.Seconds())
 	b.results["item3_ms"] = map[string][]float64{
 		"limit": msList(samples[0]), "docker_cp_total": msList(samples[1]), "docker_cp": msList(cpOnly),
 		"sandboxd": msList(samples[2]), "sandboxd_ingest": msList(ingest), "sandboxd_job": msList(run),
+		"sandboxd_containerd": msList(samples[3]), "sandboxd_containerd_ingest": msList(ingestC), "sandboxd_containerd_job": msList(runC),
 	}
 	return nil
 }
