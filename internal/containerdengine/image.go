@@ -33,7 +33,6 @@ type imageInfo struct {
 	id      string   // the image ID: the digest of its config
 	env     []string // the config's environment
 	chainID string   // the unpacked image's top snapshot
-	view    string   // a read-only view of it
 }
 
 // importer makes images available in the engine's namespace, by ID.
@@ -50,9 +49,6 @@ func newImporter(e *Engine) *importer {
 
 // imageName is the name an image is kept under in the namespace: its ID.
 func imageName(id string) string { return "sandboxd.local/image:" + strings.TrimPrefix(id, "sha256:") }
-
-// viewKey is the read-only snapshot of an image's root filesystem.
-func viewKey(id string) string { return "sandboxd-rootfs-" + strings.TrimPrefix(id, "sha256:") }
 
 // ImageInspect returns the image of that ID, importing it from Docker (by
 // ID: `docker save`, never a pull) if it is not yet in the namespace. An
@@ -85,7 +81,7 @@ func (im *importer) ensure(ctx context.Context, id string) (imageInfo, error) {
 	im.mu.Unlock()
 	if ok {
 		// Still there? (someone may have removed it)
-		if _, err := im.e.c.SnapshotService(im.e.cfg.Snapshotter).Stat(ctx, info.view); err == nil {
+		if _, err := im.e.c.SnapshotService(im.e.cfg.Snapshotter).Stat(ctx, info.chainID); err == nil {
 			return info, nil
 		}
 	}
@@ -143,8 +139,7 @@ func (im *importer) importArchive(ctx context.Context, r io.Reader, id string) (
 	return img, nil
 }
 
-// prepare checks that the image's config is the ID, unpacks it and makes
-// its shared read-only view.
+// prepare checks that the image's config is the ID and unpacks it.
 func (im *importer) prepare(ctx context.Context, img containerd.Image, id string) (imageInfo, error) {
 	desc, err := img.Config(ctx)
 	if err != nil {
@@ -172,13 +167,7 @@ func (im *importer) prepare(ctx context.Context, img containerd.Image, id string
 	if err != nil {
 		return imageInfo{}, fmt.Errorf("image %s: layers: %w", id, err)
 	}
-	key := viewKey(id)
-	labels := map[string]string{"containerd.io/gc.root": time.Now().UTC().Format(time.RFC3339)}
-	_, err = im.e.c.SnapshotService(sn).View(ctx, key, identity.ChainID(diffs).String(), snapshots.WithLabels(labels))
-	if err != nil && !errdefs.IsAlreadyExists(err) {
-		return imageInfo{}, fmt.Errorf("image %s: root filesystem view: %w", id, err)
-	}
-	return imageInfo{id: id, env: oc.Config.Env, chainID: identity.ChainID(diffs).String(), view: key}, nil
+	return imageInfo{id: id, env: oc.Config.Env, chainID: identity.ChainID(diffs).String()}, nil
 }
 
 // rootfsFor returns the read-only view jobs of the image share for a set
@@ -267,19 +256,4 @@ func (im *importer) rootfsFor(ctx context.Context, info imageInfo, targets []str
 		return "", fmt.Errorf("image %s: root filesystem view: %w", info.id, err)
 	}
 	return key, nil
-}
-
-// RemoveImage removes an image and its view from the namespace (tests).
-func (e *Engine) RemoveImage(ctx context.Context, id string) error {
-	ctx = e.ns(ctx)
-	e.imports.mu.Lock()
-	delete(e.imports.known, id)
-	e.imports.mu.Unlock()
-	if err := e.c.SnapshotService(e.cfg.Snapshotter).Remove(ctx, viewKey(id)); err != nil && !errdefs.IsNotFound(err) {
-		return err
-	}
-	if err := e.c.ImageService().Delete(ctx, imageName(id)); err != nil && !errdefs.IsNotFound(err) {
-		return err
-	}
-	return nil
 }

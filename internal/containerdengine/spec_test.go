@@ -136,12 +136,16 @@ func TestWeakenedSpecIsRefused(t *testing.T) {
 	}{
 		{"namespaces", func(s *specs.Spec) { s.Linux.Namespaces = s.Linux.Namespaces[1:] }},
 		{"namespaces", func(s *specs.Spec) { s.Linux.Namespaces[4].Path = "/proc/1/ns/net" }},
-		{"namespaces", func(s *specs.Spec) { s.Linux.Namespaces = append(s.Linux.Namespaces, specs.LinuxNamespace{Type: specs.UserNamespace}) }},
+		{"namespaces", func(s *specs.Spec) {
+			s.Linux.Namespaces = append(s.Linux.Namespaces, specs.LinuxNamespace{Type: specs.UserNamespace})
+		}},
 		{"hooks", func(s *specs.Spec) { s.Hooks = nil }},
 		{"hooks", func(s *specs.Spec) { s.Hooks.Poststart = []specs.Hook{{Path: "/bin/sh"}} }},
 		{"noNewPrivileges", func(s *specs.Spec) { s.Process.NoNewPrivileges = false }},
 		{"terminal", func(s *specs.Spec) { s.Process.Terminal = true }},
-		{"capabilities", func(s *specs.Spec) { s.Process.Capabilities.Bounding = append(s.Process.Capabilities.Bounding, "CAP_SYS_ADMIN") }},
+		{"capabilities", func(s *specs.Spec) {
+			s.Process.Capabilities.Bounding = append(s.Process.Capabilities.Bounding, "CAP_SYS_ADMIN")
+		}},
 		{"capabilities", func(s *specs.Spec) { s.Process.Capabilities.Ambient = []string{"CAP_SETUID"} }},
 		{"capabilities", func(s *specs.Spec) { s.Process.Capabilities.Inheritable = []string{"CAP_SETUID"} }},
 		{"root.readonly", func(s *specs.Spec) { s.Root.Readonly = false }},
@@ -156,7 +160,9 @@ func TestWeakenedSpecIsRefused(t *testing.T) {
 		{"resources.devices", func(s *specs.Spec) {
 			s.Linux.Resources.Devices = append(s.Linux.Resources.Devices, specs.LinuxDeviceCgroup{Allow: true, Access: "rwm"})
 		}},
-		{"devices", func(s *specs.Spec) { s.Linux.Devices = []specs.LinuxDevice{{Path: "/dev/kmsg", Type: "c", Major: 1, Minor: 11}} }},
+		{"devices", func(s *specs.Spec) {
+			s.Linux.Devices = []specs.LinuxDevice{{Path: "/dev/kmsg", Type: "c", Major: 1, Minor: 11}}
+		}},
 		{"sysctl", func(s *specs.Spec) { s.Linux.Sysctl = map[string]string{"net.ipv4.ip_forward": "1"} }},
 		{"rlimits", func(s *specs.Spec) { s.Process.Rlimits = s.Process.Rlimits[1:] }},
 		{"mounts", func(s *specs.Spec) {
@@ -202,12 +208,16 @@ func TestUnsupportedSettingsAreRefused(t *testing.T) {
 			o.HostConfig.Mounts = append(o.HostConfig.Mounts, mount.Mount{Type: mount.TypeBind, Source: "/", Target: "/host"})
 		}},
 		{"Mounts", func(o *client.ContainerCreateOptions) { o.HostConfig.Tmpfs["/proc/x"] = "size=1" }},
-		{"Dns", func(o *client.ContainerCreateOptions) { o.HostConfig.DNS = []netip.Addr{netip.MustParseAddr("8.8.8.8")} }},
+		{"Dns", func(o *client.ContainerCreateOptions) {
+			o.HostConfig.DNS = []netip.Addr{netip.MustParseAddr("8.8.8.8")}
+		}},
 		{"Devices", func(o *client.ContainerCreateOptions) {
 			o.HostConfig.Devices = []container.DeviceMapping{{PathOnHost: "/dev/kvm", PathInContainer: "/dev/kvm"}}
 		}},
 		{"CapDrop", func(o *client.ContainerCreateOptions) { o.HostConfig.CapDrop = nil }},
-		{"SecurityOpt", func(o *client.ContainerCreateOptions) { o.HostConfig.SecurityOpt = append(o.HostConfig.SecurityOpt, "apparmor=unconfined") }},
+		{"SecurityOpt", func(o *client.ContainerCreateOptions) {
+			o.HostConfig.SecurityOpt = append(o.HostConfig.SecurityOpt, "apparmor=unconfined")
+		}},
 		{"Runtime", func(o *client.ContainerCreateOptions) { o.HostConfig.Runtime = "kata" }},
 		{"LogConfig", func(o *client.ContainerCreateOptions) { o.HostConfig.LogConfig.Type = "syslog" }},
 		{"Tty", func(o *client.ContainerCreateOptions) { o.Config.Tty = true }},
