@@ -345,7 +345,23 @@ func (e *Engine) ContainerKill(ctx context.Context, id string, opts client.Conta
 	if st, err := t.Status(ctx); err == nil && st.Status == containerd.Stopped {
 		return client.ContainerKillResult{}, fmt.Errorf("container %s is not running: %w", c.ID(), errdefs.ErrConflict)
 	}
-	return client.ContainerKillResult{}, t.Kill(ctx, sig)
+	exited, err := t.Wait(ctx)
+	if err != nil {
+		return client.ContainerKillResult{}, err
+	}
+	if err := t.Kill(ctx, sig); err != nil {
+		return client.ContainerKillResult{}, err
+	}
+	if sig == syscall.SIGKILL {
+		// As Docker's kill does: it returns once the container stopped
+		// (or after a bound), so that no one takes it for running.
+		select {
+		case <-exited:
+		case <-time.After(10 * time.Second):
+		case <-ctx.Done():
+		}
+	}
+	return client.ContainerKillResult{}, nil
 }
 
 // ContainerWait waits for the task to exit. A container that never
