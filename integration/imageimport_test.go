@@ -25,7 +25,7 @@ func TestImageImportRoundTrip(t *testing.T) {
 	ctx := context.Background()
 	id, saved := savedImage(t, ctx, t.Name())
 
-	got, err := image.Import(ctx, env.Eng, bytes.NewReader(saved), t.TempDir())
+	got, err := image.Import(ctx, env.Docker, bytes.NewReader(saved), t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -33,12 +33,12 @@ func TestImageImportRoundTrip(t *testing.T) {
 	if got != id {
 		t.Fatalf("import: got %s, want %s", got, id)
 	}
-	if _, err := env.Eng.ImageInspect(ctx, id); err != nil {
+	if _, err := env.Docker.ImageInspect(ctx, id); err != nil {
 		t.Fatalf("imported image: %v", err)
 	}
 
 	removeImage(t, id)
-	got, err = image.Import(ctx, env.Eng, bytes.NewReader(ociLayout(t, saved)), t.TempDir())
+	got, err = image.Import(ctx, env.Docker, bytes.NewReader(ociLayout(t, saved)), t.TempDir())
 	if err != nil {
 		t.Fatalf("OCI layout: %v", err)
 	}
@@ -52,7 +52,7 @@ func TestImageImportRoundTrip(t *testing.T) {
 	tw.Write([]byte("hi"))
 	tw.Close()
 	for name, in := range map[string][]byte{"a tar of a file": notImage.Bytes(), "not a tar": []byte("hello\n")} {
-		if _, err := image.Import(ctx, env.Eng, bytes.NewReader(in), t.TempDir()); !errors.Is(err, image.ErrNotImageArchive) {
+		if _, err := image.Import(ctx, env.Docker, bytes.NewReader(in), t.TempDir()); !errors.Is(err, image.ErrNotImageArchive) {
 			t.Errorf("%s: got %v, want ErrNotImageArchive", name, err)
 		}
 	}
@@ -68,12 +68,12 @@ func savedImage(t *testing.T, ctx context.Context, marker string) (string, []byt
 	if err := os.WriteFile(filepath.Join(dir, "image.json"), []byte(spec), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	b, err := image.Build(ctx, env.Eng, dir, t.TempDir(), nil)
+	b, err := image.Build(ctx, env.Docker, dir, t.TempDir(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { removeImage(t, b.ID) })
-	res, err := env.Eng.ImageSave(ctx, []string{b.ID})
+	res, err := env.Docker.ImageSave(ctx, []string{b.ID})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -83,7 +83,7 @@ func savedImage(t *testing.T, ctx context.Context, marker string) (string, []byt
 		t.Fatal(err)
 	}
 	removeImage(t, b.ID)
-	if _, err := env.Eng.ImageInspect(ctx, b.ID); !errdefs.IsNotFound(err) {
+	if _, err := env.Docker.ImageInspect(ctx, b.ID); !errdefs.IsNotFound(err) {
 		t.Fatalf("image still present after removal: %v", err)
 	}
 	return b.ID, saved
