@@ -145,7 +145,11 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(progress, "sandboxd: checking isolation on this engine (selfcheck)")
 	}
 	gated := gatedBroker(beng, b, blobs, state)
-	for _, job := range []sandbox.Job{evaluate.CandidateJob(bun.Manifest, "", "", "", *rt), evaluate.GraderJob(bun.Manifest, "", "", "", "", *rt)} {
+	jobs := []sandbox.Job{evaluate.GraderJob(bun.Manifest, "", "", "", "", *rt)}
+	if bun.Manifest.Candidate != nil { // a bundle without a candidate command runs no candidate job
+		jobs = append(jobs, evaluate.CandidateJob(bun.Manifest, "", "", "", *rt))
+	}
+	for _, job := range jobs {
 		if err := gated.Precheck(ctx, job); err != nil {
 			if errors.Is(err, sandbox.ErrImageRefused) {
 				return bad("bundle %s: evaluator image %s: %v", o.bundle, bun.Manifest.Image, err)

@@ -322,10 +322,14 @@ func AssessRun(blobs *store.Store, bundleDigest, imageID string, p supervisor.Po
 // form a candidate job of an evaluation may have: whoever judges one
 // rebuilds it and compares digests.
 func CandidateJob(m bundle.Manifest, bundleDigest, workspace, id, runtime string) sandbox.Job {
+	var argv []string // a bundle without a candidate command has no candidate job: argv stays empty, which no job validates with
+	if m.Candidate != nil {
+		argv = m.Candidate.Argv
+	}
 	return sandbox.Job{
 		Schema: sandbox.JobSchema, ID: id, Image: m.Image, Bundle: bundleDigest,
 		Inputs:  []sandbox.Input{{Name: "workspace", Digest: workspace, Path: sandbox.WorkPath, Writable: true}},
-		Argv:    m.Candidate.Argv,
+		Argv:    argv,
 		Env:     map[string]string{"SANDBOXD_EXPORT": ExportPath},
 		WorkDir: sandbox.WorkPath, Outputs: []string{ExportPath},
 		Limits: m.DefaultLimits, Network: sandbox.NetworkNone, Runtime: runtimeOr(runtime),

@@ -128,3 +128,18 @@ func TestJobsRunOnTheHostsRuntime(t *testing.T) {
 		}
 	}
 }
+
+// A bundle without a candidate command has no candidate job: building one
+// (as a judge rebuilding a claimed candidate job does) must not panic, and
+// what it builds never validates.
+func TestCandidateJobOfABundleWithoutCandidate(t *testing.T) {
+	var m bundle.Manifest
+	m.Image = "sha256:" + strings.Repeat("a", 64)
+	j := CandidateJob(m, "", "", "c", "")
+	if len(j.Argv) != 0 {
+		t.Fatalf("got argv %q, want none", j.Argv)
+	}
+	if err := j.Seal(); err == nil {
+		t.Error("a candidate job without argv sealed, want a validation error")
+	}
+}
