@@ -45,6 +45,10 @@ var neverEdges = []edge{
 	{"internal/store", engineClient, "the blob store never links the engine"},
 	{"internal/journal", "internal/...", "the journal is a leaf"},
 	{"internal/journal", engineClient, "the journal never links the engine"},
+	// A JUnit file renders a verified assessment: nothing that runs jobs.
+	{"internal/junitreport", "internal/broker/...", "the JUnit writer renders an assessment, never runs or reads jobs"},
+	{"internal/junitreport", "internal/evaluate", "the JUnit writer renders an assessment, never runs or reads jobs"},
+	{"internal/junitreport", engineClient, "the JUnit writer never links the engine"},
 	// The broker runs jobs and reports what happened; it never judges,
 	// never signs, and knows nothing of the daemon above it.
 	{"internal/broker", "internal/supervisor", "the broker never judges"},
