@@ -49,6 +49,7 @@ var neverEdges = []edge{
 	{"internal/junitreport", "internal/broker/...", "the JUnit writer renders an assessment, never runs or reads jobs"},
 	{"internal/junitreport", "internal/evaluate", "the JUnit writer renders an assessment, never runs or reads jobs"},
 	{"internal/junitreport", engineClient, "the JUnit writer never links the engine"},
+	{"internal/progress", "internal/...", "progress is a leaf"},
 	// The broker runs jobs and reports what happened; it never judges,
 	// never signs, and knows nothing of the daemon above it.
 	{"internal/broker", "internal/supervisor", "the broker never judges"},
