@@ -38,11 +38,7 @@ func cmdImage(ctx context.Context, args []string, stdout, stderr io.Writer) int 
 		return exitInfraError
 	}
 	defer eng.Close()
-	var progress io.Writer = stderr
-	if *quiet {
-		progress = nil
-	}
-	b, err := image.Build(ctx, eng, fs.Arg(0), "", progress)
+	b, err := image.Build(ctx, eng, fs.Arg(0), "", newReporter(stderr, *quiet))
 	if err != nil {
 		fmt.Fprintln(stderr, "sandboxd image build:", err)
 		return exitBadInput

@@ -15,6 +15,8 @@ import (
 	"github.com/sandboxd/sandboxd/internal/bundle"
 	"github.com/sandboxd/sandboxd/internal/evaluate"
 	"github.com/sandboxd/sandboxd/internal/evidence"
+	"github.com/sandboxd/sandboxd/internal/junitreport"
+	"github.com/sandboxd/sandboxd/internal/progress"
 	"github.com/sandboxd/sandboxd/internal/receipt"
 	"github.com/sandboxd/sandboxd/internal/supervisor"
 	"github.com/sandboxd/sandboxd/sandbox"
@@ -31,7 +33,8 @@ const (
 
 type runOptions struct {
 	bundle, workspace, key, out string
-	json, ephemeralKey          bool
+	junit                       string
+	json, ephemeralKey, quiet   bool
 	maxBytes, maxFiles          int64
 }
 
@@ -47,12 +50,14 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.BoolVar(&o.ephemeralKey, "ephemeral-key", false, "sign with a key generated for this run (every envelope records it as ephemeral)")
 	fs.StringVar(&o.out, "out", "", "write the evidence directory to `DIR` (must not exist or be empty)")
 	fs.BoolVar(&o.json, "json", false, "print the assessment as JSON instead of a table")
+	fs.StringVar(&o.junit, "junit", "", "also write the assessment as JUnit XML to `FILE` (replaced atomically)")
+	fs.BoolVar(&o.quiet, "quiet", false, "print no progress on stderr")
 	fs.Int64Var(&o.maxBytes, "workspace-max-bytes", bundle.DefaultLimits().MaxBytes, "ceiling on the workspace's file bytes")
 	fs.Int64Var(&o.maxFiles, "workspace-max-files", bundle.DefaultLimits().MaxFiles, "ceiling on the workspace's files and directories")
 	eo := addEngineFlags(fs)
 	rt := fs.String("runtime", sandbox.RuntimeRunc, "runtime every job of the evaluation runs on: runc or runsc (gVisor)")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: sandboxd run --bundle DIR|LAYOUT --workspace DIR|TAR --key FILE|--ephemeral-key [--out DIR] [--json]")
+		fmt.Fprintln(stderr, "usage: sandboxd run --bundle DIR|LAYOUT --workspace DIR|TAR --key FILE|--ephemeral-key [--out DIR] [--json] [--junit FILE] [--quiet]")
 		fs.PrintDefaults()
 		fmt.Fprintln(stderr, "exit: 0 passed, 1 failed, 2 inconclusive, 3 bad input, 4 infrastructure error, 64 usage")
 	}
@@ -79,10 +84,7 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			return bad("--out %s: %v", o.out, err)
 		}
 	}
-	var progress io.Writer
-	if isTerminal(stderr) {
-		progress = stderr
-	}
+	rep := newReporter(stderr, o.quiet)
 
 	signer, err := loadSigner(o.key)
 	if err != nil {
@@ -111,29 +113,30 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	state, _ := stateDir()
 
-	if progress != nil {
-		fmt.Fprintln(progress, "sandboxd: checking bundle", o.bundle)
-	}
+	step := progress.Start(rep, "checking bundle "+o.bundle)
 	bun, cleanup, err := bundle.OpenRef(ctx, o.bundle, filepath.Join(state, "tmp"))
 	defer cleanup()
+	if err == nil {
+		err = bun.Verify(ctx)
+		if err != nil {
+			err = fmt.Errorf("does not verify: %w", err)
+		}
+	}
+	endStep(step, err)
 	if err != nil {
 		return bad("bundle %s: %v", o.bundle, err)
 	}
-	if err := bun.Verify(ctx); err != nil {
-		return bad("bundle %s does not verify: %v", o.bundle, err)
-	}
 	if err := bun.CopyLayer(blobs); err != nil {
 		return bad("bundle %s: %v", o.bundle, err)
-	}
-	if progress != nil {
-		fmt.Fprintln(progress, "sandboxd: ingesting workspace", o.workspace)
 	}
 	lim := bundle.DefaultLimits()
 	lim.MaxBytes, lim.MaxFiles = o.maxBytes, o.maxFiles
 	if err := lim.Validate(); err != nil {
 		return bad("%v", err)
 	}
-	ws, err := bundle.Ingest(ctx, blobs, o.workspace, bundle.Options{Limits: lim, Refuse: bun.Manifest.Refused()})
+	step = progress.Start(rep, "ingesting workspace "+o.workspace)
+	ws, err := bundle.Ingest(ctx, blobs, o.workspace, bundle.Options{Limits: lim, Refuse: bun.Manifest.Refused(), Progress: func(n int64) { step.Update("reading", n, -1) }})
+	endStep(step, err)
 	if err != nil {
 		return bad("workspace %s: %v", o.workspace, err)
 	}
@@ -141,9 +144,7 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	// (cached per engine, profile, image, runtime and probe), for the image
 	// and runtime of each job the evaluation builds; the broker the
 	// evaluation runs them on checks each job's own key again.
-	if progress != nil {
-		fmt.Fprintln(progress, "sandboxd: checking isolation on this engine (selfcheck)")
-	}
+	step = progress.Start(rep, "checking isolation on this engine (selfcheck)")
 	gated := gatedBroker(beng, b, blobs, state)
 	jobs := []sandbox.Job{evaluate.GraderJob(bun.Manifest, "", "", "", "", *rt)}
 	if bun.Manifest.Candidate != nil { // a bundle without a candidate command runs no candidate job
@@ -151,6 +152,7 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	for _, job := range jobs {
 		if err := gated.Precheck(ctx, job); err != nil {
+			endStep(step, err)
 			if errors.Is(err, sandbox.ErrImageRefused) {
 				return bad("bundle %s: evaluator image %s: %v", o.bundle, bun.Manifest.Image, err)
 			}
@@ -158,13 +160,14 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			return exitInfraError
 		}
 	}
+	step.End("done")
 	sstore, err := supervisor.NewDirStore(filepath.Join(state, "assessments"))
 	if err != nil {
 		fmt.Fprintln(stderr, "sandboxd run:", err)
 		return exitInfraError
 	}
 	outcome, err := evaluate.Run(ctx, evaluate.Deps{
-		Broker: gated, Blobs: blobs, Signer: signer, Supervisor: supervisor.New(sstore), Progress: progress,
+		Broker: reportingBroker{gated, rep}, Blobs: blobs, Signer: signer, Supervisor: supervisor.New(sstore), Progress: rep,
 	}, evaluate.Request{Bundle: bun, WorkspaceDigest: ws.Digest, Runtime: *rt})
 	switch {
 	case err == nil:
@@ -182,8 +185,18 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return exitInfraError
 	}
 	if o.out != "" {
-		if err := evidence.Write(o.out, blobs, signer, bun, ws.Digest, outcome); err != nil {
+		step = progress.Start(rep, "writing evidence to "+o.out)
+		err := evidence.Write(o.out, blobs, signer, bun, ws.Digest, outcome)
+		endStep(step, err)
+		if err != nil {
 			fmt.Fprintln(stderr, "sandboxd run: evidence:", err)
+			return exitInfraError
+		}
+	}
+	if o.junit != "" {
+		// From the assessment the evaluation verified, never from a log.
+		if err := junitreport.WriteFile(o.junit, outcome.Assessment); err != nil {
+			fmt.Fprintln(stderr, "sandboxd run: --junit:", err)
 			return exitInfraError
 		}
 	}
@@ -243,13 +256,4 @@ func short(d string) string {
 		return d[:19]
 	}
 	return d
-}
-
-func isTerminal(w io.Writer) bool {
-	f, ok := w.(*os.File)
-	if !ok {
-		return false
-	}
-	st, err := f.Stat()
-	return err == nil && st.Mode()&os.ModeCharDevice != 0
 }

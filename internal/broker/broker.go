@@ -142,6 +142,17 @@ type Hooks struct {
 	// helper's stream (see CollectSteps). Crash tests use it to kill the
 	// daemon at a precise point of a collection.
 	OnCollect func(step string)
+	// OnProgress, if set, is told the job's phase as it goes: "staging"
+	// with the input bytes sent so far, "running", then "collecting" with
+	// the bytes and files of the artifacts stored so far (-1: no count).
+	// It is called from the broker's goroutines and must not block.
+	OnProgress func(phase string, bytes, files int64)
+}
+
+func (h Hooks) progress(phase string, bytes, files int64) {
+	if h.OnProgress != nil {
+		h.OnProgress(phase, bytes, files)
+	}
 }
 
 // CollectSteps are the steps Hooks.OnCollect is called at: the first

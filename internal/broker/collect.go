@@ -244,6 +244,7 @@ func (c *collector) endFile() error {
 		c.halfway = true
 		c.reached("collect-half")
 	}
+	c.r.hooks.progress("collecting", c.bytes, c.files)
 	return nil
 }
 

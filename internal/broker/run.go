@@ -529,12 +529,29 @@ func (r *run) writeStdin(w io.Writer, writable []sandbox.Input) error {
 	if err := shim.WriteFrame(w, shim.FrameConfig, cfg); err != nil {
 		return fmt.Errorf("send config: %w", err)
 	}
+	staged := &stagedCounter{hooks: r.hooks}
+	if r.hooks.OnProgress != nil {
+		w = io.MultiWriter(w, staged)
+	}
 	for _, in := range writable {
 		if err := r.sendInput(w, in); err != nil {
 			return err
 		}
 	}
+	r.hooks.progress("running", staged.n, -1)
 	return nil
+}
+
+// stagedCounter reports the bytes sent to the helper as staging progress.
+type stagedCounter struct {
+	hooks Hooks
+	n     int64
+}
+
+func (c *stagedCounter) Write(p []byte) (int, error) {
+	c.n += int64(len(p))
+	c.hooks.progress("staging", c.n, -1)
+	return len(p), nil
 }
 
 func (r *run) sendInput(w io.Writer, in sandbox.Input) error {

@@ -63,6 +63,12 @@ type Bundle struct {
 // temp file, fsync and rename. Nothing is written before the tree was
 // listed and checked. index.json lists only this bundle afterwards.
 func Pack(ctx context.Context, dir, layout string, lim Limits) (*Bundle, error) {
+	return PackProgress(ctx, dir, layout, lim, nil)
+}
+
+// PackProgress is Pack telling report (if not nil) the layer bytes written
+// so far.
+func PackProgress(ctx context.Context, dir, layout string, lim Limits, report func(bytes int64)) (*Bundle, error) {
 	if err := lim.Validate(); err != nil {
 		return nil, err
 	}
@@ -95,7 +101,11 @@ func Pack(ctx context.Context, dir, layout string, lim Limits) (*Bundle, error) 
 		return nil, err
 	}
 	defer bw.Abort()
-	sum, err := writeTree(bw, entries)
+	var w io.Writer = bw
+	if report != nil {
+		w = &progressWriter{w: bw, report: report}
+	}
+	sum, err := writeTree(w, entries)
 	if err != nil {
 		return nil, fmt.Errorf("bundle %s: %w", dir, err)
 	}

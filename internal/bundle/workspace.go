@@ -50,6 +50,8 @@ type Options struct {
 	// Refuse are a bundle's workspace rules (rules.go): a path one of them
 	// matches is ErrRefusedPath and nothing is stored.
 	Refuse []string
+	// Progress, if set, is told the canonical bytes written so far.
+	Progress func(bytes int64)
 }
 
 func (o Options) limits() Limits {
@@ -333,7 +335,11 @@ func toStore(st *store.Store, opt Options, write func(w io.Writer) (Summary, err
 		return Summary{}, err
 	}
 	defer bw.Abort()
-	sum, err := write(bw)
+	var w io.Writer = bw
+	if opt.Progress != nil {
+		w = &progressWriter{w: bw, report: opt.Progress}
+	}
+	sum, err := write(w)
 	if err != nil {
 		return Summary{}, err
 	}
@@ -344,4 +350,18 @@ func toStore(st *store.Store, opt Options, write func(w io.Writer) (Summary, err
 		return Summary{}, fmt.Errorf("store workspace: %w", err)
 	}
 	return sum, nil
+}
+
+// progressWriter reports the bytes written through it.
+type progressWriter struct {
+	w      io.Writer
+	n      int64
+	report func(int64)
+}
+
+func (p *progressWriter) Write(b []byte) (int, error) {
+	n, err := p.w.Write(b)
+	p.n += int64(n)
+	p.report(p.n)
+	return n, err
 }

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/sandboxd/sandboxd/internal/bundle"
+	"github.com/sandboxd/sandboxd/internal/progress"
 	"github.com/sandboxd/sandboxd/internal/receipt"
 	"github.com/sandboxd/sandboxd/internal/store"
 	"github.com/sandboxd/sandboxd/internal/supervisor"
@@ -37,8 +38,10 @@ type Deps struct {
 	Blobs      *store.Store
 	Signer     *receipt.Signer
 	Supervisor *supervisor.Supervisor
-	// Progress receives one line per long step; nil is quiet.
-	Progress io.Writer
+	// Progress is told the evaluation's own steps (extracting a control's
+	// workspace, assessing); a job's steps are the Broker's to report.
+	// Nil is quiet.
+	Progress progress.Reporter
 }
 
 // Request names what to evaluate. The bundle must have been verified and
@@ -101,8 +104,9 @@ func Run(ctx context.Context, d Deps, req Request) (*Outcome, error) {
 
 	controls := map[supervisor.ControlKind]Evaluation{}
 	for _, kind := range policy.Controls {
-		d.progress("control %s: extracting %s from the bundle", kind, ControlDir(m, kind))
+		step := progress.Start(d.Progress, fmt.Sprintf("control %s: extracting %s from the bundle", kind, ControlDir(m, kind)))
 		ws, err := ControlWorkspace(ctx, d.Blobs, req.Bundle, kind)
+		step.End(outcome(err))
 		if err != nil {
 			return nil, fmt.Errorf("control %s: %w", kind, err)
 		}
@@ -117,8 +121,9 @@ func Run(ctx context.Context, d Deps, req Request) (*Outcome, error) {
 		return nil, err
 	}
 	judge := func(e supervisor.Evidence) (supervisor.Assessment, []byte, error) {
-		d.progress("assessing %s", e.Grader.JobID)
+		step := progress.Start(d.Progress, "assessing "+e.Grader.JobID)
 		a, raw, err := d.Supervisor.Assess(ctx, e)
+		step.End(outcome(err))
 		if err != nil {
 			return supervisor.Assessment{}, nil, fmt.Errorf("assess: %w", err)
 		}
@@ -165,10 +170,12 @@ func PolicyOf(m bundle.Manifest) (supervisor.Policy, error) {
 	return p, p.Validate()
 }
 
-func (d Deps) progress(format string, args ...any) {
-	if d.Progress != nil {
-		fmt.Fprintf(d.Progress, "sandboxd: "+format+"\n", args...)
+// outcome is how a step ended.
+func outcome(err error) string {
+	if err != nil {
+		return "failed"
 	}
+	return "done"
 }
 
 // runEvaluation runs the candidate job (if declared) and the grader job
@@ -381,7 +388,6 @@ func (d Deps) runJob(ctx context.Context, role string, j sandbox.Job) (*JobRecor
 	if err != nil {
 		return nil, fmt.Errorf("sign receipt: %w", err)
 	}
-	d.progress("running %s job %s", role, j.ID)
 	res, err := d.Broker.Run(ctx, j)
 	if err != nil {
 		if errors.Is(err, sandbox.ErrInvalid) || errors.Is(err, sandbox.ErrImageRefused) || errors.Is(err, sandbox.ErrConflict) {
@@ -389,7 +395,6 @@ func (d Deps) runJob(ctx context.Context, role string, j sandbox.Job) (*JobRecor
 		}
 		return nil, fmt.Errorf("%w: %w", ErrInfrastructure, err)
 	}
-	d.progress("%s job %s: %s", role, j.ID, res.Status)
 	renv, err := d.Signer.SignCompleted(res, rcpt)
 	if err != nil {
 		return nil, fmt.Errorf("sign result: %w", err)

@@ -20,6 +20,8 @@ import (
 
 	"github.com/containerd/errdefs"
 	"github.com/moby/moby/client"
+
+	"github.com/sandboxd/sandboxd/internal/progress"
 )
 
 // Engine is the subset of the engine client the builder uses.
@@ -46,12 +48,25 @@ type Built struct {
 
 // Build builds the image described by DIR/image.json and loads it unless
 // the engine already has an image with the same ID. tmpDir holds the layer
-// while it is written ("" = os.TempDir()).
-func Build(ctx context.Context, eng Engine, dir, tmpDir string, progress io.Writer) (*Built, error) {
+// while it is written ("" = os.TempDir()). rep, if not nil, is told the
+// build's progress.
+func Build(ctx context.Context, eng Engine, dir, tmpDir string, rep progress.Reporter) (b *Built, err error) {
 	spec, err := LoadSpec(dir)
 	if err != nil {
 		return nil, err
 	}
+	step := progress.Start(rep, "image build "+spec.Name)
+	defer func() {
+		switch {
+		case err != nil:
+			step.End("failed")
+		case b.Loaded:
+			step.End("loaded " + b.ID)
+		default:
+			step.End("already present " + b.ID)
+		}
+	}()
+	step.Update("hashing inputs", -1, -1)
 	key, err := inputsKey(spec)
 	if err != nil {
 		return nil, fmt.Errorf("image %s: %w", spec.Name, err)
@@ -59,10 +74,12 @@ func Build(ctx context.Context, eng Engine, dir, tmpDir string, progress io.Writ
 	if id, ok := lookupBuilt(ctx, eng, key); ok {
 		return &Built{ID: id, Name: spec.Name}, nil
 	}
+	step.Update("collecting files", -1, -1)
 	entries, err := collect(spec)
 	if err != nil {
 		return nil, err
 	}
+	step.Update("collecting files", -1, int64(len(entries)))
 	layer, err := os.CreateTemp(tmpDir, "sandboxd-layer-*.tar")
 	if err != nil {
 		return nil, err
@@ -70,7 +87,7 @@ func Build(ctx context.Context, eng Engine, dir, tmpDir string, progress io.Writ
 	defer os.Remove(layer.Name())
 	defer layer.Close()
 	h := sha256.New()
-	if err := writeLayer(io.MultiWriter(layer, h), entries); err != nil {
+	if err := writeLayer(progress.Counting(step, "writing layer", io.MultiWriter(layer, h)), entries); err != nil {
 		return nil, fmt.Errorf("image %s: write layer: %w", spec.Name, err)
 	}
 	diffID := "sha256:" + hex.EncodeToString(h.Sum(nil))
@@ -79,21 +96,20 @@ func Build(ctx context.Context, eng Engine, dir, tmpDir string, progress io.Writ
 		return nil, err
 	}
 	id := digestOf(cfg)
-	b := &Built{ID: id, Name: spec.Name}
+	b = &Built{ID: id, Name: spec.Name}
 	if _, err := eng.ImageInspect(ctx, id); err == nil {
 		rememberBuilt(key, id)
 		return b, nil
 	} else if !errdefs.IsNotFound(err) {
 		return nil, fmt.Errorf("image %s: inspect %s: %w", spec.Name, id, err)
 	}
-	if progress != nil {
-		fmt.Fprintf(progress, "loading image %s (%s)\n", spec.Name, id)
-	}
 	if _, err := layer.Seek(0, io.SeekStart); err != nil {
 		return nil, err
 	}
 	pr, pw := io.Pipe()
-	go func() { pw.CloseWithError(writeArchive(pw, spec.Name, cfg, layer)) }()
+	go func() {
+		pw.CloseWithError(writeArchive(progress.Counting(step, "loading into the engine", pw), spec.Name, cfg, layer))
+	}()
 	res, err := eng.ImageLoad(ctx, pr, client.ImageLoadWithQuiet(true))
 	if err != nil {
 		pr.CloseWithError(err)
