@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/sandboxd/sandboxd/internal/bundle"
 	"github.com/sandboxd/sandboxd/internal/evidence"
+	"github.com/sandboxd/sandboxd/internal/supervisor"
 	"github.com/sandboxd/sandboxd/sandbox"
 )
 
@@ -17,6 +19,8 @@ import (
 type assessOptions struct {
 	keys   verifyKeyFlags // pinned broker public keys
 	bundle string         // the trusted bundle: the policy comes from it, never from the evidence
+	junit  string         // where to write the recomputed assessment as JUnit XML
+	json   bool           // print the outcome as JSON (docs/schema/assess.json)
 }
 
 // Exit codes of `sandboxd assess`: exitOK (0) when every envelope verifies
@@ -37,8 +41,10 @@ func cmdAssess(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	fset.SetOutput(stderr)
 	fset.Var(&o.keys, "key", "pinned broker public key `PEM` file (repeat for key rotation)")
 	fset.StringVar(&o.bundle, "bundle", "", "the evaluator bundle `REF` (directory with bundle.json or OCI layout) whose policy judges the evidence")
+	fset.BoolVar(&o.json, "json", false, "print whether the evidence holds, its problems and the recomputed assessment as one line of JSON (docs/schema/assess.json)")
+	fset.StringVar(&o.junit, "junit", "", "when the evidence holds, also write the recomputed assessment as JUnit XML to `FILE`")
 	fset.Usage = func() {
-		fmt.Fprintln(stderr, "usage: sandboxd assess --key PUB [--key PUB2] --bundle DIR|LAYOUT EVIDENCE_DIR")
+		fmt.Fprintln(stderr, "usage: sandboxd assess --key PUB [--key PUB2] --bundle DIR|LAYOUT [--junit FILE] [--json] EVIDENCE_DIR")
 		fset.PrintDefaults()
 		fmt.Fprintln(stderr, "exit: 0 the evidence verifies and its assessment is reproduced byte for byte, 1 it does not, 3 bad input")
 	}
@@ -94,6 +100,23 @@ func cmdAssess(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	if err != nil {
 		return bad("bundle %s: %v", o.bundle, err)
 	}
+	if o.json {
+		var a json.RawMessage // null when nothing was recomputed
+		if rep.Assessment != nil {
+			a = rep.Assessment
+		}
+		printJSON(stdout, stderr, struct {
+			Evidence   string             `json:"evidence"`
+			Verified   bool               `json:"verified"`
+			Recomputed bool               `json:"recomputed"`
+			Envelopes  int                `json:"envelopes"`
+			Verdict    supervisor.Verdict `json:"verdict"`
+			Problems   []string           `json:"problems"`
+			Notes      []string           `json:"notes"`
+			Assessment json.RawMessage    `json:"assessment"`
+		}{dir, rep.Recomputed && len(rep.Problems) == 0, rep.Recomputed, rep.Envelopes, rep.Verdict,
+			append([]string{}, rep.Problems...), append([]string{}, rep.Notes...), a})
+	}
 	if !rep.Recomputed {
 		for _, p := range rep.Problems {
 			fmt.Fprintf(stderr, "sandboxd assess: %s\n", p)
@@ -101,7 +124,7 @@ func cmdAssess(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		fmt.Fprintf(stderr, "sandboxd assess: %s: the evidence does not verify (%d problems); nothing was recomputed\n", dir, len(rep.Problems))
 		return exitFailed
 	}
-	if rep.Assessment != nil {
+	if rep.Assessment != nil && !o.json {
 		stdout.Write(rep.Assessment)
 		fmt.Fprintln(stdout)
 	}
@@ -114,6 +137,13 @@ func cmdAssess(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		}
 		fmt.Fprintf(stderr, "sandboxd assess: %s: the recomputed assessment is not the evidence's (%d problems)\n", dir, len(rep.Problems))
 		return exitFailed
+	}
+	if o.junit != "" {
+		// Only an assessment the evidence reproduced is rendered.
+		if err := writeJUnit(o.junit, rep.Assessment); err != nil {
+			fmt.Fprintln(stderr, "sandboxd assess: --junit:", err)
+			return exitInfraError
+		}
 	}
 	fmt.Fprintf(stderr, "sandboxd assess: %s: %d envelopes verified; %s reproduced byte for byte (verdict %s)\n",
 		dir, rep.Envelopes, ev.Index.Assessment, rep.Verdict)

@@ -12,11 +12,12 @@ import (
 	"strings"
 
 	"github.com/sandboxd/sandboxd/internal/bundle"
+	"github.com/sandboxd/sandboxd/internal/progress"
 	"github.com/sandboxd/sandboxd/sandbox"
 )
 
-const bundleUsage = `usage: sandboxd bundle pack DIR [-o LAYOUT]
-       sandboxd bundle inspect REF
+const bundleUsage = `usage: sandboxd bundle pack DIR [-o LAYOUT] [--quiet]
+       sandboxd bundle inspect [--json] REF
        sandboxd bundle verify REF
 
 pack     packs the bundle tree at DIR (bundle.json plus files) into the OCI
@@ -31,6 +32,7 @@ bundle of a layout that holds several.
 type bundlePackOptions struct {
 	dir    string
 	layout string
+	quiet  bool
 }
 
 // cmdBundle packs, inspects and verifies evaluator bundles.
@@ -49,6 +51,10 @@ func cmdBundle(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		fset := flag.NewFlagSet("bundle "+args[0], flag.ContinueOnError)
 		fset.SetOutput(stderr)
 		fset.Usage = func() { io.WriteString(stderr, bundleUsage) }
+		asJSON := new(bool)
+		if args[0] == "inspect" {
+			fset.BoolVar(asJSON, "json", false, "print the bundle as one line of JSON (docs/schema/bundle-inspect.json)")
+		}
 		pos, code := parseInterleaved(fset, args[1:])
 		if code >= 0 {
 			return code
@@ -58,7 +64,7 @@ func cmdBundle(ctx context.Context, args []string, stdout, stderr io.Writer) int
 			return exitUsage
 		}
 		if args[0] == "inspect" {
-			return bundleInspect(pos[0], stdout, stderr)
+			return bundleInspect(pos[0], *asJSON, stdout, stderr)
 		}
 		return bundleVerify(ctx, pos[0], stdout, stderr)
 	}
@@ -72,6 +78,7 @@ func bundlePack(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	fset := flag.NewFlagSet("bundle pack", flag.ContinueOnError)
 	fset.SetOutput(stderr)
 	fset.StringVar(&o.layout, "o", "", "write the OCI image layout to `LAYOUT` (default DIR.oci)")
+	fset.BoolVar(&o.quiet, "quiet", false, "print no progress on stderr")
 	fset.Usage = func() { io.WriteString(stderr, bundleUsage) }
 	pos, code := parseInterleaved(fset, args)
 	if code >= 0 {
@@ -85,7 +92,9 @@ func bundlePack(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	if o.layout == "" {
 		o.layout = filepath.Clean(o.dir) + ".oci"
 	}
-	b, err := bundle.Pack(ctx, o.dir, o.layout, bundle.DefaultLimits())
+	step := progress.Start(newReporter(stderr, o.quiet), "packing bundle "+o.dir)
+	b, err := bundle.PackProgress(ctx, o.dir, o.layout, bundle.DefaultLimits(), func(n int64) { step.Update("writing layer", n, -1) })
+	endStep(step, err)
 	if err != nil {
 		fmt.Fprintf(stderr, "sandboxd: bundle pack: %v\n", err)
 		return exitForInput(err)
@@ -94,11 +103,21 @@ func bundlePack(ctx context.Context, args []string, stdout, stderr io.Writer) in
 	return exitOK
 }
 
-func bundleInspect(ref string, stdout, stderr io.Writer) int {
+func bundleInspect(ref string, asJSON bool, stdout, stderr io.Writer) int {
 	b, err := bundle.Open(ref, bundle.DefaultLimits())
 	if err != nil {
 		fmt.Fprintf(stderr, "sandboxd: bundle inspect: %v\n", err)
 		return exitForInput(err)
+	}
+	if asJSON {
+		return printJSON(stdout, stderr, struct {
+			Bundle    string          `json:"bundle"`
+			Layout    string          `json:"layout"`
+			Config    string          `json:"config"`
+			Layer     string          `json:"layer"`
+			LayerSize int64           `json:"layer_size"`
+			Manifest  bundle.Manifest `json:"manifest"`
+		}{b.Digest, b.Layout, b.ConfigDigest, b.LayerDigest, b.LayerSize, b.Manifest})
 	}
 	m, err := json.MarshalIndent(b.Manifest, "", "  ")
 	if err != nil {

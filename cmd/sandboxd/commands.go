@@ -39,7 +39,7 @@ func commands() map[string]command {
 		"keygen":    {"write an encrypted signing key pair", cmdKeygen},
 		"verify":    {"verify signed receipts and results offline", cmdVerify},
 		"selfcheck": {"prove the isolation properties on this engine", cmdSelfcheck},
-		"version":   {"print the version", cmdVersion},
+		"version":   {"print the version, the commit and the helper's digest", cmdVersion},
 		"serve":     {"run the daemon (journal, API, recovery, metrics)", cmdServe},
 		"submit":    {"submit a sealed job to the daemon; print its receipt", cmdSubmit},
 		"wait":      {"wait for a job on the daemon; print its result", cmdWait},
@@ -57,6 +57,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 			return exitUsage
 		}
 		return exitOK
+	}
+	if args[0] == "--version" || args[0] == "-version" {
+		return cmdVersion(ctx, args[1:], stdout, stderr)
 	}
 	c, ok := cmds[args[0]]
 	if !ok {
@@ -79,23 +82,6 @@ func usage(w io.Writer, cmds map[string]command) {
 		fmt.Fprintf(&b, "  %-10s %s\n", n, cmds[n].summary)
 	}
 	io.WriteString(w, b.String())
-}
-
-// version is set at link time for releases.
-var version = "0.1.0-dev"
-
-func cmdVersion(_ context.Context, args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("version", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	if code := parseFlags(fs, args); code >= 0 {
-		return code
-	}
-	if fs.NArg() != 0 {
-		fmt.Fprintln(stderr, "usage: sandboxd version")
-		return exitUsage
-	}
-	fmt.Fprintln(stdout, version)
-	return exitOK
 }
 
 // parseFlags parses a command's flags: -1 to go on, exitOK after --help,

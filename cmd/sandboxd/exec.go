@@ -37,6 +37,7 @@ func cmdExec(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	memory := fs.Int64("memory", 256<<20, "memory limit in bytes")
 	pids := fs.Int64("pids", 128, "pids limit")
 	disk := fs.Int64("disk", 64<<20, "size of each scratch tmpfs in bytes")
+	asJSON := fs.Bool("json", false, "print the result as one line of JSON (docs/schema/result.json)")
 	var outputs, env multiFlag
 	fs.Var(&outputs, "output", "output directory to collect (repeatable)")
 	fs.Var(&env, "env", "KEY=VALUE for the command (repeatable)")
@@ -122,8 +123,12 @@ func cmdExec(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 		return exitInfraError
 	}
-	out, _ := json.MarshalIndent(res, "", "  ")
-	fmt.Fprintln(stdout, string(out))
+	if *asJSON {
+		printJSON(stdout, stderr, res)
+	} else {
+		out, _ := json.MarshalIndent(res, "", "  ")
+		fmt.Fprintln(stdout, string(out))
+	}
 	if res.Stdout.Digest != "" && res.Stdout.Bytes > 0 {
 		if f, err := blobs.Open(res.Stdout.Digest); err == nil {
 			fmt.Fprintln(stderr, "--- stdout (as captured) ---")

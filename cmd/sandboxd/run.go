@@ -15,7 +15,6 @@ import (
 	"github.com/sandboxd/sandboxd/internal/bundle"
 	"github.com/sandboxd/sandboxd/internal/evaluate"
 	"github.com/sandboxd/sandboxd/internal/evidence"
-	"github.com/sandboxd/sandboxd/internal/junitreport"
 	"github.com/sandboxd/sandboxd/internal/progress"
 	"github.com/sandboxd/sandboxd/internal/receipt"
 	"github.com/sandboxd/sandboxd/internal/supervisor"
@@ -195,7 +194,7 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	if o.junit != "" {
 		// From the assessment the evaluation verified, never from a log.
-		if err := junitreport.WriteFile(o.junit, outcome.Assessment); err != nil {
+		if err := writeJUnit(o.junit, outcome.AssessmentJSON); err != nil {
 			fmt.Fprintln(stderr, "sandboxd run: --junit:", err)
 			return exitInfraError
 		}

@@ -216,7 +216,7 @@ func TestScripts(t *testing.T) {
 			e.Setenv("HOME", e.WorkDir)
 			return nil
 		},
-		Cmds: map[string]func(*testscript.TestScript, bool, []string){"own-broker": ownBroker},
+		Cmds: map[string]func(*testscript.TestScript, bool, []string){"own-broker": ownBroker, "schema": cmdSchema},
 		Condition: func(cond string) (bool, error) {
 			if cond == "engine" {
 				return os.Getenv("SANDBOXD_TEST_NO_ENGINE") == "" && len(scriptEnv) > 1, nil

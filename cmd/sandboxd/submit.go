@@ -123,11 +123,12 @@ func cmdWait(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	o.register(fs, true)
 	timeout := fs.Duration("timeout", 0, "give up after this long (0: wait as long as it takes)")
+	asJSON := fs.Bool("json", false, "print the verified result as one line of JSON (docs/schema/result.json) instead of its envelope")
 	if code := parseFlags(fs, args); code >= 0 {
 		return code
 	}
 	if fs.NArg() != 1 || len(o.keys) == 0 {
-		fmt.Fprintln(stderr, "usage: sandboxd wait --socket PATH --key PUB [--timeout D] JOBFILE")
+		fmt.Fprintln(stderr, "usage: sandboxd wait --socket PATH --key PUB [--timeout D] [--json] JOBFILE")
 		return exitUsage
 	}
 	job, err := readJobFile(fs.Arg(0))
@@ -147,7 +148,11 @@ func cmdWait(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		defer cancel()
 	}
 	sr, err := c.Wait(ctx, job)
-	if sr.Envelope != nil {
+	if *asJSON {
+		if err == nil {
+			printJSON(stdout, stderr, sr.Result)
+		}
+	} else if sr.Envelope != nil {
 		stdout.Write(sr.Envelope)
 		fmt.Fprintln(stdout)
 	}
@@ -165,11 +170,12 @@ func cmdStatus(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	fs := flag.NewFlagSet("status", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	o.register(fs, false)
+	asJSON := fs.Bool("json", false, "print the job's view as one line of JSON (docs/schema/jobview.json)")
 	if code := parseFlags(fs, args); code >= 0 {
 		return code
 	}
 	if fs.NArg() != 1 {
-		fmt.Fprintln(stderr, "usage: sandboxd status --socket PATH JOBID")
+		fmt.Fprintln(stderr, "usage: sandboxd status --socket PATH [--json] JOBID")
 		return exitUsage
 	}
 	c, err := o.client()
@@ -184,6 +190,9 @@ func cmdStatus(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	if err != nil {
 		fmt.Fprintln(stderr, "sandboxd status:", err)
 		return exitFor(err)
+	}
+	if *asJSON {
+		return printJSON(stdout, stderr, st)
 	}
 	out, _ := json.MarshalIndent(st, "", "  ")
 	fmt.Fprintln(stdout, string(out))

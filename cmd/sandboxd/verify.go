@@ -23,6 +23,7 @@ type verifyOptions struct {
 	keys    verifyKeyFlags // public key files, all pinned
 	jobFile string         // sealed job the envelopes must be about
 	expect  string         // the verdict every test-result must have: "", passed or failed
+	json    bool           // print the outcome as JSON (docs/schema/verify.json)
 }
 
 // verified is one envelope given on the command line and what became of it.
@@ -96,8 +97,9 @@ func cmdVerify(_ context.Context, args []string, stdout, stderr io.Writer) int {
 	fset.Var(&o.keys, "key", "pinned public key `PEM` file (repeat for key rotation)")
 	fset.StringVar(&o.jobFile, "job", "", "sealed job `FILE` every envelope must be bound to")
 	fset.StringVar(&o.expect, "expect", "", "exit 1 unless a test-result or signed assessment is given and every one's verdict is `VERDICT` (passed or failed)")
+	fset.BoolVar(&o.json, "json", false, "print one line of JSON (docs/schema/verify.json) instead of a line per envelope")
 	fset.Usage = func() {
-		fmt.Fprintln(stderr, "usage: sandboxd verify --key PUB [--key PUB2] [--job JOBFILE] [--expect passed|failed] ENVELOPE...")
+		fmt.Fprintln(stderr, "usage: sandboxd verify --key PUB [--key PUB2] [--job JOBFILE] [--expect passed|failed] [--json] ENVELOPE...")
 		fset.PrintDefaults()
 	}
 	if err := fset.Parse(args); err != nil {
@@ -204,6 +206,14 @@ func cmdVerify(_ context.Context, args []string, stdout, stderr io.Writer) int {
 		}
 	}
 
+	if o.json {
+		rep := verifyReport(envs, o.expect != "" && testResults == 0)
+		printJSON(stdout, stderr, rep)
+		if !rep.Verified {
+			return exitFailed
+		}
+		return exitOK
+	}
 	code := exitOK
 	for _, v := range envs {
 		switch {

@@ -7,10 +7,11 @@ import (
 	"io"
 
 	"github.com/sandboxd/sandboxd/internal/bundle"
+	"github.com/sandboxd/sandboxd/internal/progress"
 	"github.com/sandboxd/sandboxd/internal/store"
 )
 
-const workspaceUsage = `usage: sandboxd workspace ingest DIR|TAR [--store DIR] [--expect DIGEST] [--max-bytes N] [--max-files N]
+const workspaceUsage = `usage: sandboxd workspace ingest DIR|TAR [--store DIR] [--expect DIGEST] [--max-bytes N] [--max-files N] [--quiet]
 
 Applies the reader rules to a candidate workspace (a directory or a tar
 file) and computes its digest, the SHA-256 of its canonical tar. With
@@ -24,6 +25,7 @@ type workspaceIngestOptions struct {
 	expect   string
 	maxBytes int64
 	maxFiles int64
+	quiet    bool
 }
 
 // cmdWorkspace ingests candidate workspaces.
@@ -48,6 +50,7 @@ func cmdWorkspace(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	fset.StringVar(&o.expect, "expect", "", "the `DIGEST` the workspace is claimed to have")
 	fset.Int64Var(&o.maxBytes, "max-bytes", o.maxBytes, "ceiling on file content bytes")
 	fset.Int64Var(&o.maxFiles, "max-files", o.maxFiles, "ceiling on files and directories")
+	fset.BoolVar(&o.quiet, "quiet", false, "print no progress on stderr")
 	fset.Usage = func() { io.WriteString(stderr, workspaceUsage); fset.PrintDefaults() }
 	pos, code := parseInterleaved(fset, args[1:])
 	if code >= 0 {
@@ -71,7 +74,9 @@ func cmdWorkspace(ctx context.Context, args []string, stdout, stderr io.Writer) 
 			return exitInfraError
 		}
 	}
-	sum, err := bundle.Ingest(ctx, st, o.src, bundle.Options{Limits: lim, Expect: o.expect})
+	step := progress.Start(newReporter(stderr, o.quiet), "ingesting workspace "+o.src)
+	sum, err := bundle.Ingest(ctx, st, o.src, bundle.Options{Limits: lim, Expect: o.expect, Progress: func(n int64) { step.Update("reading", n, -1) }})
+	endStep(step, err)
 	if err != nil {
 		fmt.Fprintf(stderr, "sandboxd: workspace ingest: %v\n", err)
 		return exitForInput(err)

@@ -67,6 +67,9 @@ func (r *run) cleanup() {
 
 func (r *run) execute(ctx context.Context) error {
 	b, j := r.b, r.job
+	// Staging: the read-only inputs' cache volumes, then the writable
+	// inputs streamed to the helper (writeStdin counts their bytes).
+	r.hooks.progress("staging", -1, -1)
 	writable, inputBytes, err := r.prepareInputs(ctx)
 	if err != nil {
 		return err

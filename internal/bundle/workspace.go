@@ -320,8 +320,14 @@ func toStore(st *store.Store, opt Options, write func(w io.Writer) (Summary, err
 	if opt.Expect != "" && !sandbox.ValidDigest(opt.Expect) {
 		return Summary{}, fmt.Errorf("claimed digest %q is malformed: %w", opt.Expect, ErrDigestMismatch)
 	}
+	counted := func(w io.Writer) io.Writer {
+		if opt.Progress == nil {
+			return w
+		}
+		return &progressWriter{w: w, report: opt.Progress}
+	}
 	if st == nil {
-		sum, err := write(io.Discard)
+		sum, err := write(counted(io.Discard))
 		if err != nil {
 			return Summary{}, err
 		}
@@ -335,11 +341,7 @@ func toStore(st *store.Store, opt Options, write func(w io.Writer) (Summary, err
 		return Summary{}, err
 	}
 	defer bw.Abort()
-	var w io.Writer = bw
-	if opt.Progress != nil {
-		w = &progressWriter{w: bw, report: opt.Progress}
-	}
-	sum, err := write(w)
+	sum, err := write(counted(bw))
 	if err != nil {
 		return Summary{}, err
 	}
