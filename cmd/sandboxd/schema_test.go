@@ -153,3 +153,19 @@ func TestBundleInspectJSON(t *testing.T) {
 		t.Error("version.json accepted bundle inspect's output")
 	}
 }
+
+// docs/ci.md's exit-code table is the commands' constants.
+func TestCIDocExitCodes(t *testing.T) {
+	b, err := os.ReadFile(filepath.Join("..", "..", "docs", "ci.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		code int
+		what string
+	}{{exitPassed, "passed"}, {exitVerdictFail, "failed"}, {exitInconclusive, "inconclusive"}, {exitBadInput, "bad input"}, {exitInfraError, "infrastructure"}, {exitUsage, "usage"}} {
+		if row := fmt.Sprintf("\n| %d | %s", c.code, c.what); !strings.Contains(string(b), row) {
+			t.Errorf("docs/ci.md has no row %q", strings.TrimSpace(row))
+		}
+	}
+}
