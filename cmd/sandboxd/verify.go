@@ -24,6 +24,23 @@ type verifyOptions struct {
 	jobFile string         // sealed job the envelopes must be about
 	expect  string         // the verdict every test-result must have: "", passed or failed
 	json    bool           // print the outcome as JSON (docs/schema/verify.json)
+	// bundle and workspace are the digests a verdict must be about; --expect
+	// needs the bundle and the workspace (or --job).
+	bundle, workspace string
+}
+
+// bindingsMissing names what --expect needs and was not given: a verdict
+// names the candidate (a workspace, else a job) and the bundle that judged
+// it, and a verdict about anything else is not the one expected.
+func (o verifyOptions) bindingsMissing() string {
+	var missing []string
+	if o.bundle == "" {
+		missing = append(missing, "--bundle DIGEST")
+	}
+	if o.workspace == "" && o.jobFile == "" {
+		missing = append(missing, "--workspace DIGEST (or --job JOBFILE)")
+	}
+	return strings.Join(missing, " and ")
 }
 
 // verified is one envelope given on the command line and what became of it.
@@ -54,11 +71,104 @@ type testResultStatement struct {
 	PredicateType string            `json:"predicateType"`
 	Subject       []sandbox.Subject `json:"subject"`
 	Predicate     struct {
-		Result      string   `json:"result"`
-		PassedTests []string `json:"passedTests"`
-		FailedTests []string `json:"failedTests"`
+		Result        string            `json:"result"`
+		Configuration []sandbox.Subject `json:"configuration"`
+		PassedTests   []string          `json:"passedTests"`
+		FailedTests   []string          `json:"failedTests"`
 	} `json:"predicate"`
 	keyIDs []string
+}
+
+// subject returns the statement's one subject's name and digest.
+func (st *testResultStatement) subject() (name, digest string) {
+	return st.Subject[0].Name, descriptorDigest(st.Subject[0].Digest)
+}
+
+// bundle returns the digest of the statement's configuration "bundle", or
+// "" unless there is exactly one.
+func (st *testResultStatement) bundle() string {
+	var d []string
+	for _, c := range st.Predicate.Configuration {
+		if c.Name == "bundle" {
+			d = append(d, descriptorDigest(c.Digest))
+		}
+	}
+	if len(d) != 1 {
+		return ""
+	}
+	return d[0]
+}
+
+// descriptorDigest turns in-toto's {"sha256": "<hex>"} into "sha256:<hex>",
+// or "" unless it is exactly one valid sha256 digest.
+func descriptorDigest(m map[string]string) string {
+	if d := "sha256:" + m["sha256"]; len(m) == 1 && sandbox.ValidDigest(d) {
+		return d
+	}
+	return ""
+}
+
+// testResultAbout checks a test-result against the bundle, workspace and
+// job given: its configuration's bundle against --bundle, its subject (a
+// workspace, else the candidate job) against --workspace or --job.
+func testResultAbout(st *testResultStatement, o verifyOptions, job *sandbox.Job) (notes []string, err error) {
+	if o.bundle != "" {
+		if got := st.bundle(); got != o.bundle {
+			return nil, fmt.Errorf("bundle_binding: the test-result is about bundle %s, --bundle is %s", orNone(got), o.bundle)
+		}
+	}
+	name, digest := st.subject()
+	switch {
+	case len(st.Subject) != 1:
+		if o.workspace != "" || job != nil {
+			return nil, fmt.Errorf("subject: the test-result names %d subjects, not one candidate", len(st.Subject))
+		}
+	case name == "candidate-workspace" && o.workspace != "":
+		if digest != o.workspace {
+			return nil, fmt.Errorf("workspace_binding: the test-result is about %s %s, --workspace is %s", name, orNone(digest), o.workspace)
+		}
+		notes = append(notes, "bound to --workspace")
+	case name == "candidate-job" && job != nil:
+		if digest != job.Digest {
+			return nil, fmt.Errorf("job_binding: the test-result is about %s %s, not job %s (%s)", name, orNone(digest), job.ID, job.Digest)
+		}
+		notes = append(notes, "bound to "+o.jobFile)
+	case job != nil:
+		// It names a workspace, not a job: it cannot be shown to be
+		// bound to --job, so it does not pass.
+		return nil, fmt.Errorf("job_binding: a test-result statement is about %s %s, not bound to job %s; verify it with --workspace", name, orNone(digest), job.ID)
+	case o.workspace != "":
+		return nil, fmt.Errorf("workspace_binding: the test-result is about %s %s, not a workspace; verify it with --job", name, orNone(digest))
+	}
+	if o.bundle != "" {
+		notes = append(notes, "bound to --bundle")
+	}
+	return notes, nil
+}
+
+// assessmentBound checks a signed assessment against the bundle and
+// workspace given (--job is assessmentAbout's).
+func assessmentBound(a sandbox.Assessment, o verifyOptions) (notes []string, err error) {
+	if o.bundle != "" && a.ManifestDigest != o.bundle {
+		return nil, fmt.Errorf("bundle_binding: the assessment is about bundle %s, --bundle is %s", a.ManifestDigest, o.bundle)
+	}
+	if o.workspace != "" {
+		if a.WorkspaceDigest != o.workspace {
+			return nil, fmt.Errorf("workspace_binding: the assessment is about workspace %s, --workspace is %s", orNone(a.WorkspaceDigest), o.workspace)
+		}
+		notes = append(notes, "bound to --workspace")
+	}
+	if o.bundle != "" {
+		notes = append(notes, "bound to --bundle")
+	}
+	return notes, nil
+}
+
+func orNone(digest string) string {
+	if digest == "" {
+		return "(none)"
+	}
+	return digest
 }
 
 // verifyTestResult checks a test-result statement's signature and shape.
@@ -96,10 +206,12 @@ func cmdVerify(_ context.Context, args []string, stdout, stderr io.Writer) int {
 	fset.SetOutput(stderr)
 	fset.Var(&o.keys, "key", "pinned public key `PEM` file (repeat for key rotation)")
 	fset.StringVar(&o.jobFile, "job", "", "sealed job `FILE` every envelope must be bound to")
-	fset.StringVar(&o.expect, "expect", "", "exit 1 unless a test-result or signed assessment is given and every one's verdict is `VERDICT` (passed or failed)")
+	fset.StringVar(&o.expect, "expect", "", "exit 1 unless a test-result or signed assessment is given and every one's verdict is `VERDICT` (passed or failed); needs --bundle and --workspace or --job")
+	fset.StringVar(&o.bundle, "bundle", "", "the bundle `DIGEST` every test-result and assessment must be about")
+	fset.StringVar(&o.workspace, "workspace", "", "the workspace `DIGEST` every test-result and assessment must be about")
 	fset.BoolVar(&o.json, "json", false, "print one line of JSON (docs/schema/verify.json) instead of a line per envelope")
 	fset.Usage = func() {
-		fmt.Fprintln(stderr, "usage: sandboxd verify --key PUB [--key PUB2] [--job JOBFILE] [--expect passed|failed] [--json] ENVELOPE...")
+		fmt.Fprintln(stderr, "usage: sandboxd verify --key PUB [--key PUB2] [--job JOBFILE] [--expect passed|failed --bundle DIGEST --workspace DIGEST] [--json] ENVELOPE...")
 		fset.PrintDefaults()
 	}
 	if err := fset.Parse(args); err != nil {
@@ -115,6 +227,16 @@ func cmdVerify(_ context.Context, args []string, stdout, stderr io.Writer) int {
 	if o.expect != "" && o.expect != "passed" && o.expect != "failed" {
 		fmt.Fprintf(stderr, "sandboxd verify: --expect %q: want passed or failed\n", o.expect)
 		return exitUsage
+	}
+	if missing := o.bindingsMissing(); o.expect != "" && missing != "" {
+		fmt.Fprintf(stderr, "sandboxd verify: --expect needs %s: a verdict is only the one expected if it is about that bundle and that candidate\n", missing)
+		return exitUsage
+	}
+	for _, d := range [][2]string{{"--bundle", o.bundle}, {"--workspace", o.workspace}} {
+		if d[1] != "" && !sandbox.ValidDigest(d[1]) {
+			fmt.Fprintf(stderr, "sandboxd verify: %s %q: want a sha256:<64 hex> digest\n", d[0], d[1])
+			return exitUsage
+		}
 	}
 
 	var pems [][]byte
@@ -157,7 +279,8 @@ func cmdVerify(_ context.Context, args []string, stdout, stderr io.Writer) int {
 			if errors.Is(v.err, sandbox.ErrPredicateType) {
 				if va, err := sandbox.VerifyAssessmentEnvelope(keys, v.bytes); err == nil {
 					v.err, v.assessment = nil, &va
-					if job != nil {
+					v.notes, v.err = assessmentBound(va.Assessment, o)
+					if v.err == nil && job != nil {
 						if v.err = assessmentAbout(va.Assessment, *job); v.err == nil {
 							v.notes = append(v.notes, "bound to "+o.jobFile)
 						}
@@ -165,12 +288,8 @@ func cmdVerify(_ context.Context, args []string, stdout, stderr io.Writer) int {
 				} else if !errors.Is(err, sandbox.ErrPredicateType) {
 					v.err = err
 				} else if tr, err := verifyTestResult(keys, v.bytes); err == nil {
-					v.err, v.testResult = nil, tr
-					if job != nil {
-						// It names a workspace, not a job: it cannot be
-						// shown to be bound to --job, so it does not pass.
-						v.err = fmt.Errorf("job_binding: a test-result statement is about workspace %s, not bound to job %s; verify it without --job", tr.Subject[0].Name, job.ID)
-					}
+					v.testResult = tr
+					v.notes, v.err = testResultAbout(tr, o, job)
 				}
 			}
 			continue
@@ -271,16 +390,20 @@ func describe(v *verified) string {
 	var b strings.Builder
 	if va := v.assessment; va != nil {
 		a := va.Assessment
-		fmt.Fprintf(&b, "assessment: %s (%d checks) of candidate job %q and grader job %q, bundle %s, %s; signed by %s",
-			a.Verdict, len(a.Checks), a.CandidateJob, a.GraderJob, a.ManifestDigest, a.SupervisorRevision, strings.Join(va.KeyIDs, ", "))
+		fmt.Fprintf(&b, "assessment: %s (%d checks) of candidate job %q and grader job %q, workspace %s, bundle %s, %s; signed by %s",
+			a.Verdict, len(a.Checks), a.CandidateJob, a.GraderJob, orNone(a.WorkspaceDigest), a.ManifestDigest, a.SupervisorRevision, strings.Join(va.KeyIDs, ", "))
 		for _, n := range v.notes {
 			b.WriteString("; " + n)
 		}
 		return b.String()
 	}
 	if tr := v.testResult; tr != nil {
-		fmt.Fprintf(&b, "test-result (%d passed, %d failed) for %s; signed by %s",
-			len(tr.Predicate.PassedTests), len(tr.Predicate.FailedTests), tr.Subject[0].Name, strings.Join(tr.keyIDs, ", "))
+		name, digest := tr.subject()
+		fmt.Fprintf(&b, "test-result (%d passed, %d failed) for %s %s under bundle %s; signed by %s",
+			len(tr.Predicate.PassedTests), len(tr.Predicate.FailedTests), name, orNone(digest), orNone(tr.bundle()), strings.Join(tr.keyIDs, ", "))
+		for _, n := range v.notes {
+			b.WriteString("; " + n)
+		}
 		return b.String()
 	}
 	var broker sandbox.Broker

@@ -53,7 +53,7 @@ func TestVerifyCommandAssessment(t *testing.T) {
 	}
 	a := sandbox.Assessment{Schema: sandbox.SignedAssessmentSchema, ManifestDigest: sandbox.DigestBytes([]byte("bundle")), SupervisorRevision: "sandboxd-supervisor/1",
 		CandidateJob: cand.ID, CandidateDigest: cand.Digest, GraderJob: grader.ID, GraderDigest: grader.Digest,
-		Verdict: sandbox.VerdictPassed, Reasons: []string{}, ObservationRefs: []sandbox.ObservationRef{},
+		WorkspaceDigest: f.workspace, Verdict: sandbox.VerdictPassed, Reasons: []string{}, ObservationRefs: []sandbox.ObservationRef{},
 		Checks: []sandbox.AssessedCheck{{Name: "t", Status: sandbox.VerdictPassed, Evidence: []string{}}}}
 	good := write("assessment.json", a)
 	a.Checks[0].Status = sandbox.VerdictFailed
@@ -69,8 +69,14 @@ func TestVerifyCommandAssessment(t *testing.T) {
 		{"bound to its grader job", []string{"--key", pub, "--job", f.job2, good}, exitOK, "bound to"},
 		{"another key", []string{"--key", f.pub, good}, exitFailed, "FAILED: unknown_key"},
 		{"a verdict better than its checks", []string{"--key", pub, forged}, exitFailed, "FAILED: predicate"},
-		{"the verdict expected", []string{"--key", pub, "--expect", "passed", good}, exitOK, "ok: assessment: passed"},
-		{"another verdict expected", []string{"--key", pub, "--expect", "failed", good}, exitFailed, "FAILED: verdict: the signed assessment's verdict is passed"},
+		{"the verdict expected", []string{"--key", pub, "--expect", "passed", "--bundle", a.ManifestDigest, "--job", f.job1, good}, exitOK, "ok: assessment: passed"},
+		{"the verdict expected of the workspace", []string{"--key", pub, "--expect", "passed", "--bundle", a.ManifestDigest, "--workspace", f.workspace, good}, exitOK, "workspace " + f.workspace},
+		{"another verdict expected", []string{"--key", pub, "--expect", "failed", "--bundle", a.ManifestDigest, "--job", f.job1, good}, exitFailed, "FAILED: verdict: the signed assessment's verdict is passed"},
+		// Without --job or --workspace a pass would be a pass of any jobs;
+		// under another bundle or of other jobs it is not the one expected.
+		{"expect without a binding", []string{"--key", pub, "--expect", "passed", good}, exitUsage, ""},
+		{"expect, another bundle", []string{"--key", pub, "--expect", "passed", "--bundle", f.bundle, "--job", f.job1, good}, exitFailed, "FAILED: bundle_binding: the assessment is about bundle " + a.ManifestDigest},
+		{"expect, another workspace", []string{"--key", pub, "--expect", "passed", "--bundle", a.ManifestDigest, "--workspace", f.otherWS, good}, exitFailed, "FAILED: workspace_binding: the assessment is about workspace " + f.workspace},
 	} {
 		code, out, errOut := runCmd(t, cmdVerify, tc.args...)
 		if code != tc.code || !strings.Contains(out, tc.want) {

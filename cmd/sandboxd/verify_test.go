@@ -102,6 +102,8 @@ type verifyFixture struct {
 	acc1, comp1, acc2       string
 	comp2, tampered, byKey2 string
 	passed, failed          string // signed test-result statements
+	bundle, workspace       string // the digests the test-results are about
+	otherBundle, otherWS    string // digests they are not about
 }
 
 func newVerifyFixture(t *testing.T) verifyFixture {
@@ -166,7 +168,11 @@ func newVerifyFixture(t *testing.T) verifyFixture {
 	env.Signatures[0].Sig = base64.StdEncoding.EncodeToString(sig)
 	f.tampered = write("tampered.intoto.json", must(sandbox.CanonicalEnvelope(env)))
 	testResult := func(result string, passed, failed []string) []byte {
-		pred := must(json.Marshal(map[string]any{"result": result, "passedTests": passed, "warnedTests": []string{}, "failedTests": failed}))
+		pred := must(json.Marshal(map[string]any{"result": result, "passedTests": passed, "warnedTests": []string{}, "failedTests": failed,
+			"configuration": []sandbox.Subject{
+				{Name: "bundle", Digest: map[string]string{"sha256": strings.Repeat("ee", 32)}},
+				{Name: "image", Digest: map[string]string{"sha256": strings.Repeat("ab", 32)}},
+			}}))
 		return must(s.SignStatement(sandbox.Statement{
 			Type:          sandbox.StatementType,
 			Subject:       []sandbox.Subject{{Name: "candidate-workspace", Digest: map[string]string{"sha256": strings.Repeat("cd", 32)}}},
@@ -176,6 +182,8 @@ func newVerifyFixture(t *testing.T) verifyFixture {
 	}
 	f.passed = write("passed.intoto.json", testResult("PASSED", []string{"a", "b"}, []string{}))
 	f.failed = write("failed.intoto.json", testResult("FAILED", []string{"a"}, []string{"b"}))
+	f.bundle, f.workspace = "sha256:"+strings.Repeat("ee", 32), "sha256:"+strings.Repeat("cd", 32)
+	f.otherBundle, f.otherWS = "sha256:"+strings.Repeat("e0", 32), "sha256:"+strings.Repeat("c0", 32)
 	return f
 }
 
@@ -227,25 +235,43 @@ func TestVerifyCommand(t *testing.T) {
 		// A well-signed test-result says its verdict, never a bare "ok";
 		// --expect makes a verdict other than the expected one fail.
 		{"test-result passed", []string{"--key", f.pub, f.passed}, exitOK, []string{
-			`passed.intoto.json: verdict PASSED: test-result \(2 passed, 0 failed\) for candidate-workspace; signed by SHA256:\S+$`,
+			`passed.intoto.json: verdict PASSED: test-result \(2 passed, 0 failed\) for candidate-workspace sha256:(cd){32} under bundle sha256:(ee){32}; signed by SHA256:\S+$`,
 		}},
 		{"test-result failed", []string{"--key", f.pub, f.failed}, exitOK, []string{
-			`failed.intoto.json: verdict FAILED: test-result \(1 passed, 1 failed\) for candidate-workspace; signed by SHA256:\S+$`,
+			`failed.intoto.json: verdict FAILED: test-result \(1 passed, 1 failed\) for candidate-workspace sha256:(cd){32} under bundle sha256:(ee){32}; signed by SHA256:\S+$`,
 		}},
-		{"expect passed, got passed", []string{"--key", f.pub, "--expect", "passed", f.passed}, exitOK, []string{
-			`passed.intoto.json: verdict PASSED: `,
+		{"expect passed, got passed", []string{"--key", f.pub, "--expect", "passed", "--bundle", f.bundle, "--workspace", f.workspace, f.passed}, exitOK, []string{
+			`passed.intoto.json: verdict PASSED: test-result \(2 passed, 0 failed\) for candidate-workspace sha256:(cd){32} under bundle sha256:(ee){32}; signed by SHA256:\S+; bound to --workspace; bound to --bundle$`,
 		}},
-		{"expect passed, got failed", []string{"--key", f.pub, "--expect", "passed", f.failed}, exitFailed, []string{
+		{"expect passed, got failed", []string{"--key", f.pub, "--expect", "passed", "--bundle", f.bundle, "--workspace", f.workspace, f.failed}, exitFailed, []string{
 			`failed.intoto.json: FAILED: verdict: the signed verdict is FAILED, --expect passed \(signature verified; 1 passed, 1 failed\)$`,
 		}},
-		{"expect failed, got passed", []string{"--key", f.pub, "--expect", "failed", f.passed, f.failed}, exitFailed, []string{
+		{"expect failed, got passed", []string{"--key", f.pub, "--expect", "failed", "--bundle", f.bundle, "--workspace", f.workspace, f.passed, f.failed}, exitFailed, []string{
 			`passed.intoto.json: FAILED: verdict: the signed verdict is PASSED, --expect failed`,
 			`failed.intoto.json: verdict FAILED: `,
 		}},
-		{"expect without a test-result", []string{"--key", f.pub, "--expect", "passed", f.acc1}, exitFailed, []string{
+		{"expect without a test-result", []string{"--key", f.pub, "--expect", "passed", "--bundle", f.bundle, "--workspace", f.workspace, f.acc1}, exitFailed, []string{
 			`acc1.intoto.json: ok: receipt`,
 			`FAILED: verdict: --expect passed, but no test-result statement was given`,
 		}},
+		// A pass is a pass of one workspace under one bundle: another
+		// workspace's or another bundle's pass is not the one expected.
+		{"expect passed, another workspace's pass", []string{"--key", f.pub, "--expect", "passed", "--bundle", f.bundle, "--workspace", f.otherWS, f.passed}, exitFailed, []string{
+			`passed.intoto.json: FAILED: workspace_binding: the test-result is about candidate-workspace sha256:(cd){32}, --workspace is sha256:(c0){32}$`,
+			`FAILED: verdict: --expect passed, but no test-result statement was given`,
+		}},
+		{"expect passed, a pass under another bundle", []string{"--key", f.pub, "--expect", "passed", "--bundle", f.otherBundle, "--workspace", f.workspace, f.passed}, exitFailed, []string{
+			`passed.intoto.json: FAILED: bundle_binding: the test-result is about bundle sha256:(ee){32}, --bundle is sha256:(e0){32}$`,
+			`FAILED: verdict: --expect passed, but no test-result statement was given`,
+		}},
+		{"expect passed, bound to a job but about a workspace", []string{"--key", f.pub, "--expect", "passed", "--bundle", f.bundle, "--job", f.job1, f.passed}, exitFailed, []string{
+			`passed.intoto.json: FAILED: job_binding: `,
+			`FAILED: verdict: --expect passed, but no test-result statement was given`,
+		}},
+		{"expect without --bundle or --workspace", []string{"--key", f.pub, "--expect", "passed", f.passed}, exitUsage, nil},
+		{"expect without --workspace", []string{"--key", f.pub, "--expect", "passed", "--bundle", f.bundle, f.passed}, exitUsage, nil},
+		{"expect without --bundle", []string{"--key", f.pub, "--expect", "passed", "--workspace", f.workspace, f.passed}, exitUsage, nil},
+		{"--workspace not a digest", []string{"--key", f.pub, "--expect", "passed", "--bundle", f.bundle, "--workspace", "cdcd", f.passed}, exitUsage, nil},
 		{"expect, bad value", []string{"--key", f.pub, "--expect", "PASS", f.passed}, exitUsage, nil},
 		{"no key", []string{f.acc1}, exitUsage, nil},
 		{"no envelope", []string{"--key", f.pub}, exitUsage, nil},
@@ -270,6 +296,25 @@ func TestVerifyCommand(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestVerifyExpectNamesMissingBinding: --expect without the bundle and the
+// candidate it is about is a usage error that says which is missing.
+func TestVerifyExpectNamesMissingBinding(t *testing.T) {
+	f := newVerifyFixture(t)
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"--expect", "passed"}, "--expect needs --bundle DIGEST and --workspace DIGEST (or --job JOBFILE)"},
+		{[]string{"--expect", "passed", "--workspace", f.workspace}, "--expect needs --bundle DIGEST"},
+		{[]string{"--expect", "failed", "--bundle", f.bundle}, "--expect needs --workspace DIGEST (or --job JOBFILE)"},
+	} {
+		code, out, errOut := runCmd(t, cmdVerify, append(append([]string{"--key", f.pub}, tc.args...), f.passed)...)
+		if code != exitUsage || !strings.Contains(errOut, tc.want) || out != "" {
+			t.Errorf("verify %q: exit %d, stdout %q, stderr %q; want exit %d, no stdout and %q", tc.args, code, out, errOut, exitUsage, tc.want)
+		}
 	}
 }
 
