@@ -115,11 +115,13 @@ func (s *Server) startRecovery(rec journal.Record, job sandbox.Job, containerID 
 		log.Info("recovering job")
 		// The result is made durable while the container still exists;
 		// if that fails, the container stays for the next start.
+		bridge := func() {}
 		hooks := broker.Hooks{OnFinished: func(ctx context.Context, res sandbox.Result) error {
 			s.observeDuration(time.Since(start))
-			return s.finish(log, rec, res)
+			return s.finishHeld(log, rec, res, &bridge)
 		}}
 		res, err := s.cfg.Broker.RecoverWithHooks(context.Background(), job, broker.Binding{ContainerID: containerID, StartedAt: rec.StartedAt}, hooks)
+		defer bridge()
 		switch {
 		case err != nil && res.JobID != "":
 			// Recovered, but the journal refused the result: retried.

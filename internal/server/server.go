@@ -395,19 +395,20 @@ func (s *Server) runJob(id string) {
 		},
 	}
 	hooks.OnCollect = func(step string) { s.fault(step, id) }
-	finished := false
+	finished, bridge := false, func() {}
 	hooks.OnFinished = func(ctx context.Context, res sandbox.Result) error {
 		// The result is made durable while the container still exists, so
 		// a crash here is recovered from the container, not lost.
 		s.fault("exited", id)
 		s.observeDuration(time.Since(dispatched))
-		if err := s.finish(log, rec, res); err != nil {
+		if err := s.finishHeld(log, rec, res, &bridge); err != nil {
 			return err
 		}
 		finished = true
 		return nil
 	}
 	res, err := s.cfg.Broker.RunWithHooks(jctx, job, hooks)
+	defer bridge()
 	if finished {
 		return
 	}
@@ -462,6 +463,18 @@ func (s *Server) finish(log *slog.Logger, rec journal.Record, res sandbox.Result
 	log.Info("job ended", "status", res.Status, "exit_code", res.ExitCode, "cause", res.Cause)
 	s.notifyChanged()
 	return nil
+}
+
+// finishHeld is finish in a broker's OnFinished hook, while the broker
+// still holds the result's outputs. If the journal refuses the result, the
+// outputs are pinned before that hold ends, and *release unpins them: call
+// it once retryRecord has pinned them too.
+func (s *Server) finishHeld(log *slog.Logger, rec journal.Record, res sandbox.Result, release *func()) error {
+	err := s.finish(log, rec, res)
+	if err != nil {
+		*release = s.cfg.Blobs.Pin(resultBlobs(res)...)
+	}
+	return err
 }
 
 // finishUnrun ends a job that no container ran (or whose container is not

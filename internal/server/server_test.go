@@ -48,6 +48,8 @@ type fakeBroker struct {
 	// finish makes a run hand its result to OnFinished, as the real
 	// broker does, and keep the container when that fails.
 	finish bool
+	// outputs makes a run's result name an artifact and a stdout log.
+	outputs bool
 }
 
 func (f *fakeBroker) enter(id string, run bool) {
@@ -79,9 +81,19 @@ func (f *fakeBroker) Facts(context.Context) (sandbox.RuntimeFacts, error) {
 
 func (f *fakeBroker) result(job sandbox.Job) sandbox.Result {
 	now := time.Now().UTC()
-	return sandbox.Result{Schema: sandbox.ResultSchema, JobID: job.ID, JobDigest: job.Digest, Status: sandbox.StatusSucceeded,
+	res := sandbox.Result{Schema: sandbox.ResultSchema, JobID: job.ID, JobDigest: job.Digest, Status: sandbox.StatusSucceeded,
 		StartedAt: now, EndedAt: now, LimitsHit: []string{}, Artifacts: []sandbox.Artifact{}, Rejected: []sandbox.Rejected{}}
+	if f.outputs {
+		res.Artifacts = []sandbox.Artifact{{Path: "/work/out/a", Digest: fakeArtifact(job.ID), Size: 1, MediaType: "application/octet-stream"}}
+		res.Stdout = sandbox.Log{Digest: fakeStdout(job.ID), Bytes: 1, Total: 1}
+	}
+	return res
 }
+
+// fakeArtifact and fakeStdout are the digests of the outputs a fake run
+// names (the fake writes no blobs).
+func fakeArtifact(id string) string { return sandbox.DigestBytes([]byte("artifact of " + id)) }
+func fakeStdout(id string) string   { return sandbox.DigestBytes([]byte("stdout of " + id)) }
 
 func (f *fakeBroker) RunWithHooks(ctx context.Context, job sandbox.Job, h broker.Hooks) (sandbox.Result, error) {
 	f.mu.Lock()

@@ -132,13 +132,18 @@ func (s *Server) record(log *slog.Logger, rec journal.Record, res sandbox.Result
 	s.retryRecord(log, rec, res, containerID, err)
 }
 
+// While it retries, nothing durable names the result's artifacts and logs
+// and the broker's hold on them is gone: they stay pinned until the journal
+// takes the result, or no GC would spare them.
 func (s *Server) retryRecord(log *slog.Logger, rec journal.Record, res sandbox.Result, containerID string, first error) {
 	log.Error("result not recorded; retrying", "error", first, "container_id", containerID)
+	unpin := s.cfg.Blobs.Pin(resultBlobs(res)...)
 	s.pending.set(rec.ID, first)
 	s.notifyChanged() // a waiter learns why at once
 	s.jobs.Add(1)
 	go func() {
 		defer s.jobs.Done()
+		defer unpin()
 		delay := retryFirst
 		for {
 			t := time.NewTimer(delay)
@@ -166,6 +171,20 @@ func (s *Server) retryRecord(log *slog.Logger, rec journal.Record, res sandbox.R
 			delay = min(2*delay, retryMax)
 		}
 	}()
+}
+
+// resultBlobs are the blobs a result names: its artifacts and logs.
+func resultBlobs(res sandbox.Result) []string {
+	ds := make([]string, 0, len(res.Artifacts)+2)
+	for _, a := range res.Artifacts {
+		ds = append(ds, a.Digest)
+	}
+	for _, d := range []string{res.Stdout.Digest, res.Stderr.Digest} {
+		if d != "" {
+			ds = append(ds, d)
+		}
+	}
+	return ds
 }
 
 // errPendingAtShutdown reports the jobs whose results are still not

@@ -27,18 +27,25 @@ func fastRetries(t *testing.T) {
 	t.Cleanup(func() { retryFirst, retryMax = first, most })
 }
 
-func TestResultTheJournalRefusesIsRetriedAndWaitSaysWhy(t *testing.T) {
-	fastRetries(t)
+// refuseResult makes the journal refuse job id's result while the flag it
+// returns (set) is.
+func refuseResult(t *testing.T, jobID string) *atomic.Bool {
 	var failing atomic.Bool
 	failing.Store(true)
 	failJournal(t, &finishRecord, func(orig func(*journal.Journal, string, sandbox.Status, []byte, time.Time) (journal.Record, error)) func(*journal.Journal, string, sandbox.Status, []byte, time.Time) (journal.Record, error) {
 		return func(j *journal.Journal, id string, st sandbox.Status, env []byte, at time.Time) (journal.Record, error) {
-			if id == "u-1" && failing.Load() {
+			if id == jobID && failing.Load() {
 				return journal.Record{}, errors.New("no space left on device (test)")
 			}
 			return orig(j, id, st, env, at)
 		}
 	})
+	return &failing
+}
+
+func TestResultTheJournalRefusesIsRetriedAndWaitSaysWhy(t *testing.T) {
+	fastRetries(t)
+	failing := refuseResult(t, "u-1")
 	f := newFixture(t, func(c *Config) { c.Broker.(*fakeBroker).finish = true }, nil)
 	fb := f.fb
 	j := newJob(t, "u-1", "true")
@@ -92,6 +99,42 @@ func TestResultTheJournalRefusesIsRetriedAndWaitSaysWhy(t *testing.T) {
 	defer fb.mu.Unlock()
 	if fb.runs["u-1"] != 1 {
 		t.Errorf("got %d runs, want 1", fb.runs["u-1"])
+	}
+}
+
+// While a result the journal refused is retried, nothing durable names its
+// artifacts and logs and the broker's hold is gone: the retry pins them, so
+// no GC removes them as orphans, until the journal takes the result.
+func TestResultRetriedKeepsItsOutputsPinned(t *testing.T) {
+	fastRetries(t)
+	failing := refuseResult(t, "u-2")
+	f := newFixture(t, func(c *Config) { fb := c.Broker.(*fakeBroker); fb.finish, fb.outputs = true, true }, nil)
+	blobs := f.srv.cfg.Blobs
+	if code, _, _ := f.submit(t, newJob(t, "u-2", "true")); code != 202 {
+		t.Fatalf("submit: %d", code)
+	}
+	for deadline := time.Now().Add(10 * time.Second); ; {
+		resp, b := f.do(t, "GET", "/v1/jobs/u-2/wait?timeout=1s", nil)
+		if resp.StatusCode == 503 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("wait kept answering %d %s, want 503 result_not_recorded", resp.StatusCode, b)
+		}
+	}
+	for _, d := range []string{fakeArtifact("u-2"), fakeStdout("u-2")} {
+		if !blobs.Pinned(d) {
+			t.Errorf("while the result is retried, output %s is not pinned: a GC may remove it as an orphan", d)
+		}
+	}
+	failing.Store(false)
+	for deadline := time.Now().Add(10 * time.Second); blobs.Pinned(fakeArtifact("u-2")) || blobs.Pinned(fakeStdout("u-2")); time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the outputs stay pinned after the journal took the result")
+		}
+	}
+	if rec, err := f.jr.Get("u-2"); err != nil || len(rec.Result) == 0 {
+		t.Fatalf("the outputs were unpinned before the result was recorded (state %s, %v)", rec.State, err)
 	}
 }
 
