@@ -363,8 +363,7 @@ func (s *Server) putBlob(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusInternalServerError, fmt.Errorf("blob %s: %w", want, err))
 		return
 	}
-	if s.cfg.Blobs.Has(want) {
-		s.cfg.Blobs.Touch(want)
+	if s.cfg.Blobs.Keep(want) { // found and touched with no sweep in between
 		writeJSON(w, http.StatusOK, map[string]any{"digest": want})
 		return
 	}

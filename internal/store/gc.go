@@ -136,11 +136,40 @@ type refs struct {
 	sweep sync.RWMutex
 }
 
+// sweepHook, if set (by tests), runs at each stage of a sweep's removal of
+// d ("locked": it holds the sweep lock; "checked": it found d idle and is
+// about to remove it) and of a claim ("waiting": Pin or Keep is about to
+// wait for a sweep).
+var sweepHook func(stage, d string)
+
+func hook(stage, d string) {
+	if sweepHook != nil {
+		sweepHook(stage, d)
+	}
+}
+
+// Keep reports whether the store holds d and, if so, marks it used now,
+// with no sweep in between: a blob it finds stays past every sweep that
+// spares blobs used since (a lease, a hold, MinAge).
+func (s *Store) Keep(d string) bool {
+	hook("waiting", d)
+	s.refs.sweep.RLock()
+	defer s.refs.sweep.RUnlock()
+	if !s.Has(d) {
+		return false
+	}
+	s.Touch(d)
+	return true
+}
+
 // Pin keeps the blobs digests from every Sweep until unpin is called, and
 // marks them used now. Pin before checking that a blob is there: a blob
-// found after Pin stays.
+// found after Pin stays (Pin waits for a sweep that is removing one).
 func (s *Store) Pin(digests ...string) (unpin func()) {
 	r := &s.refs
+	hook("waiting", strings.Join(digests, ","))
+	r.sweep.RLock()
+	defer r.sweep.RUnlock()
 	r.mu.Lock()
 	if r.pinned == nil {
 		r.pinned = map[string]int{}
@@ -259,7 +288,7 @@ func (s *Store) Sweep(p SweepPolicy) (SweepReport, error) {
 			kept = append(kept, b)
 			continue
 		}
-		switch gone, err := s.removeIfIdle(b, p.MinAge); {
+		switch gone, err := s.removeIfIdle(b, p.MinAge, p.LeaseTTL); {
 		case err != nil:
 			errs = append(errs, err)
 			kept = append(kept, b)
@@ -282,7 +311,7 @@ func (s *Store) Sweep(p SweepPolicy) (SweepReport, error) {
 				rest = append(rest, b)
 				continue
 			}
-			switch gone, err := s.removeIfIdle(b, p.MinAge); {
+			switch gone, err := s.removeIfIdle(b, p.MinAge, p.LeaseTTL); {
 			case err != nil:
 				errs = append(errs, err)
 				rest = append(rest, b)
@@ -305,13 +334,15 @@ func (s *Store) Sweep(p SweepPolicy) (SweepReport, error) {
 	return rep, errors.Join(errs...)
 }
 
-// removeIfIdle removes b unless it is pinned or was used since the oldest
-// hold began or within minAge (looked at again under the sweep lock, so that no writer
-// settles on it meanwhile).
-func (s *Store) removeIfIdle(b Blob, minAge time.Duration) (bool, error) {
+// removeIfIdle removes b unless it is pinned, leased (for leaseTTL), or was
+// used since the oldest hold began or within minAge, all looked at again
+// under the sweep lock, so that no Pin, Keep or writer settles on it
+// meanwhile.
+func (s *Store) removeIfIdle(b Blob, minAge, leaseTTL time.Duration) (bool, error) {
 	s.refs.sweep.Lock()
 	defer s.refs.sweep.Unlock()
-	if s.Pinned(b.Digest) {
+	hook("locked", b.Digest)
+	if s.Pinned(b.Digest) || s.leased(b.Digest, leaseTTL) {
 		return false, nil
 	}
 	p, err := s.Path(b.Digest)
@@ -332,6 +363,7 @@ func (s *Store) removeIfIdle(b Blob, minAge time.Duration) (bool, error) {
 	if !st.ModTime().Before(cutoff) {
 		return false, nil
 	}
+	hook("checked", b.Digest)
 	if err := s.remove(b.Digest); err != nil {
 		return false, err
 	}

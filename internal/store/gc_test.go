@@ -125,3 +125,91 @@ func TestSweepSparesBlobsUsedWithinMinAge(t *testing.T) {
 		t.Error("a blob used within MinAge was removed")
 	}
 }
+
+// raceHook runs f at one stage of a sweep or writer (see sweepHook) and
+// uninstalls it when the test ends.
+func raceHook(t *testing.T, f func(stage, d string)) {
+	t.Helper()
+	sweepHook = f
+	t.Cleanup(func() { sweepHook = nil })
+}
+
+// oldOrphan stores content as a blob nothing names, last used long ago.
+func oldOrphan(t *testing.T, s *Store, content string) string {
+	t.Helper()
+	d := put(t, s, content)
+	p, _ := s.Path(d)
+	old := time.Now().Add(-2 * time.Hour)
+	if err := os.Chtimes(p, old, old); err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+// A submit pins a blob and finds it while a sweep, which has just found it
+// idle, is about to remove it: Pin waits for the removal, and then does not
+// find it, or the blob stays. "A blob found after Pin stays."
+func TestPinDuringSweepKeepsWhatItFinds(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		claim func(s *Store, d string) (found bool)
+	}{
+		{"Pin then Has", func(s *Store, d string) bool { s.Pin(d); return s.Has(d) }},
+		{"Keep (an upload already there)", func(s *Store, d string) bool { return s.Keep(d) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s, err := Open(t.TempDir())
+			if err != nil {
+				t.Fatal(err)
+			}
+			d := oldOrphan(t, s, "an input "+tc.name)
+			found := make(chan bool, 1)
+			waiting := make(chan struct{}, 1)
+			raceHook(t, func(stage, hd string) {
+				switch stage {
+				case "waiting":
+					// The claim waits for the sweep lock.
+					waiting <- struct{}{}
+				case "checked":
+					// The sweep found d idle and holds the sweep lock:
+					// the claim runs now, and either completes or waits.
+					go func() { found <- tc.claim(s, d) }()
+					select {
+					case f := <-found:
+						found <- f
+					case <-waiting:
+					}
+				}
+			})
+			if _, err := s.Sweep(SweepPolicy{Referenced: func(string) bool { return false }, LeaseTTL: time.Hour}); err != nil {
+				t.Fatal(err)
+			}
+			if <-found && !s.Has(d) {
+				t.Errorf("the claim found blob %s during the sweep, and the sweep removed it", d)
+			}
+		})
+	}
+}
+
+// An upload of a blob leased after the sweep looked at its lease: the
+// sweep looks again under its lock and spares it.
+func TestLeaseDuringSweepSparesTheBlob(t *testing.T) {
+	s, err := Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := oldOrphan(t, s, "an upload")
+	raceHook(t, func(stage, hd string) {
+		if stage == "locked" {
+			if err := s.Lease(d); err != nil {
+				t.Error(err)
+			}
+		}
+	})
+	if _, err := s.Sweep(SweepPolicy{Referenced: func(string) bool { return false }, LeaseTTL: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	if !s.Has(d) {
+		t.Errorf("blob %s, leased before the sweep removed it, is gone", d)
+	}
+}
