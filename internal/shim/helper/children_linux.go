@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"unicode/utf8"
 
@@ -148,6 +149,13 @@ type collector struct {
 // collectMain runs as the candidate user after every candidate process is
 // dead and streams the output directories' regular files as frames.
 func collectMain() int {
+	if v := os.Getenv("SANDBOXD_SHIM_KILL_SESSION"); v != "" {
+		sid, err := strconv.Atoi(v)
+		if err != nil || sid <= 1 {
+			return 2
+		}
+		return killSession(sid)
+	}
 	if os.Getenv("SANDBOXD_SHIM_KILL") == "1" {
 		for range 3 {
 			unix.Kill(-1, unix.SIGKILL)

@@ -1,12 +1,15 @@
 package helper
 
 import (
+	"bytes"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -44,6 +47,15 @@ const maxExecInFlight = 64
 // and its report: the program cannot write what the grader's uid owns,
 // open the grader's descriptors or signal it. Anyone in the sandbox may
 // use the service; it only ever starts code-uid processes.
+//
+// Each program runs in a session of its own, and its session ends with
+// its client: when the client's connection closes (it exited, or a
+// grader's `timeout` killed it), the service kills every process of the
+// program's session, so a hung program cannot hold the client's pipes open
+// until the job's wall time; and when the program exits, what it left
+// running in its session is killed too. A process that starts a session of
+// its own escapes this; the kill of the code uid at the job's end does not
+// spare it.
 type execService struct {
 	cfg  *shim.Config
 	ln   *net.UnixListener
@@ -168,9 +180,89 @@ func (s *execService) serve(c *net.UnixConn) {
 	for _, f := range files {
 		f.Close() // the program holds them now
 	}
+	pid := cmd.Process.Pid // its session's id (Setsid)
+	gone, exited := make(chan struct{}), make(chan struct{})
+	go func() {
+		io.Copy(io.Discard, c) // the client sends nothing more: this ends when it goes
+		close(gone)
+	}()
+	go func() {
+		waitExited(pid)
+		close(exited)
+	}()
+	select {
+	case <-gone:
+		s.endSession(pid)
+		<-exited
+	case <-exited:
+	}
+	// Not reaped until cmd.Wait: the session's id is not reused meanwhile.
+	s.endSession(pid)
 	werr := cmd.Wait()
 	code, _ := exitStatus(cmd.ProcessState, werr)
 	reply(ExecReply{ExitCode: code})
+}
+
+// waitExited waits until process pid has exited, without reaping it.
+func waitExited(pid int) {
+	var info unix.Siginfo
+	for {
+		if err := unix.Waitid(unix.P_PID, pid, &info, unix.WEXITED|unix.WNOWAIT, nil); err != unix.EINTR {
+			return
+		}
+	}
+}
+
+// endSession kills every live process of session sid, through a child of
+// the code uid (the helper holds no CAP_KILL), if there is one.
+func (s *execService) endSession(sid int) {
+	if !sessionAlive(sid, os.Getpid()) {
+		return
+	}
+	k := exec.Command(self(), "collect", "--kill-session")
+	k.Env = []string{"SANDBOXD_SHIM_KILL_SESSION=" + strconv.Itoa(sid)}
+	k.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(s.cfg.CodeUID), Gid: uint32(s.cfg.CodeGID), Groups: []uint32{}}}
+	k.Run()
+}
+
+// killSession is the kill child of endSession: it kills session sid's
+// processes until none is left (a fork races the scan) or it gave up.
+func killSession(sid int) int {
+	for range 100 {
+		unix.Kill(-sid, unix.SIGKILL) // its leader's process group
+		for _, pid := range sessionPIDs(sid, os.Getpid()) {
+			unix.Kill(pid, unix.SIGKILL)
+		}
+		if !sessionAlive(sid, os.Getpid()) {
+			return 0
+		}
+	}
+	return 1
+}
+
+func sessionAlive(sid, except int) bool { return len(sessionPIDs(sid, except)) > 0 }
+
+// sessionPIDs lists the live (non-zombie) processes of session sid but
+// except.
+func sessionPIDs(sid, except int) []int {
+	ents, _ := os.ReadDir("/proc")
+	var pids []int
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid == except {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid pgrp session ...; comm may hold anything.
+		f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
+		if len(f) > 3 && f[0] != "Z" && f[0] != "X" && f[3] == strconv.Itoa(sid) {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
 }
 
 func receiveFDs(oob []byte) ([]*os.File, error) {
