@@ -14,8 +14,8 @@ import (
 // against the last element of every path ("conftest.py" refuses a
 // conftest.py in any directory, "*.pth" every .pth file); a pattern with a
 // slash is matched against the whole relative path ("tests/*.py"). Both
-// files and directories are matched, so refusing a directory's name
-// refuses everything below it too. The rules are applied when a workspace
+// files and directories are matched, and a path under a refused directory
+// is refused too (see RefusedBy). The rules are applied when a workspace
 // is ingested for the bundle, to the workspace an evaluation is given, and
 // to the export a candidate job leaves; the first path refused is named
 // in the error (ErrRefusedPath).
@@ -57,16 +57,23 @@ func (r *WorkspaceRules) validate() error {
 }
 
 // RefusedBy returns the first pattern of refuse that refuses name (a clean
-// relative path), or "".
+// relative path), or "". A pattern refuses name if it matches name or one
+// of its directories: a pattern without a slash is matched against each
+// element of name, one with a slash against name and each of its parent
+// paths. So a refused name refuses everything under it, whether or not the
+// directory itself is an entry of the workspace.
 func RefusedBy(refuse []string, name string) string {
-	base := path.Base(name)
+	elems := strings.Split(name, "/")
 	for _, p := range refuse {
-		subject := name
-		if !strings.Contains(p, "/") {
-			subject = base
-		}
-		if ok, _ := path.Match(p, subject); ok {
-			return p
+		slash := strings.Contains(p, "/")
+		for i := range elems {
+			subject := elems[i]
+			if slash {
+				subject = strings.Join(elems[:i+1], "/")
+			}
+			if ok, _ := path.Match(p, subject); ok {
+				return p
+			}
 		}
 	}
 	return ""

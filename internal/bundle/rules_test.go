@@ -21,11 +21,46 @@ func TestRefusedBy(t *testing.T) {
 		{"vendor/x.py", "vendor/*.py"},
 		{"calc.py", ""},
 		{"conftest.py.txt", ""},
-		{"vendor/sub/x.py", ""}, // a slash pattern matches the whole path only
+		{"vendor/sub/x.py", ""}, // a slash pattern matches a whole path (or a directory's) only
 		{"my_conftest.py", ""},
+		// A refused name refuses everything under it, whether or not the
+		// workspace lists the directory itself.
+		{"pkg/__pycache__/notes.txt", "__pycache__"},
+		{"conftest.py/x", "conftest.py"},
+		{"vendor/x.py/inner.txt", "vendor/*.py"},
 	} {
 		if got := RefusedBy(pythonRules, c.name); got != c.want {
 			t.Errorf("%s: got pattern %q, want %q", c.name, got, c.want)
+		}
+	}
+}
+
+// The Python examples refuse the interpreter's start-up hooks in every form
+// the interpreter imports them: a module, a package directory, an extension
+// module; and every extension module and .pth file.
+func TestExamplePythonBundlesRefuseInterpreterHooks(t *testing.T) {
+	for _, ex := range []string{"python", "python-bridge"} {
+		tmpl, err := os.ReadFile(filepath.Join("..", "..", "examples", ex, "bundle.json.in"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, err := DecodeManifest(bytes.ReplaceAll(tmpl, []byte("@PYTHON_IMAGE@"), []byte("sha256:"+strings.Repeat("a", 64))))
+		if err != nil {
+			t.Fatalf("%s: %v", ex, err)
+		}
+		for _, name := range []string{
+			"sitecustomize.py", "sitecustomize/__init__.py", "sitecustomize.so", "sitecustomize.cpython-311-x86_64-linux-gnu.so",
+			"usercustomize.py", "usercustomize/__init__.py", "usercustomize.abi3.so", "lib/usercustomize.pyc",
+			"calc/_speedups.cpython-311-x86_64-linux-gnu.so", "evil.pth", "tests/conftest.py", "conftest/__init__.py",
+		} {
+			if RefusedBy(m.Refused(), name) == "" {
+				t.Errorf("%s: %s is not refused", ex, name)
+			}
+		}
+		for _, name := range []string{"calc.py", "calc/__init__.py", "README.md", "site.txt"} {
+			if p := RefusedBy(m.Refused(), name); p != "" {
+				t.Errorf("%s: %s is refused (pattern %q)", ex, name, p)
+			}
 		}
 	}
 }
