@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -52,7 +51,7 @@ type verified struct {
 	notes []string
 	// testResult is set for a signed in-toto test-result statement (the
 	// supervisor's verdict), which binds a workspace, not a job.
-	testResult *testResultStatement
+	testResult *sandbox.TestResult
 	// assessment is set for a signed assessment, which binds two jobs.
 	assessment *sandbox.VerifiedAssessment
 }
@@ -66,62 +65,20 @@ func assessmentAbout(a sandbox.Assessment, job sandbox.Job) error {
 	return &sandbox.VerifyError{Check: sandbox.CheckJobBinding, Detail: fmt.Sprintf("assessment is about jobs %q and %q, not %q (%s)", a.CandidateJob, a.GraderJob, job.ID, job.Digest)}
 }
 
-type testResultStatement struct {
-	Type          string            `json:"_type"`
-	PredicateType string            `json:"predicateType"`
-	Subject       []sandbox.Subject `json:"subject"`
-	Predicate     struct {
-		Result        string            `json:"result"`
-		Configuration []sandbox.Subject `json:"configuration"`
-		PassedTests   []string          `json:"passedTests"`
-		FailedTests   []string          `json:"failedTests"`
-	} `json:"predicate"`
-	keyIDs []string
-}
-
-// subject returns the statement's one subject's name and digest.
-func (st *testResultStatement) subject() (name, digest string) {
-	return st.Subject[0].Name, descriptorDigest(st.Subject[0].Digest)
-}
-
-// bundle returns the digest of the statement's configuration "bundle", or
-// "" unless there is exactly one.
-func (st *testResultStatement) bundle() string {
-	var d []string
-	for _, c := range st.Predicate.Configuration {
-		if c.Name == "bundle" {
-			d = append(d, descriptorDigest(c.Digest))
-		}
-	}
-	if len(d) != 1 {
-		return ""
-	}
-	return d[0]
-}
-
-// descriptorDigest turns in-toto's {"sha256": "<hex>"} into "sha256:<hex>",
-// or "" unless it is exactly one valid sha256 digest.
-func descriptorDigest(m map[string]string) string {
-	if d := "sha256:" + m["sha256"]; len(m) == 1 && sandbox.ValidDigest(d) {
-		return d
-	}
-	return ""
-}
-
 // testResultAbout checks a test-result against the bundle, workspace and
 // job given: its configuration's bundle against --bundle, its subject (a
 // workspace, else the candidate job) against --workspace or --job.
-func testResultAbout(st *testResultStatement, o verifyOptions, job *sandbox.Job) (notes []string, err error) {
+func testResultAbout(st *sandbox.TestResult, o verifyOptions, job *sandbox.Job) (notes []string, err error) {
 	if o.bundle != "" {
-		if got := st.bundle(); got != o.bundle {
+		if got := st.Bundle(); got != o.bundle {
 			return nil, fmt.Errorf("bundle_binding: the test-result is about bundle %s, --bundle is %s", orNone(got), o.bundle)
 		}
 	}
-	name, digest := st.subject()
+	name, digest := st.Subject()
 	switch {
-	case len(st.Subject) != 1:
+	case len(st.Subjects) != 1:
 		if o.workspace != "" || job != nil {
-			return nil, fmt.Errorf("subject: the test-result names %d subjects, not one candidate", len(st.Subject))
+			return nil, fmt.Errorf("subject: the test-result names %d subjects, not one candidate", len(st.Subjects))
 		}
 	case name == "candidate-workspace" && o.workspace != "":
 		if digest != o.workspace {
@@ -169,29 +126,6 @@ func orNone(digest string) string {
 		return "(none)"
 	}
 	return digest
-}
-
-// verifyTestResult checks a test-result statement's signature and shape.
-func verifyTestResult(keys sandbox.KeySet, envelope []byte) (*testResultStatement, error) {
-	ve, err := sandbox.VerifyEnvelope(keys, envelope)
-	if err != nil {
-		return nil, err
-	}
-	var st testResultStatement
-	if ve.PayloadType != sandbox.InTotoPayloadType {
-		return nil, fmt.Errorf("payload type %q is not in-toto", ve.PayloadType)
-	}
-	if err := json.Unmarshal(ve.Payload, &st); err != nil {
-		return nil, fmt.Errorf("statement: %w", err)
-	}
-	if st.Type != sandbox.StatementType || st.PredicateType != sandbox.PredicateTestResult || len(st.Subject) == 0 {
-		return nil, fmt.Errorf("not an in-toto test-result statement")
-	}
-	if st.Predicate.Result != sandbox.TestResultPassed && st.Predicate.Result != sandbox.TestResultFailed {
-		return nil, fmt.Errorf("test-result %q is neither PASSED nor FAILED", st.Predicate.Result)
-	}
-	st.keyIDs = ve.KeyIDs
-	return &st, nil
 }
 
 // cmdVerify checks receipts and results offline against pinned keys. It
@@ -287,9 +221,9 @@ func cmdVerify(_ context.Context, args []string, stdout, stderr io.Writer) int {
 					}
 				} else if !errors.Is(err, sandbox.ErrPredicateType) {
 					v.err = err
-				} else if tr, err := verifyTestResult(keys, v.bytes); err == nil {
-					v.testResult = tr
-					v.notes, v.err = testResultAbout(tr, o, job)
+				} else if tr, err := sandbox.VerifyTestResult(keys, v.bytes); err == nil {
+					v.testResult = &tr
+					v.notes, v.err = testResultAbout(&tr, o, job)
 				}
 			}
 			continue
@@ -310,9 +244,9 @@ func cmdVerify(_ context.Context, args []string, stdout, stderr io.Writer) int {
 	for _, v := range envs {
 		if v.err == nil && v.testResult != nil {
 			testResults++
-			if got := v.testResult.Predicate.Result; o.expect != "" && !strings.EqualFold(got, o.expect) {
+			if got := v.testResult.Result; o.expect != "" && !strings.EqualFold(got, o.expect) {
 				v.err = fmt.Errorf("verdict: the signed verdict is %s, --expect %s (signature verified; %d passed, %d failed)",
-					got, o.expect, len(v.testResult.Predicate.PassedTests), len(v.testResult.Predicate.FailedTests))
+					got, o.expect, len(v.testResult.PassedTests), len(v.testResult.FailedTests))
 			}
 		}
 		// A signed assessment carries a verdict too, inconclusive ones
@@ -340,7 +274,7 @@ func cmdVerify(_ context.Context, args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stdout, "%s: FAILED: %s\n", v.path, describeFailure(v.err))
 			code = exitFailed
 		case v.testResult != nil:
-			fmt.Fprintf(stdout, "%s: verdict %s: %s\n", v.path, v.testResult.Predicate.Result, describe(v))
+			fmt.Fprintf(stdout, "%s: verdict %s: %s\n", v.path, v.testResult.Result, describe(v))
 		default:
 			fmt.Fprintf(stdout, "%s: ok: %s\n", v.path, describe(v))
 		}
@@ -398,9 +332,9 @@ func describe(v *verified) string {
 		return b.String()
 	}
 	if tr := v.testResult; tr != nil {
-		name, digest := tr.subject()
+		name, digest := tr.Subject()
 		fmt.Fprintf(&b, "test-result (%d passed, %d failed) for %s %s under bundle %s; signed by %s",
-			len(tr.Predicate.PassedTests), len(tr.Predicate.FailedTests), name, orNone(digest), orNone(tr.bundle()), strings.Join(tr.keyIDs, ", "))
+			len(tr.PassedTests), len(tr.FailedTests), name, orNone(digest), orNone(tr.Bundle()), strings.Join(tr.KeyIDs, ", "))
 		for _, n := range v.notes {
 			b.WriteString("; " + n)
 		}

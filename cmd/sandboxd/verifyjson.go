@@ -37,7 +37,7 @@ func verifyReport(envs []*verified, noTestResult bool) verifyJSON {
 			a := v.assessment.Assessment
 			e.Kind, e.JobID, e.Verdict, e.KeyIDs = "assessment", a.GraderJob, string(a.Verdict), v.assessment.KeyIDs
 		case v.testResult != nil:
-			e.Kind, e.Result, e.KeyIDs = "test-result", v.testResult.Predicate.Result, v.testResult.keyIDs
+			e.Kind, e.Result, e.KeyIDs = "test-result", v.testResult.Result, v.testResult.KeyIDs
 		case v.att.Receipt != nil:
 			e.Kind, e.JobID, e.KeyIDs = "receipt", v.att.Receipt.Job.ID, v.att.KeyIDs
 		case v.att.Completion != nil:
