@@ -9,4 +9,8 @@
 // caller's claim; a claimed digest is checked and a mismatch leaves nothing
 // behind. Content the store already holds is compared with the stored copy,
 // which is kept only if it holds exactly those bytes.
+//
+// A store is used by one process, or shared (Share) by processes that run
+// side by side on one directory: then a sweep of one never removes what
+// another claims or has used since it began.
 package store

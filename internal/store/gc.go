@@ -132,8 +132,9 @@ type refs struct {
 	holds  map[int]time.Time
 	next   int
 	// sweep is held for writing while a blob is removed, and for reading
-	// while a writer settles on a copy already in place.
-	sweep sync.RWMutex
+	// while a writer settles on a copy already in place (and, in a shared
+	// store, across processes: share.go).
+	sweep sweepLock
 }
 
 // sweepHook, if set (by tests), runs at each stage of a sweep's removal of
@@ -283,12 +284,15 @@ func (s *Store) Sweep(p SweepPolicy) (SweepReport, error) {
 	var rep SweepReport
 	var errs []error
 	var kept []Blob
+	// A process that began sharing the store after this touches what it
+	// finds after this, under the sweep lock: MinAge spares it.
+	users := s.usersCutoff()
 	for _, b := range blobs {
 		if p.Referenced(b.Digest) || s.leased(b.Digest, p.LeaseTTL) {
 			kept = append(kept, b)
 			continue
 		}
-		switch gone, err := s.removeIfIdle(b, p.MinAge, p.LeaseTTL); {
+		switch gone, err := s.removeIfIdle(b, p.MinAge, p.LeaseTTL, users); {
 		case err != nil:
 			errs = append(errs, err)
 			kept = append(kept, b)
@@ -311,7 +315,7 @@ func (s *Store) Sweep(p SweepPolicy) (SweepReport, error) {
 				rest = append(rest, b)
 				continue
 			}
-			switch gone, err := s.removeIfIdle(b, p.MinAge, p.LeaseTTL); {
+			switch gone, err := s.removeIfIdle(b, p.MinAge, p.LeaseTTL, users); {
 			case err != nil:
 				errs = append(errs, err)
 				rest = append(rest, b)
@@ -335,11 +339,13 @@ func (s *Store) Sweep(p SweepPolicy) (SweepReport, error) {
 }
 
 // removeIfIdle removes b unless it is pinned, leased (for leaseTTL), or was
-// used since the oldest hold began or within minAge, all looked at again
-// under the sweep lock, so that no Pin, Keep or writer settles on it
-// meanwhile.
-func (s *Store) removeIfIdle(b Blob, minAge, leaseTTL time.Duration) (bool, error) {
-	s.refs.sweep.Lock()
+// used since the oldest hold began, since users (when the oldest process
+// sharing the store began) or within minAge, all looked at again under the
+// sweep lock, so that no Pin, Keep or writer settles on it meanwhile.
+func (s *Store) removeIfIdle(b Blob, minAge, leaseTTL time.Duration, users time.Time) (bool, error) {
+	if err := s.refs.sweep.Lock(); err != nil {
+		return false, err
+	}
 	defer s.refs.sweep.Unlock()
 	hook("locked", b.Digest)
 	if s.Pinned(b.Digest) || s.leased(b.Digest, leaseTTL) {
@@ -359,6 +365,9 @@ func (s *Store) removeIfIdle(b Blob, minAge, leaseTTL time.Duration) (bool, erro
 	cutoff := s.refs.cutoff()
 	if t := time.Now().Add(-minAge); t.Before(cutoff) {
 		cutoff = t
+	}
+	if users.Before(cutoff) {
+		cutoff = users
 	}
 	if !st.ModTime().Before(cutoff) {
 		return false, nil

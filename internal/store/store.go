@@ -48,6 +48,9 @@ type Store struct {
 	unnamed bool
 	// refs are the blobs jobs need now and the writes under way (gc.go).
 	refs refs
+	mu   sync.Mutex
+	// users is DIR/users once the store is shared (share.go).
+	users string
 }
 
 // Open returns the store rooted at dir, creating it (mode 0700) if needed.
