@@ -1,6 +1,7 @@
 package broker
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"io"
@@ -611,5 +612,68 @@ func TestCacheVolumeWithoutNonceIsRebuilt(t *testing.T) {
 		if v.Labels[LabelNonce] == "" {
 			t.Errorf("volume %s still has no nonce: it was used, not rebuilt", v.Name)
 		}
+	}
+}
+
+// putInput stores a canonical tar of files as a read-only input's blob.
+func putInput(t *testing.T, blobs *store.Store, files map[string]string) string {
+	t.Helper()
+	var entries []sandbox.TreeEntry
+	for name, content := range files {
+		entries = append(entries, sandbox.TreeEntry{Name: name, Size: int64(len(content)), Open: func() (io.ReadCloser, error) {
+			return io.NopCloser(strings.NewReader(content)), nil
+		}})
+	}
+	var buf bytes.Buffer
+	if _, err := sandbox.WriteTree(&buf, entries); err != nil {
+		t.Fatal(err)
+	}
+	d, err := blobs.PutBytes(buf.Bytes())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+func withInput(name, digest string) func(*sandbox.Job) {
+	return func(j *sandbox.Job) {
+		j.Inputs = append(j.Inputs, sandbox.Input{Name: name, Digest: digest, Path: sandbox.BundlePath})
+	}
+}
+
+// Another process of this broker name (a one-shot run on another state)
+// removes an idle input volume between this job's check of it and the
+// create of its container: the engine then creates the volume empty for
+// the container. The job stages its input again and runs, in a container
+// that was never the job's before (OnCreated sees only the last one).
+func TestVolumeRemovedBeforeMountIsStagedAgain(t *testing.T) {
+	b, eng := newFakeBroker(t, 0)
+	in := putInput(t, b.blobs, map[string]string{"tests/a": "a"})
+	vol := b.inputVolumeName(in)
+	removed := 0
+	eng.BeforeCreate = func(o client.ContainerCreateOptions) {
+		if o.Config.Labels[LabelRole] == roleJob && removed < 2 {
+			removed++
+			if _, err := eng.VolumeRemove(context.Background(), vol, client.VolumeRemoveOptions{}); err != nil {
+				t.Errorf("remove the idle volume: %v", err)
+			}
+		}
+	}
+	var created []string
+	res, err := b.RunWithHooks(context.Background(), fakeJob(t, "job-1", withInput("bundle", in)), Hooks{OnCreated: func(_ context.Context, id string) error {
+		created = append(created, id)
+		return nil
+	}})
+	if err != nil || res.Status != sandbox.StatusSucceeded {
+		t.Fatalf("got %s (%s), %v; want succeeded after staging again", res.Status, res.Cause, err)
+	}
+	if got := b.Stats().VolumesPopulated.Load(); got != 3 {
+		t.Errorf("populated the input %d times, want 3 (once, then after each removal)", got)
+	}
+	if len(created) != 1 {
+		t.Errorf("OnCreated saw containers %v, want only the one that ran", created)
+	}
+	if n := len(eng.Containers()); n != 0 {
+		t.Errorf("%d containers left", n)
 	}
 }

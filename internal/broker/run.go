@@ -67,19 +67,34 @@ func (r *run) cleanup() {
 
 func (r *run) execute(ctx context.Context) error {
 	b, j := r.b, r.job
-	// Staging: the read-only inputs' cache volumes, then the writable
-	// inputs streamed to the helper (writeStdin counts their bytes).
-	r.hooks.progress("staging", -1, -1)
-	writable, inputBytes, err := r.prepareInputs(ctx)
-	if err != nil {
-		return err
-	}
-	// The hard deadline covers staging and collection too; the helper
-	// enforces the wall time on the command itself.
-	hardDeadline := time.Now().Add(j.Limits.WallTime() + b.grace(j, inputBytes))
-	att, err := r.sandbox(ctx, hardDeadline)
-	if err != nil {
-		return err
+	var (
+		writable     []sandbox.Input
+		hardDeadline time.Time
+		att          client.HijackedResponse
+	)
+	for attempt := 1; ; attempt++ {
+		// Staging: the read-only inputs' cache volumes, then the writable
+		// inputs streamed to the helper (writeStdin counts their bytes).
+		r.hooks.progress("staging", -1, -1)
+		w, inputBytes, err := r.prepareInputs(ctx)
+		if err != nil {
+			return err
+		}
+		writable = w
+		// The hard deadline covers staging and collection too; the helper
+		// enforces the wall time on the command itself.
+		hardDeadline = time.Now().Add(j.Limits.WallTime() + b.grace(j, inputBytes))
+		att, err = r.sandbox(ctx, hardDeadline)
+		if err == nil {
+			break
+		}
+		// A volume checked for the job and removed before its container
+		// mounted it (the collection of another process of this broker)
+		// is staged again, a few times at most.
+		if !errors.Is(err, errVolumeGone) || attempt == maxStageAttempts {
+			return err
+		}
+		r.log.Warn("an input volume was removed before the job's container mounted it; staging again", "error", err)
 	}
 	defer att.Close()
 	// The deadline is enforced from outside: kill the container.
@@ -133,6 +148,10 @@ func (r *run) execute(ctx context.Context) error {
 	r.decide(ctx, col, state.OOMKilled, hardKilled, werr, streamErr, helperErr.String())
 	return nil
 }
+
+// maxStageAttempts bounds how often a job stages its inputs again because
+// a volume was removed before its container mounted it.
+const maxStageAttempts = 3
 
 // grace is how long past its wall time a job's container may live: the
 // time to stage its inputs and collect its outputs, at 50 MiB/s.
@@ -250,8 +269,19 @@ func (r *run) startCold(ctx context.Context, spec client.ContainerCreateOptions)
 		b.removeContainer(spec.Name)
 		return none, fmt.Errorf("create container: %w", err)
 	}
-	r.containerID = created.ID
 	b.stats.ContainersCreated.Add(1)
+	// The cache volumes the container mounts must still be the ones that
+	// were checked (one removed meanwhile would have been created empty).
+	// From here on they stay: the engine refuses to remove a volume a
+	// container mounts. Checked before OnCreated: a container removed
+	// here was never the job's, and the job is bound to one container.
+	for _, m := range spec.HostConfig.Mounts {
+		if err := b.volumes.stillChecked(ctx, m.Source); err != nil {
+			b.removeContainer(created.ID)
+			return none, err
+		}
+	}
+	r.containerID = created.ID
 	r.log = r.log.With("container_id", created.ID)
 	if r.hooks.OnCreated != nil {
 		if err := r.hooks.OnCreated(ctx, created.ID); err != nil {
@@ -270,13 +300,6 @@ func (r *run) startCold(ctx context.Context, spec client.ContainerCreateOptions)
 		return none, err
 	}
 	r.res.Security = sec
-	// The cache volumes the container mounts must still be the ones that
-	// were checked (one removed meanwhile would have been created empty).
-	for _, m := range spec.HostConfig.Mounts {
-		if err := b.volumes.stillChecked(ctx, m.Source); err != nil {
-			return none, err
-		}
-	}
 
 	att, err := b.eng.ContainerAttach(ctx, created.ID, client.ContainerAttachOptions{Stream: true, Stdin: true, Stdout: true, Stderr: true})
 	if err != nil {

@@ -335,6 +335,11 @@ func (c *volumeCache) remember(name, record string) {
 	}
 }
 
+// errVolumeGone marks a checked volume that was removed before a container
+// mounted it (another process's collection may remove an idle volume at
+// any time): the job's inputs are staged again.
+var errVolumeGone = errors.New("removed after it was checked")
+
 // stillChecked reports an error unless the volume is the one that was
 // checked: the engine creates an empty volume for a named mount whose
 // volume was removed, and that one carries no nonce of ours.
@@ -344,11 +349,17 @@ func (c *volumeCache) stillChecked(ctx context.Context, name string) error {
 	c.mu.Unlock()
 	nonce, _, _ := strings.Cut(rec, " ")
 	v, err := c.b.eng.VolumeInspect(ctx, name, client.VolumeInspectOptions{})
+	if isNotFound(err) && nonce != "" {
+		return fmt.Errorf("volume %s: %w", name, errVolumeGone)
+	}
 	if err != nil {
 		return fmt.Errorf("volume %s: %w", name, err)
 	}
-	if nonce == "" || v.Volume.Labels[LabelNonce] != nonce {
-		return fmt.Errorf("volume %s: %w: it is not the volume that was checked", name, ErrCacheCheck)
+	if nonce == "" {
+		return fmt.Errorf("volume %s: %w: it was never checked", name, ErrCacheCheck)
+	}
+	if v.Volume.Labels[LabelNonce] != nonce {
+		return fmt.Errorf("volume %s: %w: it is not the volume that was checked (%w)", name, ErrCacheCheck, errVolumeGone)
 	}
 	return nil
 }

@@ -45,6 +45,10 @@ type Engine struct {
 	// Inspect, when set, changes what ContainerInspect reports of a
 	// container: an engine that did not apply what it was asked.
 	Inspect func(*container.InspectResponse)
+	// BeforeCreate, when set, runs at the start of each ContainerCreate,
+	// outside the engine's lock: what another process does on the engine
+	// just before a container is created.
+	BeforeCreate func(client.ContainerCreateOptions)
 }
 
 // Container is one container.
@@ -182,6 +186,9 @@ func (e *Engine) ServerVersion(context.Context, client.ServerVersionOptions) (cl
 }
 
 func (e *Engine) ContainerCreate(ctx context.Context, o client.ContainerCreateOptions) (client.ContainerCreateResult, error) {
+	if e.BeforeCreate != nil {
+		e.BeforeCreate(o)
+	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.record("ContainerCreate", o.Name)
@@ -554,6 +561,8 @@ func (e *Engine) VolumeInspect(ctx context.Context, name string, _ client.Volume
 	return client.VolumeInspectResult{Volume: v.api()}, nil
 }
 
+// VolumeRemove removes a volume no container mounts; as on the engine,
+// force does not remove one in use.
 func (e *Engine) VolumeRemove(ctx context.Context, name string, _ client.VolumeRemoveOptions) (client.VolumeRemoveResult, error) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
@@ -561,8 +570,24 @@ func (e *Engine) VolumeRemove(ctx context.Context, name string, _ client.VolumeR
 	if _, ok := e.volumes[name]; !ok {
 		return client.VolumeRemoveResult{}, notFound("volume", name)
 	}
+	for _, c := range e.containers {
+		for _, m := range c.HostConfig.Mounts {
+			if m.Type == mount.TypeVolume && m.Source == name {
+				return client.VolumeRemoveResult{}, fmt.Errorf("remove %s: volume is in use - [%s]: %w", name, c.ID, errdefs.ErrConflict)
+			}
+		}
+	}
 	delete(e.volumes, name)
 	return client.VolumeRemoveResult{}, nil
+}
+
+// SetVolumeCreated backdates a volume's creation.
+func (e *Engine) SetVolumeCreated(name string, t time.Time) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if v, ok := e.volumes[name]; ok {
+		v.created = t
+	}
 }
 
 func (e *Engine) VolumeList(ctx context.Context, o client.VolumeListOptions) (client.VolumeListResult, error) {
