@@ -21,6 +21,7 @@ import (
 	"github.com/containerd/errdefs"
 	"github.com/moby/moby/api/types/container"
 	"github.com/moby/moby/client"
+	"golang.org/x/sys/unix"
 )
 
 // Engine-owned labels on every container, beside the broker's.
@@ -69,6 +70,23 @@ func (e *Engine) ContainerCreate(ctx context.Context, opts client.ContainerCreat
 	view, err := e.imports.rootfsFor(ctx, img, targets, resolver)
 	if err != nil {
 		return client.ContainerCreateResult{}, err
+	}
+	// From its volumes' check to its record in containerd, no process
+	// removes a volume it mounts (VolumeRemove looks for users under the
+	// same lock, exclusive), as Docker keeps a reference per container.
+	unlock, err := e.lockVolumes(unix.LOCK_SH)
+	if err != nil {
+		return client.ContainerCreateResult{}, err
+	}
+	defer unlock()
+	for _, m := range opts.HostConfig.Mounts {
+		// A named volume that does not exist is created, empty and
+		// unlabelled, as Docker does.
+		if _, err := e.readVolume(m.Source); errdefs.IsNotFound(err) {
+			if _, err := e.VolumeCreate(ctx, client.VolumeCreateOptions{Name: m.Source}); err != nil {
+				return client.ContainerCreateResult{}, err
+			}
+		}
 	}
 	rt := opts.HostConfig.Runtime
 	if rt == "" {

@@ -16,6 +16,7 @@ import (
 	"github.com/containerd/errdefs"
 	"github.com/moby/moby/api/types/volume"
 	"github.com/moby/moby/client"
+	"golang.org/x/sys/unix"
 )
 
 // Volumes are directories the engine owns under StateDir/volumes, each
@@ -112,6 +113,13 @@ func (e *Engine) VolumeRemove(ctx context.Context, name string, opts client.Volu
 	if err != nil {
 		return client.VolumeRemoveResult{}, err
 	}
+	// Exclusive: no container that mounts it is being created, in this
+	// process or another, while its users are looked at and it goes.
+	unlock, err := e.lockVolumes(unix.LOCK_EX)
+	if err != nil {
+		return client.VolumeRemoveResult{}, err
+	}
+	defer unlock()
 	if _, err := e.readVolume(name); err != nil {
 		if errdefs.IsNotFound(err) && opts.Force {
 			return client.VolumeRemoveResult{}, nil
@@ -132,6 +140,27 @@ func (e *Engine) VolumeRemove(ctx context.Context, name string, opts client.Volu
 		return client.VolumeRemoveResult{}, fmt.Errorf("remove volume %s: %w", name, err)
 	}
 	return client.VolumeRemoveResult{}, os.RemoveAll(gone)
+}
+
+// lockVolumes takes the flock on StateDir/volumes.lock (shared or
+// exclusive, how) that keeps a volume's removal apart from the creation of
+// a container that mounts it, across every process on this state.
+func (e *Engine) lockVolumes(how int) (unlock func(), err error) {
+	f, err := os.OpenFile(filepath.Join(e.cfg.StateDir, "volumes.lock"), os.O_RDWR|os.O_CREATE|unix.O_CLOEXEC, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("volumes lock: %w", err)
+	}
+	for {
+		err = unix.Flock(int(f.Fd()), how)
+		if err != unix.EINTR {
+			break
+		}
+	}
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("volumes lock: %w", err)
+	}
+	return func() { f.Close() }, nil
 }
 
 // VolumeList lists volumes whose labels match the filters' "label" terms.
