@@ -42,6 +42,7 @@ func cmdExec(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.Var(&outputs, "output", "output directory to collect (repeatable)")
 	fs.Var(&env, "env", "KEY=VALUE for the command (repeatable)")
 	eo := addEngineFlags(fs)
+	cache := addCacheFlags(fs)
 	rt := fs.String("runtime", sandbox.RuntimeRunc, "runtime of the sandbox: runc or runsc (gVisor)")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: sandboxd exec --image ID|DIR [flags] -- COMMAND [ARG...]")
@@ -52,6 +53,10 @@ func cmdExec(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	if *img == "" || fs.NArg() == 0 {
 		fs.Usage()
+		return exitUsage
+	}
+	if err := cache.Validate(); err != nil {
+		fmt.Fprintln(stderr, "sandboxd exec: --volume-budget:", err)
 		return exitUsage
 	}
 	eng, err := broker.NewEngine()
@@ -103,11 +108,12 @@ func cmdExec(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "sandboxd exec:", err)
 		return exitBadInput
 	}
-	b, blobs, err := newBrokerAllowing(beng, *rt == sandbox.RuntimeRunsc)
+	b, blobs, leave, err := newBrokerAllowing(beng, *rt == sandbox.RuntimeRunsc)
 	if err != nil {
 		fmt.Fprintln(stderr, "sandboxd exec:", err)
 		return exitInfraError
 	}
+	defer collectCaches(ctx, b, leave, *cache, stderr, "sandboxd exec")
 	state, err := stateDir()
 	if err != nil {
 		fmt.Fprintln(stderr, "sandboxd exec:", err)
@@ -139,23 +145,26 @@ func cmdExec(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	return exitForStatus(res.Status)
 }
 
-func newBroker(eng broker.Engine) (*broker.Broker, *store.Store, error) {
-	return newBrokerAllowing(eng, false)
-}
-
-// newBrokerAllowing is newBroker, allowing runsc jobs or not.
-func newBrokerAllowing(eng broker.Engine, allowRunsc bool) (*broker.Broker, *store.Store, error) {
+// newBrokerAllowing returns a one-shot command's broker, allowing runsc
+// jobs or not, on the state directory's blob store, which the one-shot
+// processes running at once share (no state lock: several may run side by
+// side). leave ends this process's share of the store (see store.Share);
+// collectCaches calls it.
+func newBrokerAllowing(eng broker.Engine, allowRunsc bool) (b *broker.Broker, blobs *store.Store, leave func(), err error) {
 	shim, err := shimPath()
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	dir, err := stateDir()
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
-	blobs, err := store.Open(filepath.Join(dir, "blobs"))
+	blobs, err = store.Open(filepath.Join(dir, "blobs"))
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
+	}
+	if leave, err = blobs.Share(); err != nil {
+		return nil, nil, nil, err
 	}
 	cfg := broker.Default()
 	cfg.ShimPath = shim
@@ -171,6 +180,38 @@ func newBrokerAllowing(eng broker.Engine, allowRunsc bool) (*broker.Broker, *sto
 		// separate cache volumes.
 		cfg.Name, cfg.VolumePrefix = name, name
 	}
-	b, err := broker.New(eng, blobs, cfg)
-	return b, blobs, err
+	if b, err = broker.New(eng, blobs, cfg); err != nil {
+		leave()
+		return nil, nil, nil, err
+	}
+	return b, blobs, leave, nil
+}
+
+// addCacheFlags adds --volume-budget to a one-shot command.
+func addCacheFlags(fs *flag.FlagSet) *broker.CachePolicy {
+	p := broker.DefaultCachePolicy()
+	fs.Int64Var(&p.VolumeBudget, "volume-budget", p.VolumeBudget, "bytes of read-only input volumes of this broker name (every one-shot state's) kept when the command ends; beyond it the least recently used, not used in the last 10 minutes, are removed")
+	return &p
+}
+
+// collectCaches ends a one-shot command: this process stops sharing the
+// state's blob store, then the caches are collected (broker.CollectCaches:
+// the state's idle blobs, input volumes beyond the budget). It runs after
+// the command's result is printed and its exit code chosen, which it never
+// changes: a failure is only said on stderr.
+func collectCaches(ctx context.Context, b *broker.Broker, leave func(), p broker.CachePolicy, stderr io.Writer, cmd string) {
+	defer func() {
+		if r := recover(); r != nil {
+			fmt.Fprintf(stderr, "%s: collect caches: panic: %v (the result stands)\n", cmd, r)
+		}
+	}()
+	leave()
+	if ctx.Err() != nil {
+		return // cancelled: the next one-shot command collects
+	}
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	if _, err := b.CollectCaches(ctx, p); err != nil {
+		fmt.Fprintf(stderr, "%s: collect caches: %v (the result stands)\n", cmd, err)
+	}
 }

@@ -54,6 +54,7 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.Int64Var(&o.maxBytes, "workspace-max-bytes", bundle.DefaultLimits().MaxBytes, "ceiling on the workspace's file bytes")
 	fs.Int64Var(&o.maxFiles, "workspace-max-files", bundle.DefaultLimits().MaxFiles, "ceiling on the workspace's files and directories")
 	eo := addEngineFlags(fs)
+	cache := addCacheFlags(fs)
 	rt := fs.String("runtime", sandbox.RuntimeRunc, "runtime every job of the evaluation runs on: runc or runsc (gVisor)")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: sandboxd run --bundle DIR|LAYOUT --workspace DIR|TAR --key FILE|--ephemeral-key [--out DIR] [--json] [--junit FILE] [--quiet]")
@@ -70,6 +71,10 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if (o.key == "") == !o.ephemeralKey {
 		// Evidence signed by a key nobody can pin must be asked for.
 		fmt.Fprintln(stderr, "sandboxd run: give exactly one of --key FILE and --ephemeral-key")
+		return exitUsage
+	}
+	if err := cache.Validate(); err != nil {
+		fmt.Fprintln(stderr, "sandboxd run: --volume-budget:", err)
 		return exitUsage
 	}
 	bad := func(format string, a ...any) int {
@@ -105,11 +110,13 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return exitInfraError
 	}
 	defer closeEng.Close()
-	b, blobs, err := newBrokerAllowing(beng, runsc)
+	b, blobs, leave, err := newBrokerAllowing(beng, runsc)
 	if err != nil {
 		fmt.Fprintln(stderr, "sandboxd run:", err)
 		return exitInfraError
 	}
+	// Last, after the verdict is printed and the evidence written.
+	defer collectCaches(ctx, b, leave, *cache, stderr, "sandboxd run")
 	state, _ := stateDir()
 
 	step := progress.Start(rep, "checking bundle "+o.bundle)

@@ -57,11 +57,12 @@ func cmdSelfcheck(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		return exitInfraError
 	}
 	defer closeEng.Close()
-	b, blobs, err := newBrokerAllowing(beng, runsc)
+	b, blobs, leave, err := newBrokerAllowing(beng, runsc)
 	if err != nil {
 		fmt.Fprintln(stderr, "sandboxd selfcheck:", err)
 		return exitInfraError
 	}
+	defer leave()
 	state, err := stateDir()
 	if err != nil {
 		fmt.Fprintln(stderr, "sandboxd selfcheck:", err)
