@@ -14,24 +14,28 @@ import (
 	"github.com/sandboxd/sandboxd/sandbox"
 )
 
-// On containerd, a start that fails leaves nothing behind: runsc run
-// without --network=none refuses to start and its task stays CREATED
-// until its sandbox process dies; the job ends in error and the engine
-// holds no container, task or sandbox process of it.
+// On containerd, a start that fails leaves nothing behind: a runsc whose
+// start fails leaves its task CREATED, its sandbox process alive, until
+// that process dies (seen with Debian's runsc, which refused to start with
+// its network enabled); the job ends in error and the engine holds no
+// container, task or sandbox process of it. The runsc is the wrapper
+// scripts/setup writes (bin/sandboxd-runsc, the pinned gVisor), never one
+// from the PATH, made to fail its start command.
 func TestFailedStartLeavesNothing(t *testing.T) {
 	if env.Ctr == nil {
 		t.Skip("a containerd engine test (SANDBOXD_ENGINE=containerd)")
 	}
-	runsc, err := exec.LookPath("runsc")
-	if err != nil {
+	runsc := filepath.Join(env.Repo, "bin", "sandboxd-runsc")
+	if _, err := os.Stat(runsc); err != nil {
 		if os.Getenv("CI") == "true" {
-			t.Fatal("runsc is not installed (scripts/setup installs it) and CI=true")
+			t.Fatalf("no runsc wrapper (scripts/setup writes it) and CI=true: %v", err)
 		}
-		t.Skip("runsc is not installed")
+		t.Skip("no runsc wrapper (scripts/setup writes bin/sandboxd-runsc)")
 	}
 	t.Parallel()
-	wrapper := filepath.Join(t.TempDir(), "runsc-with-network")
-	if err := os.WriteFile(wrapper, []byte("#!/bin/sh\nexec "+runsc+" \"$@\"\n"), 0o755); err != nil {
+	wrapper := filepath.Join(t.TempDir(), "runsc-start-fails")
+	script := "#!/bin/sh\nfor a do [ \"$a\" = start ] && { echo 'start refused by the test' >&2; exit 1; }; done\nexec " + runsc + " \"$@\"\n"
+	if err := os.WriteFile(wrapper, []byte(script), 0o755); err != nil {
 		t.Fatal(err)
 	}
 	eng := env.ContainerdWithRunsc(t, wrapper)
