@@ -41,7 +41,7 @@ func selfcheckOptions(t *testing.T, state string) selfcheck.Options {
 	return selfcheck.Options{
 		Broker: env.Broker, Blobs: env.Blobs, Engine: env.Eng, Image: env.Minimal,
 		Probe: probeBinary(t), CandidateUID: env.Cfg.CandidateUID, CandidateGID: env.Cfg.CandidateGID,
-		StateDir: state,
+		StateDir: state, Runtime: env.Runtime,
 	}
 }
 

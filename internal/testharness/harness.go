@@ -54,6 +54,9 @@ type Env struct {
 	Repo       string // repository root
 	Tmp        string // removed at the end
 	BrokerName string
+	// Runtime is the runtime the suites' jobs ask for: runc, or runsc when
+	// SANDBOXD_IT_RUNTIME=runsc (on containerd, through $SANDBOXD_RUNSC).
+	Runtime string
 }
 
 // Main runs the tests of a package that needs the engine and returns the
@@ -115,6 +118,9 @@ func setup(ctx context.Context) (*Env, error) {
 	if err := e.connectContainerd(ctx); err != nil {
 		return nil, err
 	}
+	if e.Runtime, err = itRuntime(e.Ctr != nil); err != nil {
+		return nil, err
+	}
 	e.Shim = filepath.Join(e.Tmp, "sandboxd-shim")
 	if err := GoBuild(e.Repo, "./cmd/sandboxd-shim", e.Shim); err != nil {
 		return nil, err
@@ -136,6 +142,9 @@ func setup(ctx context.Context) (*Env, error) {
 	e.Cfg.Name = e.BrokerName
 	e.Cfg.VolumePrefix = e.BrokerName
 	e.Cfg.ShimPath = e.Shim
+	if e.Runtime == sandbox.RuntimeRunsc {
+		e.Cfg.AllowRunsc = true
+	}
 	// SANDBOXD_IT_POOL=N runs the suite's jobs on a broker that keeps N
 	// sandboxes ready per shape (scripts/test runs the hostile suite so):
 	// every attack then also meets pooled sandboxes. Brokers a test makes
@@ -227,7 +236,7 @@ func (e *Env) NewJob(t testing.TB, argv []string, mod func(*sandbox.Job)) sandbo
 	j := sandbox.Job{
 		Schema: sandbox.JobSchema, ID: "it-" + randHex(4), Image: e.Minimal,
 		Argv: argv, Env: map[string]string{}, WorkDir: sandbox.WorkPath, Outputs: []string{"/work/out"},
-		Limits: l, Network: sandbox.NetworkNone, Runtime: sandbox.RuntimeRunc,
+		Limits: l, Network: sandbox.NetworkNone, Runtime: e.Runtime,
 	}
 	if mod != nil {
 		mod(&j)
@@ -369,6 +378,25 @@ func (e *Env) connectContainerd(ctx context.Context) error {
 	e.Eng, e.Ctr, e.EngineName = ctr, ctr, "containerd"
 	fmt.Fprintf(os.Stderr, "harness: engine containerd at %s, namespace %s\n", ctr.Address(), ctr.Namespace())
 	return nil
+}
+
+// itRuntime is the runtime SANDBOXD_IT_RUNTIME names ("" is runc). runsc
+// is run on containerd only, where $SANDBOXD_RUNSC names its wrapper
+// (scripts/setup writes bin/sandboxd-runsc): a suite asked to run on runsc
+// fails rather than run on runc.
+func itRuntime(containerd bool) (string, error) {
+	switch rt := os.Getenv("SANDBOXD_IT_RUNTIME"); rt {
+	case "", sandbox.RuntimeRunc:
+		return sandbox.RuntimeRunc, nil
+	case sandbox.RuntimeRunsc:
+		if !containerd || os.Getenv("SANDBOXD_RUNSC") == "" {
+			return "", errors.New("SANDBOXD_IT_RUNTIME=runsc needs SANDBOXD_ENGINE=containerd and SANDBOXD_RUNSC (the wrapper scripts/setup writes at bin/sandboxd-runsc)")
+		}
+		fmt.Fprintf(os.Stderr, "harness: jobs run on runsc (%s)\n", os.Getenv("SANDBOXD_RUNSC"))
+		return rt, nil
+	default:
+		return "", fmt.Errorf("SANDBOXD_IT_RUNTIME=%q is not runc or runsc", rt)
+	}
 }
 
 // Events follows the engine's container events from now on (Docker also
