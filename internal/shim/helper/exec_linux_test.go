@@ -27,6 +27,9 @@ func TestMain(m *testing.M) {
 	if len(os.Args) > 1 && os.Args[1] == "collect" {
 		os.Exit(Main(os.Args))
 	}
+	if len(os.Args) > 1 && os.Args[1] == "clone3-after-filter" {
+		os.Exit(clone3AfterFilter())
+	}
 	if os.Getuid() == 0 && os.Getenv("SANDBOXD_HELPER_TEST_COPY") == "" {
 		if err := reexecFromCopy(); err != nil {
 			fmt.Fprintln(os.Stderr, "helper test:", err)

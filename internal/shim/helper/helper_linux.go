@@ -107,6 +107,12 @@ func parentMain() int {
 	if err := o.frame(shim.FrameHello, []byte(shim.Hello+nonce)); err != nil {
 		return 1
 	}
+	// Before anything runs the candidate's code (fail closed: no filter,
+	// no job).
+	if err := denyClone3(); err != nil {
+		o.frame(shim.FrameError, []byte(err.Error()))
+		return 1
+	}
 	st, err := runJob(o)
 	if err != nil {
 		o.frame(shim.FrameError, []byte(err.Error()))
