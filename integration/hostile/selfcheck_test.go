@@ -23,6 +23,7 @@ import (
 	"github.com/sandboxd/sandboxd/internal/broker"
 	"github.com/sandboxd/sandboxd/internal/selfcheck"
 	"github.com/sandboxd/sandboxd/internal/selfcheck/probe"
+	"github.com/sandboxd/sandboxd/sandbox"
 )
 
 var update = flag.Bool("update", false, "rewrite internal/selfcheck/testdata from this engine")
@@ -81,7 +82,11 @@ func TestSelfcheckPassesAndCaches(t *testing.T) {
 		t.Fatalf("changed probe: cached %v err %v, want a fresh pass", third != nil && third.Cached, err)
 	}
 	if *update {
-		writeFixture(t, "sandbox.json", r.Probe)
+		name := "sandbox.json"
+		if env.Runtime == sandbox.RuntimeRunsc {
+			name = "sandbox-runsc.json" // gVisor's forms, judged only for runsc
+		}
+		writeFixture(t, name, r.Probe)
 	}
 }
 

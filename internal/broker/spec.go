@@ -19,9 +19,12 @@ import (
 
 // Paths inside every sandbox that belong to the broker.
 const (
-	shimDir  = "/.sandboxd"
+	shimDir  = ShimDir
 	shimPath = shimDir + "/shim"
 )
+
+// ShimDir is where every sandbox mounts the helper's read-only volume.
+const ShimDir = "/.sandboxd"
 
 // The helper needs exactly these to drop to the candidate uid; the
 // candidate loses them at setresuid and no_new_privs keeps it from regaining

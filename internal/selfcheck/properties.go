@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/sandboxd/sandboxd/internal/selfcheck/probe"
+	"github.com/sandboxd/sandboxd/sandbox"
 )
 
 // Property is one isolation property and whether it held.
@@ -31,6 +32,13 @@ type Expect struct {
 	Connect, Resolve bool
 	// ReadOnly are directories that must refuse new files.
 	ReadOnly []string
+	// Volumes are the mount points of the read-only volumes the broker
+	// mounts (the helper's, the job's read-only inputs).
+	Volumes []string
+	// Runtime is the runtime the probe ran under ("" is runc). gVisor's
+	// runsc shows some of the same isolation in its own form (see
+	// foreignMounts); only runsc is judged by those forms.
+	Runtime string
 }
 
 // helperCaps is the bounding set the container keeps for the helper
@@ -119,7 +127,7 @@ func Properties(r probe.Report, exp Expect) []Property {
 	add("environment", envExact(r.Env, exp.Env), "environment %q", r.Env)
 	add("hostname", r.Hostname == exp.Hostname, "hostname %q, want %q", r.Hostname, exp.Hostname)
 	add("cgroup-namespace", cgroupPrivate(r.Cgroup), "cgroup %q, want every path /", r.Cgroup)
-	bad := foreignMounts(r.Mountinfo)
+	bad := foreignMounts(r.Mountinfo, exp.Runtime == sandbox.RuntimeRunsc, exp.Volumes)
 	add("mounts", len(r.Mountinfo) > 0 && len(bad) == 0, "unexpected mounts %q", bad)
 	leaked := leakedFDs(r.FDs)
 	add("file-descriptors", r.FDs != nil && len(leaked) == 0, "descriptors other than stdin /dev/null, stdout and stderr pipes: %q", leaked)
@@ -228,8 +236,9 @@ var virtualFS = map[string]bool{
 
 // foreignMounts returns the mount table lines that are neither virtual, the
 // root filesystem, engine-owned, nor the init binary at /sbin/docker-init;
-// and every socket-looking mount point.
-func foreignMounts(lines []string) []string {
+// and every socket-looking mount point. Under gVisor (gvisor true) it also
+// accepts gVisor's forms of the broker's own mounts, and only those.
+func foreignMounts(lines []string, gvisor bool, volumes []string) []string {
 	var bad []string
 	for _, l := range lines {
 		pre, post, ok := strings.Cut(l, " - ")
@@ -251,6 +260,7 @@ func foreignMounts(lines []string) []string {
 			if !strings.HasPrefix(f[5], "ro") {
 				bad = append(bad, l) // every engine-owned mount is read-only here
 			}
+		case gvisor && gvisorOwn(f, g, volumes):
 		default:
 			bad = append(bad, l)
 		}
@@ -258,9 +268,35 @@ func foreignMounts(lines []string) []string {
 	return bad
 }
 
+// gvisorOwn reports whether a mount table line (fields before and after
+// " - ") is gVisor's form of a mount the broker asked for. gVisor's kernel
+// shows the sandbox's /dev as its own device filesystem "dev" (runc: a
+// tmpfs), and every bind mount as "9p" served by its gofer over a
+// descriptor (trans=fd), rooted at "/": no host path shows, as it does for
+// runc's engine-owned volumes. Accepted only at the broker's read-only
+// volume mount points, mounted read-only; a 9p mount anywhere else, or
+// writable, is foreign, as is every such line under runc.
+func gvisorOwn(f, g []string, volumes []string) bool {
+	root, target, opts, fstype := f[3], f[4], f[5], g[0]
+	switch {
+	case fstype == "dev" && target == "/dev" && root == "/":
+		return true
+	case fstype == "9p" && root == "/" && slices.Contains(volumes, target):
+		super := ""
+		if len(g) >= 3 {
+			super = g[2]
+		}
+		return slices.Contains(strings.Split(opts, ","), "ro") &&
+			strings.HasPrefix(super, "ro,") && slices.Contains(strings.Split(super, ","), "trans=fd")
+	}
+	return false
+}
+
 // runtimeFD matches the cgroup files the Go runtime keeps open to follow
-// its CPU limit (Go 1.25+); anything else beyond stdio is inherited.
-var runtimeFD = regexp.MustCompile(`^/sys/fs/cgroup/cpu[^/]*/cpu\.(cfs_quota_us|cfs_period_us|max)$`)
+// its CPU limit (Go 1.25+): cgroup v1's under the cpu controller, v2's at
+// the root of the sandbox's own cgroup namespace (as gVisor's cgroup v2
+// shows it); anything else beyond stdio is inherited.
+var runtimeFD = regexp.MustCompile(`^/sys/fs/cgroup/(cpu[^/]*/cpu\.(cfs_quota_us|cfs_period_us|max)|cpu\.max)$`)
 
 func leakedFDs(fds map[string]string) []string {
 	var out []string

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/sandboxd/sandboxd/internal/selfcheck/probe"
+	"github.com/sandboxd/sandboxd/sandbox"
 )
 
 // The fixtures are real probe reports from this engine (Docker 20.10, cgroup
@@ -114,6 +115,8 @@ func TestEachWeakeningIsNamed(t *testing.T) {
 			r.Mountinfo = append(r.Mountinfo, "99 69 254:0 /var/lib/docker/volumes/x/_data /inputs/x rw,relatime - ext4 /dev/vda rw")
 		}, []string{"mounts"}},
 		{"leaked descriptor (CVE-2024-21626)", func(r *probe.Report) { r.FDs["7"] = "/sys/fs/cgroup" }, []string{"file-descriptors"}},
+		{"leaked cgroup v2 file", func(r *probe.Report) { r.FDs["7"] = "/sys/fs/cgroup/memory.max" }, []string{"file-descriptors"}},
+		{"leaked nested cpu.max", func(r *probe.Report) { r.FDs["7"] = "/sys/fs/cgroup/x/cpu.max" }, []string{"file-descriptors"}},
 		{"hostname", func(r *probe.Report) { r.Hostname = "build-host-17" }, []string{"hostname"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -122,6 +125,71 @@ func TestEachWeakeningIsNamed(t *testing.T) {
 			got := failedNames(Properties(r, sandboxExpect()))
 			if !slices.Equal(got, tc.want) {
 				t.Fatalf("got failed %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
+// runscExpect is what selfcheck asks of a sandbox on runsc.
+func runscExpect() Expect {
+	exp := sandboxExpect()
+	exp.Volumes = []string{"/.sandboxd", "/bundle", "/inputs/probe"}
+	exp.Runtime = sandbox.RuntimeRunsc
+	return exp
+}
+
+// sandbox-runsc.json is a real probe report from gVisor (the pinned runsc
+// on containerd, cgroup v2 inside the sandbox): its /dev is gVisor's "dev"
+// and its volumes are 9p mounts of gVisor's gofer, and it holds as runsc.
+func TestRunscReportHolds(t *testing.T) {
+	props := Properties(fixture(t, "sandbox-runsc.json"), runscExpect())
+	for _, p := range Failed(props) {
+		t.Errorf("%s: %s", p.Name, p.Detail)
+	}
+	if len(props) < 100 {
+		t.Errorf("got %d properties, want every syscall, socket, mask and write judged", len(props))
+	}
+}
+
+// gVisor's forms are accepted for runsc only: the same report judged as a
+// runc sandbox's fails its mounts, whatever volumes were asked for.
+func TestGVisorFormsFailUnderRunc(t *testing.T) {
+	for _, rt := range []string{"", sandbox.RuntimeRunc} {
+		exp := runscExpect()
+		exp.Runtime = rt
+		if got := failedNames(Properties(fixture(t, "sandbox-runsc.json"), exp)); !slices.Equal(got, []string{"mounts"}) {
+			t.Errorf("runtime %q: got failed %v, want [mounts]", rt, got)
+		}
+	}
+	r := fixture(t, "sandbox.json")
+	r.Mountinfo = append(r.Mountinfo,
+		"17 10 0:17 / /bundle ro,nosuid - 9p none ro,trans=fd,rfdno=7,wfdno=7,aname=/",
+		"12 10 0:12 / /dev rw,nosuid - dev none rw,mode=0755")
+	exp := sandboxExpect()
+	exp.Volumes = runscExpect().Volumes
+	if got := failedNames(Properties(r, exp)); !slices.Equal(got, []string{"mounts"}) {
+		t.Errorf("runc report with 9p and dev mounts: got failed %v, want [mounts]", got)
+	}
+}
+
+// Under runsc only the exact forms pass: 9p read-only over the gofer's
+// descriptor at a volume the broker mounts, "dev" at /dev.
+func TestRunscMountFormsAreNarrow(t *testing.T) {
+	for _, tc := range []struct {
+		name, line string
+	}{
+		{"9p elsewhere", "30 10 0:30 / /home ro,nosuid - 9p none ro,trans=fd,rfdno=9,wfdno=9,aname=/"},
+		{"9p writable volume", "30 10 0:30 / /inputs/probe rw,nosuid - 9p none rw,trans=fd,rfdno=9,wfdno=9,aname=/"},
+		{"9p read-only mount of a writable filesystem", "30 10 0:30 / /bundle ro,nosuid - 9p none rw,trans=fd,rfdno=9,wfdno=9,aname=/"},
+		{"9p over a network", "30 10 0:30 / /bundle ro,nosuid - 9p 10.0.0.1 ro,trans=tcp,port=564"},
+		{"9p of a host subtree", "30 10 0:30 /home/user /bundle ro,nosuid - 9p none ro,trans=fd,rfdno=9,wfdno=9,aname=/"},
+		{"dev elsewhere", "30 10 0:30 / /work/dev rw,nosuid - dev none rw,mode=0755"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := fixture(t, "sandbox-runsc.json")
+			r.Mountinfo = append(r.Mountinfo, tc.line)
+			if got := failedNames(Properties(r, runscExpect())); !slices.Equal(got, []string{"mounts"}) {
+				t.Fatalf("got failed %v, want [mounts]", got)
 			}
 		})
 	}

@@ -344,6 +344,8 @@ func (o Options) run(ctx context.Context, key Key) (*Report, error) {
 		CandidateUID: o.CandidateUID, CandidateGID: o.CandidateGID,
 		Env: want, Hostname: "sandbox", Connect: true, Resolve: true,
 		ReadOnly: []string{sandbox.BundlePath, probeDir},
+		Volumes:  []string{broker.ShimDir, sandbox.BundlePath, probeDir},
+		Runtime:  o.runtime(),
 	})...)
 	ln.Close()
 	select {
