@@ -677,3 +677,32 @@ func TestVolumeRemovedBeforeMountIsStagedAgain(t *testing.T) {
 		t.Errorf("%d containers left", n)
 	}
 }
+
+// A job's pids limit is the pids cgroup on runc; on runsc, whose cgroup
+// counts gVisor's own host tasks, it is RLIMIT_NPROC (gVisor enforces it
+// per user inside the sandbox), and the cgroup bounds gVisor's tasks.
+func TestRunscPidsLimitIsRLimitNProc(t *testing.T) {
+	b, _ := newFakeBroker(t, 0)
+	b.cfg.AllowRunsc = true
+	for _, tc := range []struct {
+		runtime     string
+		pids, nproc int64
+	}{
+		{sandbox.RuntimeRunc, 32, 8192},
+		{sandbox.RuntimeRunsc, 4*32 + 256, 32},
+	} {
+		res, _ := runJob(t, b, fakeJob(t, "job-"+tc.runtime, func(j *sandbox.Job) { j.Runtime = tc.runtime; j.Limits.Pids = 32 }))
+		if res.Status != sandbox.StatusSucceeded {
+			t.Fatalf("%s: got %s (%s)", tc.runtime, res.Status, res.Cause)
+		}
+		var nproc int64 = -1
+		for _, u := range res.Security.Ulimits {
+			if u.Name == "nproc" && u.Soft == u.Hard {
+				nproc = u.Soft
+			}
+		}
+		if res.Security.PidsLimit != tc.pids || nproc != tc.nproc {
+			t.Errorf("%s: got pids cgroup %d, nproc %d; want %d, %d", tc.runtime, res.Security.PidsLimit, nproc, tc.pids, tc.nproc)
+		}
+	}
+}

@@ -57,7 +57,7 @@ func (b *Broker) containerSpec(p *plan) client.ContainerCreateOptions {
 		VolumeOptions: &mount.VolumeOptions{NoCopy: true},
 	}}
 	mounts = append(mounts, p.roVolumes...)
-	pids := l.Pids
+	pids, nproc := b.pidsLimits(j)
 	init := true
 	cfg := &container.Config{
 		Hostname:     "sandbox",
@@ -95,7 +95,7 @@ func (b *Broker) containerSpec(p *plan) client.ContainerCreateOptions {
 			MemorySwap: l.MemoryBytes,
 			NanoCPUs:   l.CPUMillis * 1_000_000,
 			PidsLimit:  &pids,
-			Ulimits:    b.ulimits(l),
+			Ulimits:    ulimits(l, nproc),
 		},
 		Mounts: mounts,
 		Init:   &init,
@@ -103,12 +103,36 @@ func (b *Broker) containerSpec(p *plan) client.ContainerCreateOptions {
 	return client.ContainerCreateOptions{Config: cfg, HostConfig: hc, Name: p.name}
 }
 
-func (b *Broker) ulimits(l sandbox.Limits) []*container.Ulimit {
+// runscHostTasks is the room a runsc sandbox's pids cgroup leaves gVisor
+// beyond two host tasks for each task it may run: measured here (2 CPUs),
+// the sentry and its gofer hold 36 host tasks with only the helper running,
+// and every process in the sandbox adds two (its systrap stubs).
+const runscHostTasks = 256
+
+// pidsLimits returns the pids cgroup limit and RLIMIT_NPROC of a job.
+//
+// On runc the pids cgroup counts the sandbox's processes and threads: it is
+// the job's limit, and RLIMIT_NPROC is the host-wide backstop
+// (Config.NProc). On runsc the cgroup counts gVisor's own host tasks, not
+// the sandbox's (gVisor's cgroups inside the sandbox show pids.max "max"),
+// and reaching it panics the sentry; gVisor does enforce RLIMIT_NPROC, per
+// user inside the sandbox, with EAGAIN as Linux does. So on runsc the job's
+// limit is RLIMIT_NPROC, held by each of the sandbox's users (the
+// candidate's, the code uid's, the helper's), and the cgroup bounds
+// gVisor's tasks for all of them: 4×Pids + runscHostTasks.
+func (b *Broker) pidsLimits(j *sandbox.Job) (pids, nproc int64) {
+	if j.Runtime == sandbox.RuntimeRunsc {
+		return 4*j.Limits.Pids + runscHostTasks, j.Limits.Pids
+	}
+	return j.Limits.Pids, b.cfg.NProc
+}
+
+func ulimits(l sandbox.Limits, nproc int64) []*container.Ulimit {
 	return []*container.Ulimit{
 		{Name: "core", Soft: 0, Hard: 0},
 		{Name: "fsize", Soft: l.FileSize, Hard: l.FileSize},
 		{Name: "nofile", Soft: l.OpenFiles, Hard: l.OpenFiles},
-		{Name: "nproc", Soft: b.cfg.NProc, Hard: b.cfg.NProc},
+		{Name: "nproc", Soft: nproc, Hard: nproc},
 	}
 }
 
