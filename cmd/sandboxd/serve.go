@@ -21,6 +21,7 @@ import (
 	"github.com/sandboxd/sandboxd/internal/server"
 	"github.com/sandboxd/sandboxd/internal/store"
 	"github.com/sandboxd/sandboxd/internal/supervisor"
+	"github.com/sandboxd/sandboxd/sandbox"
 )
 
 // serveOptions are the flags of `sandboxd serve`.
@@ -35,6 +36,7 @@ type serveOptions struct {
 	maxBlob, maxUpload           int64
 	blobBudget, volumeBudget     int64
 	allowRunsc                   bool
+	runtime                      string
 	debug                        bool
 	engine                       *engineOptions
 }
@@ -72,6 +74,7 @@ func cmdServe(ctx context.Context, args []string, _, stderr io.Writer) int {
 	fs.Int64Var(&o.blobBudget, "blob-budget", def.BlobBudget, "bytes the blob store keeps; beyond it the least recently used blobs no queued or running job needs are removed")
 	fs.Int64Var(&o.volumeBudget, "volume-budget", def.VolumeBudget, "bytes of read-only input volumes kept; beyond it the least recently used no queued or running job needs are removed")
 	fs.BoolVar(&o.allowRunsc, "allow-runsc", false, "allow jobs that ask for the runsc runtime")
+	fs.StringVar(&o.runtime, "runtime", sandbox.RuntimeRunc, "runtime of the jobs POST /v1/plan prescribes: runc or runsc (needs --allow-runsc)")
 	o.engine = addEngineFlags(fs)
 	fs.BoolVar(&o.debug, "debug", false, "log every request")
 	if err := fs.Parse(args); err != nil {
@@ -82,6 +85,10 @@ func cmdServe(ctx context.Context, args []string, _, stderr io.Writer) int {
 	}
 	if o.state == "" || fs.NArg() != 0 || (o.socket == "" && o.listen == "") {
 		fmt.Fprintln(stderr, "usage: sandboxd serve --state DIR (--key FILE | --ephemeral-key) [--socket PATH] [--listen ADDR --tls-cert F --tls-key F --tls-client-ca F]")
+		return exitUsage
+	}
+	if o.runtime != sandbox.RuntimeRunc && (o.runtime != sandbox.RuntimeRunsc || !o.allowRunsc) {
+		fmt.Fprintf(stderr, "sandboxd serve: --runtime %q is not runc, or runsc with --allow-runsc\n", o.runtime)
 		return exitUsage
 	}
 	if (o.key == "") == !o.ephemeralKey {
@@ -173,6 +180,7 @@ func serve(ctx context.Context, o serveOptions, log *slog.Logger) error {
 	cfg.BlobBudget, cfg.VolumeBudget = o.blobBudget, o.volumeBudget
 	cfg.Logger = log
 	cfg.Preflight = b.Preflight
+	cfg.Runtime = o.runtime
 	// No job runs on an image before the isolation selfcheck passed on it
 	// (checked before a job is journaled dispatched, once per image and
 	// runtime: server.Prechecker).

@@ -349,8 +349,7 @@ func CandidateJob(m bundle.Manifest, bundleDigest, workspace, id, runtime string
 // appends it. As for CandidateJob, a grader job is judged only if it is
 // exactly this one. It runs on runtime, as CandidateJob does.
 func GraderJob(m bundle.Manifest, bundleDigest, layerDigest, export, id, runtime string) sandbox.Job {
-	g := GraderTemplate(m, bundleDigest, layerDigest, id)
-	g.Runtime = runtimeOr(runtime)
+	g := GraderTemplate(m, bundleDigest, layerDigest, id, runtime)
 	g.Inputs = append(g.Inputs, sandbox.Input{Name: sandbox.CandidateExportInput, Digest: export, Path: sandbox.CandidateExportPath})
 	return g
 }

@@ -129,6 +129,47 @@ func TestJobsRunOnTheHostsRuntime(t *testing.T) {
 	}
 }
 
+// A plan's jobs run on the host's runtime too, as an evaluation's do:
+// the candidate job, the grader template, and the grader job of a bundle
+// without a candidate command (before, every plan job was runc).
+func TestPlanRunsOnTheHostsRuntime(t *testing.T) {
+	b, err := bundle.Pack(context.Background(), "../bundle/testdata/example-bundle", t.TempDir(), bundle.DefaultLimits())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ws := "sha256:" + strings.Repeat("e", 64)
+	noCandidate := b.Manifest
+	noCandidate.Candidate = nil
+	for _, rt := range []string{"", sandbox.RuntimeRunc, sandbox.RuntimeRunsc} {
+		want := runtimeOr(rt)
+		p, err := Plan(b.Manifest, b.Digest, b.LayerDigest, ws, "c", "g", rt)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p.Candidate == nil || p.Candidate.Runtime != want || p.Grader.Runtime != want {
+			t.Errorf("runtime %q: candidate %+v grader %q, want %q", rt, p.Candidate, p.Grader.Runtime, want)
+		}
+		if p.Candidate != nil && p.Candidate.Digest != sealed(t, CandidateJob(b.Manifest, b.Digest, ws, "c", rt)).Digest {
+			t.Errorf("runtime %q: the plan's candidate job is not the one an evaluation runs", rt)
+		}
+		p, err = Plan(noCandidate, b.Digest, b.LayerDigest, ws, "c", "g", rt)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if p.Grader.Digest != sealed(t, GraderJob(noCandidate, b.Digest, b.LayerDigest, ws, "g", rt)).Digest {
+			t.Errorf("runtime %q: the plan's grader job is not the one an evaluation runs (runtime %q)", rt, p.Grader.Runtime)
+		}
+	}
+}
+
+func sealed(t *testing.T, j sandbox.Job) sandbox.Job {
+	t.Helper()
+	if err := j.Seal(); err != nil {
+		t.Fatal(err)
+	}
+	return j
+}
+
 // A bundle without a candidate command has no candidate job: building one
 // (as a judge rebuilding a claimed candidate job does) must not panic, and
 // what it builds never validates.

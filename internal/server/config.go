@@ -65,6 +65,10 @@ type Config struct {
 	ReapGrace, ReapInterval time.Duration
 	// DrainTimeout is how long Shutdown waits for running jobs.
 	DrainTimeout time.Duration
+	// Runtime is what the jobs the plan endpoint prescribes run on: runc
+	// ("" too) or runsc, the operator's choice (the broker must allow
+	// runsc), as an evaluation's Request.Runtime is.
+	Runtime string
 	// Logger receives JSON logs; nil discards them.
 	Logger *slog.Logger
 	// Fault, when set, is called at each step of a job's life ("accepted",
@@ -122,6 +126,8 @@ func (c Config) Validate() error {
 		return errors.New("server config: ReapGrace must not be negative and ReapInterval must be at least 1s")
 	case c.DrainTimeout < 0:
 		return errors.New("server config: DrainTimeout is negative")
+	case c.Runtime != "" && c.Runtime != sandbox.RuntimeRunc && c.Runtime != sandbox.RuntimeRunsc:
+		return fmt.Errorf("server config: Runtime %q is not runc or runsc", c.Runtime)
 	}
 	return nil
 }

@@ -88,7 +88,7 @@ func TestPlanIsTheBundlesJobs(t *testing.T) {
 	// workspace itself.
 	m := b.Manifest
 	m.Candidate = nil
-	np, err := evaluate.Plan(m, b.Digest, b.LayerDigest, ws, "c1", "g1")
+	np, err := evaluate.Plan(m, b.Digest, b.LayerDigest, ws, "c1", "g1", "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -166,5 +166,61 @@ func TestPlanIsTheBundlesJobs(t *testing.T) {
 		if code, out := ask(tc.req); code != http.StatusBadRequest || !strings.Contains(string(out), tc.want) {
 			t.Errorf("%s: %d %s, want 400 naming %q", tc.name, code, out, tc.want)
 		}
+	}
+}
+
+// A daemon whose operator chose runsc plans runsc jobs, as `sandboxd run
+// --runtime runsc` evaluates on runsc: the candidate job and the grader
+// template, and the grader job a verifier completes from it, are the jobs
+// the assess endpoint rebuilds on that runtime.
+func TestPlanHonoursTheHostsRuntime(t *testing.T) {
+	b, blob := exampleBundle(t)
+	ws := sandbox.DigestBytes([]byte("workspace"))
+	for _, rt := range []string{"", sandbox.RuntimeRunc, sandbox.RuntimeRunsc} {
+		f := newFixture(t, func(c *Config) { c.Runtime = rt }, nil)
+		body, _ := json.Marshal(sandbox.PlanRequest{BundleManifest: blob(b.Digest), BundleConfig: blob(b.ConfigDigest), WorkspaceDigest: ws, CandidateJobID: "c1", GraderJobID: "g1"})
+		resp, out := f.do(t, http.MethodPost, "/v1/plan", body)
+		if resp.StatusCode != http.StatusOK {
+			t.Fatalf("runtime %q: plan: %d %s", rt, resp.StatusCode, out)
+		}
+		var p sandbox.Plan
+		if err := json.Unmarshal(out, &p); err != nil {
+			t.Fatal(err)
+		}
+		want := rt
+		if want == "" {
+			want = sandbox.RuntimeRunc
+		}
+		wantC := evaluate.CandidateJob(b.Manifest, b.Digest, ws, "c1", rt)
+		if err := wantC.Seal(); err != nil {
+			t.Fatal(err)
+		}
+		if p.Candidate == nil || p.Candidate.Runtime != want || p.Candidate.Digest != wantC.Digest || p.Grader.Runtime != want {
+			t.Fatalf("runtime %q: plan candidate %+v grader runtime %q, want both on %s", rt, p.Candidate, p.Grader.Runtime, want)
+		}
+		res := sandbox.Result{Schema: sandbox.ResultSchema, JobID: p.Candidate.ID, JobDigest: p.Candidate.Digest, Status: sandbox.StatusSucceeded}
+		export := sandbox.DigestBytes([]byte("export"))
+		g, err := sandbox.GraderJob(p.Grader, *p.Candidate, res, export)
+		if err != nil {
+			t.Fatal(err)
+		}
+		wantG := evaluate.GraderJob(b.Manifest, b.Digest, b.LayerDigest, export, "g1", rt)
+		if err := wantG.Seal(); err != nil {
+			t.Fatal(err)
+		}
+		if g.Digest != wantG.Digest {
+			t.Errorf("runtime %q: the verifier's grader job %s (%s), the daemon judges %s", rt, g.Digest, g.Runtime, wantG.Digest)
+		}
+	}
+}
+
+func TestConfigRefusesAnUnknownRuntime(t *testing.T) {
+	c := newFixture(t, nil, nil).srv.cfg
+	if err := c.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	c.Runtime = "kata"
+	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "Runtime") {
+		t.Errorf("got %v, want Runtime refused", err)
 	}
 }
