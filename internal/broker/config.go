@@ -31,9 +31,10 @@ type Config struct {
 	CollectGrace time.Duration
 	// EngineTimeout bounds each short engine call (create, inspect, remove).
 	EngineTimeout time.Duration
-	// NProc is RLIMIT_NPROC. It counts every process of the candidate uid on
-	// the host, so it is a host-wide backstop; the per-job bound is the pids
-	// cgroup (Limits.Pids).
+	// NProc is RLIMIT_NPROC of runc jobs. It counts every process of the
+	// candidate uid on the host, so it is a host-wide backstop; the per-job
+	// bound is the pids cgroup (Limits.Pids). A runsc job's RLIMIT_NPROC is
+	// its Limits.Pids instead (see pidsLimits).
 	NProc int64
 	// CacheDir, if set, is where the broker records the cache volumes it
 	// has checked by content, so that a new process of the same broker
