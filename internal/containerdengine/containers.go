@@ -8,19 +8,24 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
 	containerd "github.com/containerd/containerd"
+	"github.com/containerd/containerd/api/services/tasks/v1"
+	"github.com/containerd/containerd/api/types"
 	"github.com/containerd/containerd/api/types/runc/options"
-	"github.com/containerd/containerd/cio"
 	"github.com/containerd/containerd/containers"
+	ctrderrdefs "github.com/containerd/containerd/errdefs"
 	"github.com/containerd/containerd/identifiers"
 	"github.com/containerd/containerd/leases"
 	"github.com/containerd/errdefs"
 	"github.com/moby/moby/api/types/container"
 	"github.com/moby/moby/client"
+	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"github.com/opencontainers/selinux/go-selinux/label"
 	"golang.org/x/sys/unix"
 )
 
@@ -118,7 +123,9 @@ func (e *Engine) ContainerCreate(ctx context.Context, opts client.ContainerCreat
 		e.releaseNames(ctx, name)
 		return client.ContainerCreateResult{}, err
 	}
-	_, err = e.c.NewContainer(ctx, name,
+	// Under the name's lease, the client makes no lease of its own (two
+	// round trips); nothing this create makes is held by a lease.
+	_, err = e.c.NewContainer(leases.WithLease(ctx, name), name,
 		containerd.WithSpec(spec),
 		containerd.WithContainerLabels(labels),
 		containerd.WithImageName(imageName(img.id)),
@@ -152,19 +159,22 @@ func (e *Engine) reserveName(ctx context.Context, name, id string) error {
 	return nil
 }
 
-// releaseNames frees every name held for id.
+// releaseNames frees every name held for id: the leases labelled with
+// it, found by containerd's filter (one answer, whatever the number of
+// containers alive).
 func (e *Engine) releaseNames(ctx context.Context, id string) error {
 	ls := e.c.LeasesService()
-	all, err := ls.List(ctx)
+	held, err := ls.List(ctx, "labels."+strconv.Quote(labelLease)+"=="+strconv.Quote(id))
 	if err != nil {
 		return err
 	}
 	var errs []error
-	for _, l := range all {
-		if l.Labels[labelLease] == id {
-			if err := ls.Delete(ctx, l); err != nil && !errdefs.IsNotFound(err) {
-				errs = append(errs, err)
-			}
+	for _, l := range held {
+		if l.Labels[labelLease] != id {
+			continue // never another container's
+		}
+		if err := ls.Delete(ctx, l); err != nil && !errdefs.IsNotFound(err) {
+			errs = append(errs, err)
 		}
 	}
 	return errors.Join(errs...)
@@ -183,16 +193,53 @@ func (e *Engine) load(ctx context.Context, ref string) (containerd.Container, er
 	if !errdefs.IsNotFound(err) {
 		return nil, err
 	}
-	all, lerr := e.c.LeasesService().List(ctx)
+	named, lerr := e.c.LeasesService().List(ctx, "id=="+strconv.Quote(ref))
 	if lerr != nil {
 		return nil, lerr
 	}
-	for _, l := range all {
+	for _, l := range named {
 		if l.ID == ref && l.Labels[labelLease] != "" {
 			return e.c.LoadContainer(ctx, l.Labels[labelLease])
 		}
 	}
 	return nil, fmt.Errorf("container %s: %w", ref, err)
+}
+
+// infoOf is the record load read: no second round trip.
+func infoOf(ctx context.Context, c containerd.Container) (containers.Container, error) {
+	return c.Info(ctx, containerd.WithoutRefreshedMetadata)
+}
+
+// specOf decodes the OCI spec of a container's record.
+func specOf(info containers.Container) (*specs.Spec, error) {
+	if info.Spec == nil {
+		return nil, fmt.Errorf("container %s has no spec", info.ID)
+	}
+	var s specs.Spec
+	if err := json.Unmarshal(info.Spec.GetValue(), &s); err != nil {
+		return nil, fmt.Errorf("container %s: spec: %w", info.ID, err)
+	}
+	return &s, nil
+}
+
+// taskStatus reads the state of a container's task in one round trip
+// (NotFound if it has none), with its init process's pid.
+func (e *Engine) taskStatus(ctx context.Context, id string) (containerd.Status, uint32, error) {
+	r, err := e.c.TaskService().Get(ctx, &tasks.GetRequest{ContainerID: id})
+	if err != nil {
+		return containerd.Status{}, 0, ctrderrdefs.FromGRPC(err)
+	}
+	if r.Process == nil {
+		return containerd.Status{}, 0, fmt.Errorf("task %s: no process: %w", id, errdefs.ErrNotFound)
+	}
+	st := containerd.Status{
+		Status:     containerd.ProcessStatus(strings.ToLower(r.Process.Status.String())),
+		ExitStatus: r.Process.ExitStatus,
+	}
+	if r.Process.ExitedAt != nil {
+		st.ExitTime = r.Process.ExitedAt.AsTime()
+	}
+	return st, r.Process.Pid, nil
 }
 
 // ContainerRename moves a container to a new name; a name that is taken
@@ -210,11 +257,11 @@ func (e *Engine) ContainerRename(ctx context.Context, id string, opts client.Con
 	if err := e.reserveName(ctx, name, c.ID()); err != nil {
 		return client.ContainerRenameResult{}, err
 	}
-	labels, err := c.Labels(ctx)
+	info, err := infoOf(ctx, c)
 	if err != nil {
 		return client.ContainerRenameResult{}, err
 	}
-	old := labels[labelName]
+	old := info.Labels[labelName]
 	if _, err := c.SetLabels(ctx, map[string]string{labelName: name}); err != nil {
 		return client.ContainerRenameResult{}, err
 	}
@@ -233,84 +280,112 @@ func (e *Engine) ContainerStart(ctx context.Context, id string, _ client.Contain
 	if err != nil {
 		return client.ContainerStartResult{}, err
 	}
-	t, err := c.Task(ctx, nil)
+	st, _, err := e.taskStatus(ctx, c.ID())
 	if errdefs.IsNotFound(err) {
-		t, err = e.newTask(ctx, c, false)
+		var info containers.Container
+		if info, err = infoOf(ctx, c); err == nil {
+			err = e.newTask(ctx, info, false)
+		}
+		st.Status = containerd.Created
 	}
 	if err != nil {
 		return client.ContainerStartResult{}, err
 	}
-	if st, err := t.Status(ctx); err == nil && st.Status != containerd.Created {
+	if st.Status != containerd.Created {
 		return client.ContainerStartResult{}, fmt.Errorf("container %s is %s: %w", c.ID(), st.Status, errdefs.ErrConflict)
 	}
 	if _, err := c.SetLabels(ctx, map[string]string{labelStarted: time.Now().UTC().Format(time.RFC3339Nano)}); err != nil {
 		return client.ContainerStartResult{}, err
 	}
-	if err := t.Start(ctx); err != nil {
+	if _, err := e.c.TaskService().Start(ctx, &tasks.StartRequest{ContainerID: c.ID()}); err != nil {
 		// A failed start leaves nothing running: the task goes, the
 		// container stays for the caller to remove.
-		e.deleteTask(context.WithoutCancel(ctx), t)
-		return client.ContainerStartResult{}, fmt.Errorf("start %s: %w", c.ID(), err)
+		e.deleteTask(context.WithoutCancel(ctx), c, "")
+		return client.ContainerStartResult{}, fmt.Errorf("start %s: %w", c.ID(), ctrderrdefs.FromGRPC(err))
 	}
 	return client.ContainerStartResult{}, nil
 }
 
-// newTask checks the container's spec and creates its task (the runtime's
-// create: namespaces, mounts, the prestart hook) with its stdio on the
-// engine's files.
-func (e *Engine) newTask(ctx context.Context, c containerd.Container, stdin bool) (containerd.Task, error) {
-	spec, err := c.Spec(ctx)
+// newTask checks the container's spec, as its record holds it, and
+// creates its task (the runtime's create: namespaces, mounts, seccomp)
+// from that record, with its stdio on the engine's files.
+func (e *Engine) newTask(ctx context.Context, info containers.Container, stdin bool) error {
+	spec, err := specOf(info)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	if err := checkSandboxSpec(e, spec); err != nil {
-		return nil, fmt.Errorf("container %s: %w", c.ID(), err)
+		return fmt.Errorf("container %s: %w", info.ID, err)
 	}
-	dir := e.ioDir(c.ID())
-	cfg := cio.Config{Stdout: filepath.Join(dir, "stdout"), Stderr: filepath.Join(dir, "stderr")}
+	if info.Snapshotter == "" || info.SnapshotKey == "" {
+		return fmt.Errorf("container %s has no root filesystem snapshot: %w", info.ID, errdefs.ErrInvalidArgument)
+	}
+	mounts, err := e.c.SnapshotService(info.Snapshotter).Mounts(ctx, info.SnapshotKey)
+	if err != nil {
+		return fmt.Errorf("container %s: root filesystem: %w", info.ID, err)
+	}
+	dir := e.ioDir(info.ID)
+	req := &tasks.CreateTaskRequest{ContainerID: info.ID, Stdout: filepath.Join(dir, "stdout"), Stderr: filepath.Join(dir, "stderr")}
 	if stdin {
-		cfg.Stdin = filepath.Join(dir, "stdin")
+		req.Stdin = filepath.Join(dir, "stdin")
 	}
-	t, err := c.NewTask(ctx, func(string) (cio.IO, error) { return fileIO{cfg}, nil })
+	for _, m := range mounts {
+		// As containerd's client adds it (an SELinux host's mount label).
+		if spec.Linux != nil && spec.Linux.MountLabel != "" {
+			if l := label.FormatMountLabel("", spec.Linux.MountLabel); l != "" {
+				m.Options = append(m.Options, l)
+			}
+		}
+		req.Rootfs = append(req.Rootfs, &types.Mount{Type: m.Type, Source: m.Source, Target: m.Target, Options: m.Options})
+	}
+	_, err = e.c.TaskService().Create(ctx, req)
+	err = ctrderrdefs.FromGRPC(err)
 	if errdefs.IsAlreadyExists(err) {
-		return nil, fmt.Errorf("container %s already has a task: %w", c.ID(), errdefs.ErrConflict)
+		return fmt.Errorf("container %s already has a task: %w", info.ID, errdefs.ErrConflict)
 	}
-	return t, err
+	return err
 }
 
-// fileIO is a task's stdio on files the shim writes (they outlive this
-// process) and a FIFO for stdin.
-type fileIO struct{ cfg cio.Config }
-
-func (f fileIO) Config() cio.Config { return f.cfg }
-func (fileIO) Cancel()              {}
-func (fileIO) Wait()                {}
-func (fileIO) Close() error         { return nil }
-
-// deleteTask kills and deletes a task, whatever its state. A task runsc
-// failed to start stays CREATED and cannot be deleted while its sandbox
-// process lives: that process (the task's pid, checked to be this
-// container's) is killed, then the task is deleted.
-func (e *Engine) deleteTask(ctx context.Context, t containerd.Task) error {
+// deleteTask kills and deletes a container's task, whatever its state
+// (st, if the caller just read it; "" to read it). A task runsc failed to
+// start stays CREATED and cannot be deleted while its sandbox process
+// lives: that process (the task's pid, checked to be this container's) is
+// killed, then the task is deleted.
+func (e *Engine) deleteTask(ctx context.Context, c containerd.Container, st containerd.ProcessStatus) error {
 	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
-	st, err := t.Status(ctx)
-	if errdefs.IsNotFound(err) {
-		return nil
+	id := c.ID()
+	if st == "" {
+		s, _, err := e.taskStatus(ctx, id)
+		if errdefs.IsNotFound(err) {
+			return nil
+		}
+		st = s.Status
 	}
-	if err == nil && st.Status != containerd.Stopped {
-		if ch, werr := t.Wait(ctx); werr == nil {
-			if kerr := t.Kill(ctx, syscall.SIGKILL); kerr == nil {
-				select {
-				case <-ch:
-				case <-time.After(10 * time.Second):
-				}
+	if st != "" && st != containerd.Stopped {
+		exited := make(chan struct{})
+		go func() {
+			defer close(exited)
+			e.c.TaskService().Wait(ctx, &tasks.WaitRequest{ContainerID: id}) // ends with ctx at the latest
+		}()
+		if _, err := e.c.TaskService().Kill(ctx, &tasks.KillRequest{ContainerID: id, Signal: uint32(syscall.SIGKILL)}); err == nil {
+			select {
+			case <-exited:
+			case <-time.After(10 * time.Second):
 			}
 		}
 	}
-	_, err = t.Delete(ctx)
+	_, err := e.c.TaskService().Delete(ctx, &tasks.DeleteTaskRequest{ContainerID: id})
+	err = ctrderrdefs.FromGRPC(err)
 	if err == nil || errdefs.IsNotFound(err) {
 		return nil
+	}
+	t, terr := c.Task(ctx, nil)
+	if errdefs.IsNotFound(terr) {
+		return nil
+	}
+	if terr != nil {
+		return err
 	}
 	if st, serr := t.Status(ctx); serr == nil && st.Status == containerd.Created {
 		killSandboxProcess(int(t.Pid()), t.ID())
@@ -395,14 +470,17 @@ func (e *Engine) ContainerWait(ctx context.Context, id string, opts client.Conta
 			errc <- err
 			return
 		}
-		e.endOrphanedStdin(ctx, c)
+		if info, err := infoOf(ctx, c); err == nil {
+			e.endOrphanedStdin(ctx, c.ID(), info.Labels)
+		}
 		for {
-			t, err := c.Task(ctx, nil)
-			if errdefs.IsNotFound(err) {
-				if opts.Condition != container.WaitConditionNextExit {
-					res <- container.WaitResponse{}
-					return
-				}
+			r, err := e.c.TaskService().Wait(ctx, &tasks.WaitRequest{ContainerID: c.ID()})
+			err = ctrderrdefs.FromGRPC(err)
+			switch {
+			case errdefs.IsNotFound(err) && opts.Condition != container.WaitConditionNextExit:
+				res <- container.WaitResponse{}
+				return
+			case errdefs.IsNotFound(err):
 				select {
 				case <-ctx.Done():
 					errc <- ctx.Err()
@@ -410,21 +488,13 @@ func (e *Engine) ContainerWait(ctx context.Context, id string, opts client.Conta
 				case <-time.After(20 * time.Millisecond):
 				}
 				continue
-			}
-			if err != nil {
-				errc <- err
-				return
-			}
-			ch, err := t.Wait(ctx)
-			if err != nil {
-				errc <- err
-				return
-			}
-			select {
-			case st := <-ch:
-				res <- container.WaitResponse{StatusCode: int64(st.ExitCode())}
-			case <-ctx.Done():
+			case ctx.Err() != nil:
 				errc <- ctx.Err()
+			case err != nil:
+				// As containerd's client reports a failed wait.
+				res <- container.WaitResponse{StatusCode: int64(containerd.UnknownExitStatus)}
+			default:
+				res <- container.WaitResponse{StatusCode: int64(r.ExitStatus)}
 			}
 			return
 		}
@@ -440,17 +510,21 @@ func (e *Engine) ContainerRemove(ctx context.Context, id string, opts client.Con
 	if err != nil {
 		return client.ContainerRemoveResult{}, err
 	}
-	if t, err := c.Task(ctx, nil); err == nil {
-		if st, err := t.Status(ctx); err == nil && st.Status == containerd.Running && !opts.Force {
+	st, _, err := e.taskStatus(ctx, c.ID())
+	switch {
+	case err == nil:
+		if st.Status == containerd.Running && !opts.Force {
 			return client.ContainerRemoveResult{}, fmt.Errorf("container %s is running: %w", c.ID(), errdefs.ErrConflict)
 		}
-		if err := e.deleteTask(ctx, t); err != nil {
+		if err := e.deleteTask(ctx, c, st.Status); err != nil {
 			return client.ContainerRemoveResult{}, fmt.Errorf("remove %s: task: %w", c.ID(), err)
 		}
-	} else if !errdefs.IsNotFound(err) {
+	case !errdefs.IsNotFound(err):
 		return client.ContainerRemoveResult{}, err
 	}
-	if err := c.Delete(ctx); err != nil && !errdefs.IsNotFound(err) {
+	// The task is gone (a new one needs this container's record, which
+	// only this engine gives it).
+	if err := e.c.ContainerService().Delete(ctx, c.ID()); err != nil && !errdefs.IsNotFound(err) {
 		return client.ContainerRemoveResult{}, fmt.Errorf("remove %s: %w", c.ID(), err)
 	}
 	err = e.releaseNames(ctx, c.ID())
@@ -473,7 +547,7 @@ func (e *Engine) ContainerList(ctx context.Context, opts client.ContainerListOpt
 		if err != nil || !matchLabels(info.Labels, want) {
 			continue
 		}
-		state := e.state(ctx, c, info)
+		state := e.state(ctx, info)
 		if !opts.All && !state.Running {
 			continue
 		}
@@ -497,21 +571,18 @@ func userLabels(l map[string]string) map[string]string {
 	return out
 }
 
-// state is the container's state as Docker reports it.
-func (e *Engine) state(ctx context.Context, c containerd.Container, info containers.Container) *container.State {
+// state is the container's state as Docker reports it, from its record
+// and one read of its task.
+func (e *Engine) state(ctx context.Context, info containers.Container) *container.State {
 	s := &container.State{Status: container.StateCreated, StartedAt: "0001-01-01T00:00:00Z", FinishedAt: "0001-01-01T00:00:00Z"}
 	if v := info.Labels[labelStarted]; v != "" {
 		s.StartedAt = v
 	}
-	t, err := c.Task(ctx, nil)
+	st, pid, err := e.taskStatus(ctx, info.ID)
 	if err != nil {
 		return s
 	}
-	st, err := t.Status(ctx)
-	if err != nil {
-		return s
-	}
-	s.Pid = int(t.Pid())
+	s.Pid = int(pid)
 	switch st.Status {
 	case containerd.Created:
 	case containerd.Running, containerd.Paused, containerd.Pausing:
@@ -520,7 +591,7 @@ func (e *Engine) state(ctx context.Context, c containerd.Container, info contain
 		s.Status = container.StateExited
 		s.ExitCode = int(st.ExitStatus)
 		s.FinishedAt = st.ExitTime.UTC().Format(time.RFC3339Nano)
-		s.OOMKilled = e.oomKilled(ctx, c)
+		s.OOMKilled = oomKilled(info)
 		s.Pid = 0
 	default:
 		s.Status = container.StateDead
@@ -530,8 +601,8 @@ func (e *Engine) state(ctx context.Context, c containerd.Container, info contain
 
 // oomKilled reads the task's memory cgroup (it stays until the task is
 // deleted): did the kernel's OOM killer act in it?
-func (e *Engine) oomKilled(ctx context.Context, c containerd.Container) bool {
-	spec, err := c.Spec(ctx)
+func oomKilled(info containers.Container) bool {
+	spec, err := specOf(info)
 	if err != nil || spec.Linux == nil || spec.Linux.CgroupsPath == "" {
 		return false
 	}

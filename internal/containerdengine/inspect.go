@@ -12,7 +12,6 @@ import (
 	"strings"
 	"time"
 
-	containerd "github.com/containerd/containerd"
 	"github.com/containerd/containerd/api/types/runc/options"
 	"github.com/containerd/containerd/containers"
 	"github.com/containerd/typeurl/v2"
@@ -36,11 +35,11 @@ func (e *Engine) ContainerInspect(ctx context.Context, id string, _ client.Conta
 	if err != nil {
 		return client.ContainerInspectResult{}, err
 	}
-	info, err := c.Info(ctx, containerd.WithoutRefreshedMetadata)
+	info, err := infoOf(ctx, c)
 	if err != nil {
 		return client.ContainerInspectResult{}, err
 	}
-	spec, err := c.Spec(ctx)
+	spec, err := specOf(info)
 	if err != nil {
 		return client.ContainerInspectResult{}, err
 	}
@@ -52,7 +51,7 @@ func (e *Engine) ContainerInspect(ctx context.Context, id string, _ client.Conta
 	insp.ID = info.ID
 	insp.Name = "/" + info.Labels[labelName]
 	insp.Created = info.CreatedAt.UTC().Format(time.RFC3339Nano)
-	insp.State = e.state(ctx, c, info)
+	insp.State = e.state(ctx, info)
 	return client.ContainerInspectResult{Container: insp}, nil
 }
 

@@ -17,7 +17,8 @@ import (
 	"syscall"
 	"time"
 
-	containerd "github.com/containerd/containerd"
+	"github.com/containerd/containerd/api/services/tasks/v1"
+	ctrderrdefs "github.com/containerd/containerd/errdefs"
 	"github.com/containerd/fifo"
 	"github.com/docker/go-units"
 	"github.com/moby/moby/api/pkg/stdcopy"
@@ -113,13 +114,16 @@ func (e *Engine) ContainerAttach(ctx context.Context, id string, opts client.Con
 		abort()
 		return client.ContainerAttachResult{}, err
 	}
-	task, err := e.newTask(ctx, c, true)
+	info, err := infoOf(ctx, c)
+	if err == nil {
+		err = e.newTask(ctx, info, true)
+	}
 	if err != nil {
 		stdin.Close()
 		abort()
 		return client.ContainerAttachResult{}, err
 	}
-	conn := &stdioConn{e: e, task: task, stdin: stdin, out: pr, stop: stop}
+	conn := &stdioConn{e: e, id: c.ID(), stdin: stdin, out: pr, stop: stop}
 	return client.ContainerAttachResult{HijackedResponse: client.NewHijackedResponse(conn, "application/vnd.docker.multiplexed-stream")}, nil
 }
 
@@ -184,7 +188,8 @@ func (t *tail) close() {
 }
 
 // follow copies the file to w as it grows, until its writer closed it and
-// all of it was read, or stop is closed. Its owner closes the tail.
+// all of it was read, or stop is closed. It leaves the tail open: its
+// owner closes it.
 func (t *tail) follow(w io.Writer, stop <-chan struct{}) {
 	buf := make([]byte, 256<<10)
 	ev := make([]byte, 4096)
@@ -229,7 +234,7 @@ func (t *tail) follow(w io.Writer, stop <-chan struct{}) {
 // reads come from the multiplexed outputs.
 type stdioConn struct {
 	e        *Engine
-	task     containerd.Task
+	id       string // the container's, and its task's
 	stdin    io.WriteCloser
 	out      *io.PipeReader
 	stop     chan struct{}
@@ -247,8 +252,8 @@ func (c *stdioConn) CloseWrite() error {
 		err = c.stdin.Close()
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		if cerr := c.task.CloseIO(c.e.ns(ctx), containerd.WithStdinCloser); cerr != nil && err == nil {
-			err = cerr
+		if _, cerr := c.e.c.TaskService().CloseIO(c.e.ns(ctx), &tasks.CloseIORequest{ContainerID: c.id, Stdin: true}); cerr != nil && err == nil {
+			err = ctrderrdefs.FromGRPC(cerr)
 		}
 	})
 	return err
@@ -359,9 +364,8 @@ func attacher(pid int) string {
 // is gone, as Docker's attach stream ends with its client: the shim keeps
 // the FIFO open for writing, so without this the helper would wait for
 // its config until the job's deadline.
-func (e *Engine) endOrphanedStdin(ctx context.Context, c containerd.Container) {
-	labels, err := c.Labels(ctx)
-	if err != nil || labels[labelAttacher] == "" {
+func (e *Engine) endOrphanedStdin(ctx context.Context, id string, labels map[string]string) {
+	if labels[labelAttacher] == "" {
 		return
 	}
 	pid, _, _ := strings.Cut(labels[labelAttacher], ":")
@@ -369,7 +373,5 @@ func (e *Engine) endOrphanedStdin(ctx context.Context, c containerd.Container) {
 	if err != nil || attacher(n) == labels[labelAttacher] {
 		return // still alive
 	}
-	if t, err := c.Task(ctx, nil); err == nil {
-		t.CloseIO(ctx, containerd.WithStdinCloser)
-	}
+	e.c.TaskService().CloseIO(ctx, &tasks.CloseIORequest{ContainerID: id, Stdin: true})
 }
