@@ -37,8 +37,8 @@ type Broker struct {
 	pool    *pool // nil unless Config.PoolSize > 0
 
 	shimDigest string
-	shimTar    []byte             // the helper volume's content
-	shimTree   map[string]fileSum // and its expected tree
+	shimTree   map[string]fileSum // the helper volume's expected tree
+	shimTar    func() []byte      // and its content, made once if ever needed
 
 	stats Stats
 
@@ -64,8 +64,8 @@ func New(eng Engine, blobs *store.Store, cfg Config) (*Broker, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	b := &Broker{eng: eng, cfg: cfg, blobs: blobs, log: log, shimDigest: sandbox.DigestBytes(shim)}
-	b.shimTar, b.shimTree = shimVolumeContent(shim)
+	b := &Broker{eng: eng, cfg: cfg, blobs: blobs, log: log}
+	b.shimDigest, b.shimTree, b.shimTar = shimVolumeContent(shim)
 	b.volumes = newVolumeCache(b)
 	if cfg.PoolSize > 0 {
 		b.pool = newPool(b, cfg.PoolSize, cfg.PoolIdle)
@@ -299,25 +299,31 @@ func (b *Broker) ensureShim(ctx context.Context, image string) (string, error) {
 	name := b.shimVolumeName(b.shimDigest)
 	labels := map[string]string{LabelRole: roleShim, LabelDigest: b.shimDigest, LabelBroker: b.cfg.Name}
 	_, err := b.volumes.ensure(ctx, name, image, labels, b.shimTree, func() (io.ReadCloser, error) {
-		return io.NopCloser(bytes.NewReader(b.shimTar)), nil
+		return io.NopCloser(bytes.NewReader(b.shimTar())), nil
 	})
 	return name, err
 }
 
-// shimVolumeContent returns the helper volume's tar and its expected tree:
-// made once per broker, not once per job (hashing the binary is most of a
-// warm job's CPU in this process).
-func shimVolumeContent(shim []byte) ([]byte, map[string]fileSum) {
-	var buf bytes.Buffer
-	tw := tar.NewWriter(&buf)
-	tw.WriteHeader(&tar.Header{Name: "shim", Mode: 0o755, Size: int64(len(shim)), Typeflag: tar.TypeReg})
-	tw.Write(shim)
-	tw.Close()
+// shimVolumeContent returns the helper's digest and the helper volume's
+// expected tree, hashing the binary once per broker (not once per job:
+// hashing it is most of a warm job's CPU in this process), and the
+// volume's tar, made only when a volume is populated (a one-shot process
+// whose helper volume passed its check before never needs it).
+func shimVolumeContent(shim []byte) (string, map[string]fileSum, func() []byte) {
 	sum := sha256.Sum256(shim)
-	return buf.Bytes(), map[string]fileSum{
+	tree := map[string]fileSum{
 		"shim":  {mode: 0o755, size: int64(len(shim)), digest: hex.EncodeToString(sum[:])},
 		rootKey: volumeRoot(0o755, 0),
 	}
+	content := sync.OnceValue(func() []byte {
+		var buf bytes.Buffer
+		tw := tar.NewWriter(&buf)
+		tw.WriteHeader(&tar.Header{Name: "shim", Mode: 0o755, Size: int64(len(shim)), Typeflag: tar.TypeReg})
+		tw.Write(shim)
+		tw.Close()
+		return buf.Bytes()
+	})
+	return "sha256:" + hex.EncodeToString(sum[:]), tree, content
 }
 
 // checkInput re-checks an input blob before it reaches a container: it
