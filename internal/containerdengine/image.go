@@ -16,9 +16,11 @@ import (
 
 	containerd "github.com/containerd/containerd"
 	"github.com/containerd/containerd/content"
+	"github.com/containerd/containerd/images"
 	"github.com/containerd/containerd/mount"
 	"github.com/containerd/containerd/snapshots"
 	"github.com/containerd/errdefs"
+	"github.com/containerd/platforms"
 	dockerspec "github.com/moby/docker-image-spec/specs-go/v1"
 	"github.com/moby/moby/api/types/image"
 	"github.com/moby/moby/client"
@@ -139,17 +141,21 @@ func (im *importer) importArchive(ctx context.Context, r io.Reader, id string) (
 	return img, nil
 }
 
-// prepare checks that the image's config is the ID and unpacks it.
+// prepare checks that the image's config is the ID and unpacks it. It
+// walks the image's index and manifest once (the client's Config, RootFS
+// and IsUnpacked walk them each, about twenty round trips in all).
 func (im *importer) prepare(ctx context.Context, img containerd.Image, id string) (imageInfo, error) {
-	desc, err := img.Config(ctx)
+	cs := img.ContentStore()
+	manifest, err := images.Manifest(ctx, cs, img.Target(), platforms.Default())
 	if err != nil {
-		return imageInfo{}, fmt.Errorf("image %s: config: %w", id, err)
+		return imageInfo{}, fmt.Errorf("image %s: manifest: %w", id, err)
 	}
+	desc := manifest.Config
 	if desc.Digest.String() != id {
 		im.e.c.ImageService().Delete(ctx, img.Name())
 		return imageInfo{}, fmt.Errorf("image %s: %w: the imported image's config is %s", id, errdefs.ErrNotFound, desc.Digest)
 	}
-	blob, err := content.ReadBlob(ctx, img.ContentStore(), desc)
+	blob, err := content.ReadBlob(ctx, cs, desc)
 	if err != nil {
 		return imageInfo{}, fmt.Errorf("image %s: read config: %w", id, err)
 	}
@@ -157,17 +163,14 @@ func (im *importer) prepare(ctx context.Context, img containerd.Image, id string
 	if err := json.Unmarshal(blob, &oc); err != nil {
 		return imageInfo{}, fmt.Errorf("image %s: parse config: %w", id, err)
 	}
+	chainID := identity.ChainID(oc.RootFS.DiffIDs).String()
 	sn := im.e.cfg.Snapshotter
-	if ok, err := img.IsUnpacked(ctx, sn); err != nil || !ok {
+	if _, err := im.e.c.SnapshotService(sn).Stat(ctx, chainID); err != nil {
 		if err := img.Unpack(ctx, sn); err != nil {
 			return imageInfo{}, fmt.Errorf("image %s: unpack: %w", id, err)
 		}
 	}
-	diffs, err := img.RootFS(ctx)
-	if err != nil {
-		return imageInfo{}, fmt.Errorf("image %s: layers: %w", id, err)
-	}
-	return imageInfo{id: id, env: oc.Config.Env, chainID: identity.ChainID(diffs).String()}, nil
+	return imageInfo{id: id, env: oc.Config.Env, chainID: chainID}, nil
 }
 
 // rootfsFor returns the read-only view jobs of the image share for a set
