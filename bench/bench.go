@@ -48,6 +48,9 @@ func (b *bench) ctrEngine(ctx context.Context) (*containerdengine.Engine, error)
 	cfg := containerdengine.Default()
 	cfg.Docker = eng
 	cfg.HookPath = filepath.Join(b.o.bin, "sandboxd-hook")
+	if b.o.runtime == sandbox.RuntimeRunsc {
+		cfg.RunscPath = filepath.Join(b.o.bin, "sandboxd-runsc")
+	}
 	if b.ceng, err = containerdengine.New(ctx, cfg); err != nil {
 		return nil, err
 	}
@@ -167,11 +170,12 @@ func (b *bench) sandboxdExec(ctx context.Context) error {
 // sandboxdExecCtr is sandboxdExec on the containerd engine.
 func (b *bench) sandboxdExecCtr(ctx context.Context) error {
 	env := []string{"SANDBOXD_BROKER_NAME=" + b.ctrName(), "SANDBOXD_STATE=" + filepath.Join(b.o.tmp, "exec-ctr-state")}
-	return sh(ctx, env, filepath.Join(b.o.bin, "sandboxd"), "exec", "--engine", "containerd", "--image", b.o.image, "--", "/bin/true")
+	return sh(ctx, env, filepath.Join(b.o.bin, "sandboxd"), "exec", "--engine", "containerd", "--runtime", b.o.runtime, "--image", b.o.image, "--", "/bin/true")
 }
 
-// noopJob is a sealed no-op job with the limits `sandboxd exec` uses.
-func (b *bench) noopJob() sandbox.Job {
+// noopJob is a sealed no-op job on runtime with the limits `sandboxd exec`
+// uses.
+func (b *bench) noopJob(runtime string) sandbox.Job {
 	l := sandbox.DefaultLimits()
 	l.WallTimeMS = 60_000
 	l.MemoryBytes = 256 << 20
@@ -180,7 +184,7 @@ func (b *bench) noopJob() sandbox.Job {
 	j := sandbox.Job{
 		Schema: sandbox.JobSchema, ID: randID("bench-"), Image: b.o.image,
 		Argv: []string{"/bin/true"}, Env: map[string]string{}, WorkDir: sandbox.WorkPath,
-		Limits: l, Network: sandbox.NetworkNone, Runtime: sandbox.RuntimeRunc,
+		Limits: l, Network: sandbox.NetworkNone, Runtime: runtime,
 	}
 	if err := j.Seal(); err != nil {
 		panic(err)

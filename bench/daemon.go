@@ -56,6 +56,9 @@ func (b *bench) startDaemonOn(ctx context.Context, engine, name string, slot **d
 	d.cmd = exec.Command(filepath.Join(b.o.bin, "sandboxd"), "serve",
 		"--socket", d.socket, "--state", filepath.Join(dir, "state"), "--ephemeral-key",
 		"--name", name, "--concurrency", "4", "--max-blob-bytes", strconv.Itoa(2<<30), "--engine", engine)
+	if engine == "containerd" && b.o.runtime == sandbox.RuntimeRunsc {
+		d.cmd.Args = append(d.cmd.Args, "--allow-runsc", "--runtime", sandbox.RuntimeRunsc)
+	}
 	logName := filepath.Join(b.o.tmp, "daemon-"+engine+".log")
 	logf, err := os.Create(logName)
 	if err != nil {

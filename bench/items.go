@@ -49,11 +49,11 @@ func (b *bench) noop(ctx context.Context) error {
 	}{
 		{"docker run", b.dockerRun},
 		{"sandboxd exec", b.sandboxdExec},
-		{"sandboxd daemon", func(ctx context.Context) error { return succeeded(d.job(ctx, b.noopJob())) }},
-		{"broker library", func(ctx context.Context) error { return succeeded(lib.Run(ctx, b.noopJob())) }},
+		{"sandboxd daemon", func(ctx context.Context) error { return succeeded(d.job(ctx, b.noopJob(sandbox.RuntimeRunc))) }},
+		{"broker library", func(ctx context.Context) error { return succeeded(lib.Run(ctx, b.noopJob(sandbox.RuntimeRunc))) }},
 		{"sandboxd exec (containerd)", b.sandboxdExecCtr},
-		{"sandboxd daemon (containerd)", func(ctx context.Context) error { return succeeded(dc.job(ctx, b.noopJob())) }},
-		{"broker library (containerd)", func(ctx context.Context) error { return succeeded(clib.Run(ctx, b.noopJob())) }},
+		{"sandboxd daemon (containerd)", func(ctx context.Context) error { return succeeded(dc.job(ctx, b.noopJob(b.o.runtime))) }},
+		{"broker library (containerd)", func(ctx context.Context) error { return succeeded(clib.Run(ctx, b.noopJob(b.o.runtime))) }},
 	}
 	// One warm-up of each: cache volumes, image layers, page cache.
 	for _, s := range sides {
@@ -152,6 +152,7 @@ func (b *bench) ctrLibraryBroker(ctx context.Context, state string) (*broker.Bro
 	}
 	cfg := broker.Default()
 	cfg.Name, cfg.VolumePrefix = b.ctrName(), b.ctrName()
+	cfg.AllowRunsc = b.o.runtime == sandbox.RuntimeRunsc
 	cfg.ShimPath = filepath.Join(b.o.bin, "sandboxd-shim")
 	tim := newTimingEngine(eng)
 	br, err := broker.New(tim, blobs, cfg)
@@ -184,11 +185,11 @@ func (b *bench) throughput(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	daemonOn := func(d *daemon) func(ctx context.Context) error {
+	daemonOn := func(d *daemon, runtime string) func(ctx context.Context) error {
 		return func(ctx context.Context) error {
 			js := make([]sandbox.Job, jobs)
 			for i := range js {
-				js[i] = b.noopJob()
+				js[i] = b.noopJob(runtime)
 			}
 			// Submit everything (the queue holds it), then wait for each.
 			errs := make(chan error, jobs)
@@ -206,7 +207,7 @@ func (b *bench) throughput(ctx context.Context) error {
 			return nil
 		}
 	}
-	daemon, ctrDaemon := daemonOn(d), daemonOn(dc)
+	daemon, ctrDaemon := daemonOn(d, sandbox.RuntimeRunc), daemonOn(dc, b.o.runtime)
 	var a, s, c []time.Duration
 	// CPU seconds the whole machine and the daemon spent, per side: on two
 	// cores, the engine's share says whether anything but the engine
@@ -327,7 +328,7 @@ func (b *bench) staging(ctx context.Context) error {
 		return err
 	}
 	var ingest, run []time.Duration
-	sandboxdOn := func(lib *broker.Broker, ingest, run *[]time.Duration) func(ctx context.Context) error {
+	sandboxdOn := func(lib *broker.Broker, runtime string, ingest, run *[]time.Duration) func(ctx context.Context) error {
 		return func(ctx context.Context) error {
 			var sum bundle.Summary
 			d, err := timed(func() error {
@@ -339,7 +340,7 @@ func (b *bench) staging(ctx context.Context) error {
 				return fmt.Errorf("ingest: %w", err)
 			}
 			*ingest = append(*ingest, d)
-			j := b.noopJob()
+			j := b.noopJob(runtime)
 			j.Argv = []string{"/bin/cp", "-r", "/work/ws", "/tmp/out/"}
 			j.Inputs = []sandbox.Input{{Name: "workspace", Digest: sum.Digest, Path: "/work/ws", Writable: true}}
 			j.Outputs = []string{"/tmp/out"}
@@ -376,7 +377,7 @@ func (b *bench) staging(ctx context.Context) error {
 		return err
 	}
 	var ingestC, runC []time.Duration
-	sandboxd, sandboxdCtr := sandboxdOn(lib, &ingest, &run), sandboxdOn(clib, &ingestC, &runC)
+	sandboxd, sandboxdCtr := sandboxdOn(lib, sandbox.RuntimeRunc, &ingest, &run), sandboxdOn(clib, b.o.runtime, &ingestC, &runC)
 	if b.o.profile != "" {
 		// The first sandboxd round runs under the CPU profiler.
 		inner, profiled := sandboxd, false
@@ -473,7 +474,7 @@ func (b *bench) memory(ctx context.Context) error {
 		stop()
 		return fmt.Errorf("upload: %w", err)
 	}
-	j := b.noopJob()
+	j := b.noopJob(sandbox.RuntimeRunc)
 	j.Inputs = []sandbox.Input{{Name: "workspace", Digest: sum.Digest, Path: "/work/ws", Writable: true}}
 	j.Limits.DiskBytes = 1536 << 20
 	j.Limits.MemoryBytes = 2 << 30

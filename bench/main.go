@@ -20,6 +20,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/sandboxd/sandboxd/sandbox"
 )
 
 // options are the flags of the bench command.
@@ -32,6 +34,7 @@ type options struct {
 	only    string // comma-separated items to run (1..5), empty for all
 	out     string // JSON file for the raw samples
 	profile string // directory for CPU profiles
+	runtime string // runtime of the containerd side: runc or runsc
 	tmp     string
 	name    string // broker name: labels and volume prefix of this run
 }
@@ -46,9 +49,10 @@ func main() {
 	flag.StringVar(&o.only, "only", "", "comma-separated items to run, e.g. 1,3 (default all)")
 	flag.StringVar(&o.out, "json", "", "write raw samples to this JSON file")
 	flag.StringVar(&o.profile, "profile", "", "write CPU profiles of sandboxd's side here")
+	flag.StringVar(&o.runtime, "runtime", sandbox.RuntimeRunc, "runtime of the containerd side: runc or runsc (Docker and the baselines stay runc)")
 	flag.Parse()
-	if o.image == "" {
-		fmt.Fprintln(os.Stderr, "usage: bench -image sha256:… [-bin DIR] (see bench/run)")
+	if o.image == "" || (o.runtime != sandbox.RuntimeRunc && o.runtime != sandbox.RuntimeRunsc) {
+		fmt.Fprintln(os.Stderr, "usage: bench -image sha256:… [-bin DIR] [-runtime runc|runsc] (see bench/run)")
 		os.Exit(2)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -74,6 +78,8 @@ func run(ctx context.Context, o options) int {
 	defer b.close()
 
 	fmt.Printf("sandboxd bench %s: %s\n", o.name, machine())
+	fmt.Printf("runtime: containerd side %s; Docker side and baselines runc\n\n", o.runtime)
+	b.results["containerd_runtime"] = o.runtime
 	want := func(item string) bool {
 		return o.only == "" || strings.Contains(","+o.only+",", ","+item+",")
 	}
