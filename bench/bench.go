@@ -173,9 +173,9 @@ func (b *bench) sandboxdExecCtr(ctx context.Context) error {
 	return sh(ctx, env, filepath.Join(b.o.bin, "sandboxd"), "exec", "--engine", "containerd", "--runtime", b.o.runtime, "--image", b.o.image, "--", "/bin/true")
 }
 
-// noopJob is a sealed no-op job on runtime with the limits `sandboxd exec`
-// uses.
-func (b *bench) noopJob(runtime string) sandbox.Job {
+// noopJob is a sealed no-op job on runtime rt with the limits `sandboxd
+// exec` uses.
+func (b *bench) noopJob(rt string) sandbox.Job {
 	l := sandbox.DefaultLimits()
 	l.WallTimeMS = 60_000
 	l.MemoryBytes = 256 << 20
@@ -184,7 +184,7 @@ func (b *bench) noopJob(runtime string) sandbox.Job {
 	j := sandbox.Job{
 		Schema: sandbox.JobSchema, ID: randID("bench-"), Image: b.o.image,
 		Argv: []string{"/bin/true"}, Env: map[string]string{}, WorkDir: sandbox.WorkPath,
-		Limits: l, Network: sandbox.NetworkNone, Runtime: runtime,
+		Limits: l, Network: sandbox.NetworkNone, Runtime: rt,
 	}
 	if err := j.Seal(); err != nil {
 		panic(err)
