@@ -86,6 +86,18 @@ func (o *oneShotState) input(t *testing.T, file, content string) string {
 	return d
 }
 
+// stdout is a result's stdout from the state's blob store ("" if it is
+// not there).
+func (o *oneShotState) stdout(r sandbox.Result) string {
+	f, err := o.blobs.Open(r.Stdout.Digest)
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	b, _ := io.ReadAll(f)
+	return string(b)
+}
+
 // cat runs a job that prints file from its read-only input and checks it.
 func (o *oneShotState) cat(t *testing.T, digest, file, want string) {
 	t.Helper()
@@ -93,12 +105,7 @@ func (o *oneShotState) cat(t *testing.T, digest, file, want string) {
 		j.Inputs = []sandbox.Input{{Name: "bundle", Digest: digest, Path: sandbox.BundlePath}}
 	})
 	r := env.Run(t, o.b, j)
-	var got []byte
-	if f, err := o.blobs.Open(r.Stdout.Digest); err == nil {
-		got, _ = io.ReadAll(f)
-		f.Close()
-	}
-	if r.Status != sandbox.StatusSucceeded || string(got) != want {
+	if got := o.stdout(r); r.Status != sandbox.StatusSucceeded || got != want {
 		t.Fatalf("cat %s: %s (%s) %q, want succeeded %q", file, r.Status, r.Cause, got, want)
 	}
 }
@@ -223,12 +230,7 @@ func TestOneShotCollectionOfAnotherStateSparesRunningJobs(t *testing.T) {
 		j.Inputs = []sandbox.Input{{Name: "bundle", Digest: in, Path: sandbox.BundlePath}}
 	})
 	r := env.Run(t, o.b, j)
-	var got []byte
-	if f, err := o.blobs.Open(r.Stdout.Digest); err == nil {
-		got, _ = io.ReadAll(f)
-		f.Close()
-	}
-	if r.Status != sandbox.StatusSucceeded || string(got) != "hidden tests" {
+	if got := o.stdout(r); r.Status != sandbox.StatusSucceeded || got != "hidden tests" {
 		t.Fatalf("got %s (%s) %q, want succeeded with the input's content", r.Status, r.Cause, got)
 	}
 	mu.Lock()
