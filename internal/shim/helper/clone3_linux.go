@@ -42,10 +42,20 @@ func denyClone3() error {
 	fprog := unix.SockFprog{Len: uint16(len(prog)), Filter: &prog[0]}
 	// no_new_privs is the container's (the runtime sets it); without it
 	// the kernel refuses a filter from a process lacking CAP_SYS_ADMIN.
-	_, _, errno := unix.Syscall(unix.SYS_SECCOMP, unix.SECCOMP_SET_MODE_FILTER, unix.SECCOMP_FILTER_FLAG_TSYNC, uintptr(unsafe.Pointer(&fprog)))
+	r, _, errno := unix.Syscall(unix.SYS_SECCOMP, unix.SECCOMP_SET_MODE_FILTER, unix.SECCOMP_FILTER_FLAG_TSYNC, uintptr(unsafe.Pointer(&fprog)))
 	runtime.KeepAlive(prog)
+	return seccompInstalled(r, errno)
+}
+
+// seccompInstalled reads a TSYNC filter install's answer: an errno, or
+// (with errno 0) the id of a thread that could not be synchronised, in
+// which case no filter was installed at all.
+func seccompInstalled(r uintptr, errno unix.Errno) error {
 	if errno != 0 {
 		return fmt.Errorf("deny clone3: seccomp: %w", errno)
+	}
+	if r != 0 {
+		return fmt.Errorf("deny clone3: seccomp: thread %d could not be synchronised: no filter installed", r)
 	}
 	return nil
 }

@@ -48,3 +48,17 @@ func TestDenyClone3(t *testing.T) {
 		t.Fatalf("got %q, want %q", got, want)
 	}
 }
+
+// A TSYNC install that names a thread it could not synchronise installed
+// nothing: that is a failure, not a filter.
+func TestSeccompInstalledRefusesAnUnsyncedThread(t *testing.T) {
+	if err := seccompInstalled(0, 0); err != nil {
+		t.Errorf("installed: %v", err)
+	}
+	if err := seccompInstalled(4242, 0); err == nil || !strings.Contains(err.Error(), "thread 4242") {
+		t.Errorf("thread 4242 not synchronised: got %v, want an error naming it", err)
+	}
+	if err := seccompInstalled(0, unix.EACCES); err == nil {
+		t.Error("EACCES: got no error")
+	}
+}
