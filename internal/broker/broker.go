@@ -285,13 +285,15 @@ func (b *Broker) checkImage(ctx context.Context, id string) (string, error) {
 
 // removeContainer force-removes a container and its anonymous volumes. It
 // uses its own context so that cleanup also happens after cancellation.
-func (b *Broker) removeContainer(id string) {
+func (b *Broker) removeContainer(id string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), b.cfg.EngineTimeout)
 	defer cancel()
 	_, err := b.eng.ContainerRemove(ctx, id, client.ContainerRemoveOptions{Force: true, RemoveVolumes: true})
 	if err != nil && !errdefs.IsNotFound(err) {
 		b.log.Error("remove container", "container_id", id, "error", err)
+		return err
 	}
+	return nil
 }
 
 // ensureShim makes sure the helper volume holds the helper binary.

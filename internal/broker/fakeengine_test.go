@@ -706,3 +706,28 @@ func TestRunscPidsLimitIsRLimitNProc(t *testing.T) {
 		}
 	}
 }
+
+// A container whose checked volume went is staged again only once it is
+// removed: if the engine fails the removal, the job ends with that error
+// instead of creating a second container of its name (a conflict that
+// read as the caller's).
+func TestVolumeGoneAndRemovalFailedIsNotRetried(t *testing.T) {
+	b, eng := newFakeBroker(t, 0)
+	in := putInput(t, b.blobs, map[string]string{"tests/a": "a"})
+	vol := b.inputVolumeName(in)
+	removeFailed := errors.New("engine: removal failed")
+	eng.BeforeCreate = func(o client.ContainerCreateOptions) {
+		if o.Config.Labels[LabelRole] == roleJob {
+			eng.VolumeRemove(context.Background(), vol, client.VolumeRemoveOptions{})
+			eng.RemoveError = removeFailed
+		}
+	}
+	res, err := b.RunWithHooks(context.Background(), fakeJob(t, "job-1", withInput("bundle", in)), Hooks{})
+	eng.RemoveError = nil
+	if err != nil || res.Status != sandbox.StatusError || !strings.Contains(res.Cause, "could not be removed: engine: removal failed") {
+		t.Fatalf("got %s (%s), %v; want an error naming the failed removal, not a conflict or a retry", res.Status, res.Cause, err)
+	}
+	if n := len(eng.Containers()); n != 1 {
+		t.Errorf("%d containers, want the one whose removal failed", n)
+	}
+}

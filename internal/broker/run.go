@@ -277,7 +277,12 @@ func (r *run) startCold(ctx context.Context, spec client.ContainerCreateOptions)
 	// here was never the job's, and the job is bound to one container.
 	for _, m := range spec.HostConfig.Mounts {
 		if err := b.volumes.stillChecked(ctx, m.Source); err != nil {
-			b.removeContainer(created.ID)
+			if rerr := b.removeContainer(created.ID); rerr != nil {
+				// Staging again would create a second container of
+				// the job's name: this one is still there.
+				// (%v: not errVolumeGone, so no retry).
+				return none, fmt.Errorf("%v; and its container %s could not be removed: %w", err, created.ID, rerr)
+			}
 			return none, err
 		}
 	}

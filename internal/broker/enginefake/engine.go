@@ -49,6 +49,9 @@ type Engine struct {
 	// outside the engine's lock: what another process does on the engine
 	// just before a container is created.
 	BeforeCreate func(client.ContainerCreateOptions)
+	// RemoveError, when set, is what ContainerRemove answers (the
+	// container stays): an engine that failed a removal.
+	RemoveError error
 }
 
 // Container is one container.
@@ -457,6 +460,10 @@ func (e *Engine) ContainerKill(ctx context.Context, id string, _ client.Containe
 func (e *Engine) ContainerRemove(ctx context.Context, id string, o client.ContainerRemoveOptions) (client.ContainerRemoveResult, error) {
 	e.mu.Lock()
 	e.record("ContainerRemove", id)
+	if e.RemoveError != nil {
+		e.mu.Unlock()
+		return client.ContainerRemoveResult{}, e.RemoveError
+	}
 	c := e.lookup(id)
 	if c == nil {
 		e.mu.Unlock()
