@@ -2,12 +2,15 @@ package integration
 
 import (
 	"context"
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/moby/moby/api/types/container"
 	"github.com/moby/moby/client"
 
 	"github.com/sandboxd/sandboxd/internal/broker"
@@ -57,5 +60,36 @@ func TestFailedStartLeavesNothing(t *testing.T) {
 	out, _ := exec.Command("pgrep", "-f", "runsc-sandbox.* "+broker.ContainerName(env.BrokerName, j.ID, j.Digest)+"$").Output()
 	if len(strings.TrimSpace(string(out))) > 0 {
 		t.Fatalf("the job's runsc sandbox process is still alive: %s", out)
+	}
+}
+
+// On containerd an update is checked as a create is: containerd creates
+// a task from the spec it stores, so a spec outside the security table
+// (here swap beyond the memory limit) is never written.
+func TestContainerdUpdateIsChecked(t *testing.T) {
+	if env.Ctr == nil {
+		t.Skip("a containerd engine test (SANDBOXD_ENGINE=containerd)")
+	}
+	t.Parallel()
+	b, name := poolBroker(t, 1, time.Minute)
+	if r := env.Run(t, b, newJob(t, sh("true"), nil)); r.Status != sandbox.StatusSucceeded {
+		t.Fatalf("first: %s (%s)", r.Status, r.Cause)
+	}
+	waitReady(t, b, 1)
+	cs, err := env.Eng.ContainerList(context.Background(), client.ContainerListOptions{Filters: make(client.Filters).Add("label", broker.LabelBroker+"="+name)})
+	if err != nil || len(cs.Items) != 1 {
+		t.Fatalf("pooled containers: %v %v", len(cs.Items), err)
+	}
+	mem := sandbox.DefaultLimits().MemoryBytes
+	_, err = env.Eng.ContainerUpdate(context.Background(), cs.Items[0].ID, client.ContainerUpdateOptions{
+		Resources: &container.Resources{Memory: mem, MemorySwap: 4 * mem},
+	})
+	var se *broker.SettingError
+	if !errors.As(err, &se) {
+		t.Fatalf("update with swap 4× memory: %v, want refused naming the setting", err)
+	}
+	in, err := env.Eng.ContainerInspect(context.Background(), cs.Items[0].ID, client.ContainerInspectOptions{})
+	if err != nil || in.Container.HostConfig.MemorySwap != in.Container.HostConfig.Memory {
+		t.Errorf("after the refused update: swap %d memory %d (%v), want them equal", in.Container.HostConfig.MemorySwap, in.Container.HostConfig.Memory, err)
 	}
 }

@@ -308,7 +308,9 @@ func (e *Engine) ContainerStart(ctx context.Context, id string, _ client.Contain
 
 // newTask checks the container's spec, as its record holds it, and
 // creates its task (the runtime's create: namespaces, mounts, seccomp)
-// from that record, with its stdio on the engine's files.
+// with that record's root filesystem and its stdio on the engine's files.
+// containerd takes the spec from its own store: every spec this engine
+// writes there (create, update) has passed the same check.
 func (e *Engine) newTask(ctx context.Context, info containers.Container, stdin bool) error {
 	spec, err := specOf(info)
 	if err != nil {

@@ -33,6 +33,12 @@ func (e *Engine) ContainerUpdate(ctx context.Context, id string, opts client.Con
 	}
 	mem := &specs.LinuxMemory{Limit: i64(r.Memory), Swap: i64(r.MemorySwap)}
 	spec.Linux.Resources.Memory = mem
+	// containerd creates a task from the spec it stores, not from the
+	// one this engine checked when it read the record: every spec it
+	// writes passes the same check first.
+	if err := checkSandboxSpec(e, spec); err != nil {
+		return client.ContainerUpdateResult{}, fmt.Errorf("update %s: %w", id, err)
+	}
 	err = c.Update(ctx, func(ctx context.Context, _ *containerd.Client, c *containers.Container) error {
 		a, err := typeurl.MarshalAny(spec)
 		if err != nil {
