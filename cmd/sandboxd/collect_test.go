@@ -54,3 +54,23 @@ func TestCollectCachesFailureOnlySaysSo(t *testing.T) {
 		t.Errorf("stderr: got %q, want the panic said", got)
 	}
 }
+
+// A one-shot broker's cache volumes are named after it, never the
+// daemon's: its collection removes the volumes of its name, which a
+// daemon sharing their names would mount.
+func TestOneShotVolumesAreNotTheDaemons(t *testing.T) {
+	for _, env := range []string{"", "ci-runner-7"} {
+		t.Setenv("SANDBOXD_BROKER_NAME", env)
+		cfg := oneShotConfig()
+		want := "sandboxd-cli"
+		if env != "" {
+			want = env
+		}
+		if cfg.Name != want || cfg.VolumePrefix != want {
+			t.Errorf("SANDBOXD_BROKER_NAME=%q: name %q, volume prefix %q; want both %q", env, cfg.Name, cfg.VolumePrefix, want)
+		}
+		if d := broker.Default(); cfg.Name == d.Name || cfg.VolumePrefix == d.VolumePrefix {
+			t.Errorf("SANDBOXD_BROKER_NAME=%q: name %q, prefix %q share the daemon's default (%q, %q)", env, cfg.Name, cfg.VolumePrefix, d.Name, d.VolumePrefix)
+		}
+	}
+}

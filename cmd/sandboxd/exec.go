@@ -166,25 +166,33 @@ func newBrokerAllowing(eng broker.Engine, allowRunsc bool) (b *broker.Broker, bl
 	if leave, err = blobs.Share(); err != nil {
 		return nil, nil, nil, err
 	}
-	cfg := broker.Default()
+	cfg := oneShotConfig()
 	cfg.ShimPath = shim
 	cfg.Version = version
 	cfg.CacheDir = filepath.Join(dir, "checked-volumes")
 	cfg.AllowRunsc = allowRunsc
-	// Not the daemon's default name: a daemon reaps the job containers of
-	// its own name that its journal does not know, and would take a
-	// one-shot run's container for one.
-	cfg.Name = "sandboxd-cli"
-	if name := os.Getenv("SANDBOXD_BROKER_NAME"); name != "" {
-		// Separate brokers on one engine (tests, several users) keep
-		// separate cache volumes.
-		cfg.Name, cfg.VolumePrefix = name, name
-	}
 	if b, err = broker.New(eng, blobs, cfg); err != nil {
 		leave()
 		return nil, nil, nil, err
 	}
 	return b, blobs, leave, nil
+}
+
+// oneShotConfig is a one-shot command's broker configuration: not the
+// daemon's default name, since a daemon reaps the job containers of its
+// own name that its journal does not know and would take a one-shot run's
+// container for one; nor its volumes' names, since a one-shot collection
+// removes the volumes of its name and a daemon would mount one (its pins
+// unknown to the one-shot process). $SANDBOXD_BROKER_NAME names separate
+// brokers on one engine (tests, several users) the same way.
+func oneShotConfig() broker.Config {
+	cfg := broker.Default()
+	cfg.Name = "sandboxd-cli"
+	if name := os.Getenv("SANDBOXD_BROKER_NAME"); name != "" {
+		cfg.Name = name
+	}
+	cfg.VolumePrefix = cfg.Name
+	return cfg
 }
 
 // addCacheFlags adds --volume-budget to a one-shot command.
