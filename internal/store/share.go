@@ -115,7 +115,7 @@ func flock(f *os.File, how int) error {
 // blobs this process used are collected like any others; the store stays
 // shared.
 func (s *Store) Share() (leave func(), err error) {
-	lf, err := os.OpenFile(filepath.Join(s.dir, "sweep.lock"), os.O_RDWR|os.O_CREATE|unix.O_CLOEXEC, 0o600)
+	lf, err := os.OpenFile(filepath.Join(s.dir, "sweep.lock"), os.O_RDWR|os.O_CREATE|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("blob store: %w", err)
 	}
@@ -219,8 +219,10 @@ func (s *Store) usersCutoff() time.Time {
 // held reports whether a live process holds the flock on the file at p.
 // An error other than "it is held" counts as held: a sweep keeps blobs
 // when in doubt.
+// Only a regular file is opened (never through a symlink, never blocking
+// on a FIFO): anything else is not a registration and counts as held.
 func held(p string) bool {
-	f, err := os.Open(p)
+	f, err := os.OpenFile(p, os.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
 	if errors.Is(err, fs.ErrNotExist) {
 		return false
 	}
@@ -228,5 +230,8 @@ func held(p string) bool {
 		return true
 	}
 	defer f.Close()
+	if st, err := f.Stat(); err != nil || !st.Mode().IsRegular() {
+		return true
+	}
 	return unix.Flock(int(f.Fd()), unix.LOCK_SH|unix.LOCK_NB) != nil
 }

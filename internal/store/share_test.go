@@ -137,3 +137,27 @@ func TestSharedSweepLockExcludesOtherProcesses(t *testing.T) {
 		t.Fatalf("the orphan was not removed (checked %v)", checked)
 	}
 }
+
+// What is not a registration in users/ (a FIFO, a symlink) neither hangs
+// a sweep nor is taken for a dead process's: it counts as held.
+func TestHeldNeverBlocksOnWhatIsNotARegistration(t *testing.T) {
+	dir := t.TempDir()
+	fifo := filepath.Join(dir, "fifo")
+	if err := unix.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	link := filepath.Join(dir, "link")
+	if err := os.Symlink(filepath.Join(dir, "elsewhere"), link); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan [2]bool, 1)
+	go func() { done <- [2]bool{held(fifo), held(link)} }()
+	select {
+	case got := <-done:
+		if !got[0] || !got[1] {
+			t.Errorf("held: fifo %v, symlink %v; want both held (not registrations, never removed as dead)", got[0], got[1])
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("held blocked on a FIFO")
+	}
+}
