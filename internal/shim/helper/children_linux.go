@@ -10,7 +10,6 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
-	"strconv"
 	"strings"
 	"unicode/utf8"
 
@@ -149,19 +148,6 @@ type collector struct {
 // collectMain runs as the candidate user after every candidate process is
 // dead and streams the output directories' regular files as frames.
 func collectMain() int {
-	if v := os.Getenv("SANDBOXD_SHIM_KILL_SESSION"); v != "" {
-		sid, err := strconv.Atoi(v)
-		if err != nil || sid <= 1 {
-			return 2
-		}
-		return killSession(sid)
-	}
-	if os.Getenv("SANDBOXD_SHIM_KILL") == "1" {
-		for range 3 {
-			unix.Kill(-1, unix.SIGKILL)
-		}
-		return 0
-	}
 	// Frames are buffered: the engine turns every write on the container's
 	// stdout into at least one log record, and unbuffered, a small file
 	// cost six writes (two per frame).

@@ -213,31 +213,22 @@ func waitExited(pid int) {
 	}
 }
 
-// endSession kills every live process of session sid, through a child of
-// the code uid (the helper holds no CAP_KILL), if there is one.
+// endSession kills every live process of session sid, from a thread of
+// the helper that takes the code uid (asUID; the helper holds no
+// CAP_KILL), until none is left (a fork races the scan) or it gave up.
 func (s *execService) endSession(sid int) {
-	if !sessionAlive(sid, os.Getpid()) {
-		return
-	}
-	k := exec.Command(self(), "collect", "--kill-session")
-	k.Env = []string{"SANDBOXD_SHIM_KILL_SESSION=" + strconv.Itoa(sid)}
-	k.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(s.cfg.CodeUID), Gid: uint32(s.cfg.CodeGID), Groups: []uint32{}}}
-	k.Run()
-}
-
-// killSession is the kill child of endSession: it kills session sid's
-// processes until none is left (a fork races the scan) or it gave up.
-func killSession(sid int) int {
+	me := os.Getpid()
 	for range 100 {
-		unix.Kill(-sid, unix.SIGKILL) // its leader's process group
-		for _, pid := range sessionPIDs(sid, os.Getpid()) {
-			unix.Kill(pid, unix.SIGKILL)
+		if !sessionAlive(sid, me) {
+			return
 		}
-		if !sessionAlive(sid, os.Getpid()) {
-			return 0
-		}
+		asUID(s.cfg.CodeUID, func() {
+			unix.Kill(-sid, unix.SIGKILL) // its leader's process group
+			for _, pid := range sessionPIDs(sid, me) {
+				unix.Kill(pid, unix.SIGKILL)
+			}
+		})
 	}
-	return 1
 }
 
 func sessionAlive(sid, except int) bool { return len(sessionPIDs(sid, except)) > 0 }

@@ -364,26 +364,19 @@ func exitStatus(ps *os.ProcessState, err error) (int, string) {
 
 // killCandidates kills every process of the candidate uid, and of the code
 // uid if the exec service ever ran a program (nothing else can become that
-// uid), through a child that takes that uid (kill(-1) from it reaches
-// exactly those processes), and waits until none is alive. It reports
-// false if some survived.
+// uid), from a thread of the helper that takes that uid (killAllOf), and
+// waits until none is alive. It reports false if some survived.
 func killCandidates(cfg *shim.Config, codeUsed bool) bool {
 	deadline := time.Now().Add(5 * time.Second)
 	ids := killTargets(cfg, codeUsed)
 	for {
-		alive := false
-		// One child per uid, one after the other: a fork bomb leaves the
-		// pids cgroup nearly full, and a child (a Go program, with its
-		// threads) needs the few pids there are to itself.
 		for _, id := range ids {
-			k := exec.Command(self(), "collect", "--kill-only")
-			k.Env = []string{"SANDBOXD_SHIM_KILL=1"}
-			k.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uint32(id[0]), Gid: uint32(id[1]), Groups: []uint32{}}}
-			// No descriptor of the container goes to a child of a
-			// candidate uid while candidate processes may still live.
-			k.Stderr = nil
-			k.Run()
+			if err := killAllOf(id[0]); err != nil {
+				fmt.Fprintln(os.Stderr, "sandboxd-shim:", err)
+				return false
+			}
 		}
+		alive := false
 		for _, id := range ids {
 			alive = alive || anyAlive(id[0])
 		}
