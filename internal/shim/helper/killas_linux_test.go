@@ -65,7 +65,9 @@ func TestKillAllOfInNamespace(t *testing.T) {
 			return false
 		}
 	}
-	alive := func(cmd *exec.Cmd) bool { return cmd.Process.Signal(syscall.Signal(0)) == nil && cmd.ProcessState == nil }
+	alive := func(cmd *exec.Cmd) bool {
+		return cmd.Process.Signal(syscall.Signal(0)) == nil && cmd.ProcessState == nil
+	}
 
 	// Only init (this test) is root: kill(-1) from the thread.
 	victim, bystander := start(target), start(other)
