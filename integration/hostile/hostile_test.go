@@ -40,6 +40,22 @@ func want(t *testing.T, r sandbox.Result, status sandbox.Status, exit int) {
 	}
 }
 
+// wantPidsLimit checks the result of a job that filled its pids limit:
+// limit_exceeded (pids) with the command's exit code, where the pids
+// cgroup tells the helper of a refused fork. On gVisor the limit is
+// RLIMIT_NPROC, which leaves no count: the command's own status there.
+func wantPidsLimit(t *testing.T, r sandbox.Result, onRunscStatus sandbox.Status, exit int) {
+	t.Helper()
+	if onRunsc() {
+		want(t, r, onRunscStatus, exit)
+		return
+	}
+	want(t, r, sandbox.StatusLimitExceeded, exit)
+	if r.Limit != "pids" {
+		t.Fatalf("got limit %q (limits hit %v), want pids", r.Limit, r.LimitsHit)
+	}
+}
+
 // logOf returns a captured log, or "" when none was captured (a job that
 // never ran).
 func logOf(t *testing.T, l sandbox.Log) string {
@@ -166,7 +182,7 @@ func hostileCases() []hostile {
 			name: "fork-bomb-probe", probe: true, argv: []string{probePath, "forkbomb"},
 			mod: func(t *testing.T, j *sandbox.Job) { j.Limits.Pids = 32 },
 			check: func(t *testing.T, r sandbox.Result) {
-				want(t, r, sandbox.StatusSucceeded, 0)
+				wantPidsLimit(t, r, sandbox.StatusSucceeded, 0)
 				var b bomb
 				decode(t, r, &b)
 				if b.Errno != "EAGAIN" || b.Count >= 32 || b.Count < 10 {
@@ -183,8 +199,24 @@ func hostileCases() []hostile {
 			mod: func(t *testing.T, j *sandbox.Job) { j.Limits.Pids = 32 },
 			check: func(t *testing.T, r sandbox.Result) {
 				// The helper kills every process the bomb left before it
-				// collects.
+				// collects. The shell may exit before the bomb fills the
+				// pids limit, or after.
+				if r.Status == sandbox.StatusLimitExceeded {
+					wantPidsLimit(t, r, sandbox.StatusFailed, 7)
+					return
+				}
 				want(t, r, sandbox.StatusFailed, 7)
+			},
+		},
+		{
+			// A flat bomb keeps the pids cgroup full until the shell
+			// dies of a refused fork (busybox sh exits 2): the helper's
+			// kill must need no pid of its own (it went through a child
+			// that found none: "candidate processes survived SIGKILL").
+			name: "flat-bomb", argv: sh(`while :; do sleep 1000 & done`),
+			mod: func(t *testing.T, j *sandbox.Job) { j.Limits.Pids = 32 },
+			check: func(t *testing.T, r sandbox.Result) {
+				wantPidsLimit(t, r, sandbox.StatusFailed, 2)
 			},
 		},
 		{
@@ -261,7 +293,7 @@ func hostileCases() []hostile {
 			name: "fd-bomb", probe: true, argv: []string{probePath, "fdbomb"},
 			mod: func(t *testing.T, j *sandbox.Job) { j.Limits.OpenFiles = 64 },
 			check: func(t *testing.T, r sandbox.Result) {
-				want(t, r, sandbox.StatusSucceeded, 0)
+				wantPidsLimit(t, r, sandbox.StatusSucceeded, 0)
 				var b bomb
 				decode(t, r, &b)
 				if b.Errno != "EMFILE" || b.Count > 61 || b.Count < 50 {
@@ -306,7 +338,7 @@ func hostileCases() []hostile {
 			name: "zombie-farm", probe: true, argv: []string{probePath, "zombies", "40"},
 			mod: func(t *testing.T, j *sandbox.Job) { j.Limits.Pids = 64 },
 			check: func(t *testing.T, r sandbox.Result) {
-				want(t, r, sandbox.StatusSucceeded, 0)
+				wantPidsLimit(t, r, sandbox.StatusSucceeded, 0)
 				var b bomb
 				decode(t, r, &b)
 				if b.Count != 40 || b.Errno != "" {

@@ -453,7 +453,7 @@ func (r *run) decide(ctx context.Context, col *collector, oomKilled, hardKilled 
 // Truncated logs are flagged but do not change the status: logs are never
 // evidence for a verdict.
 func decidingLimit(hit []string) string {
-	for _, l := range []string{"disk_bytes", "output_bytes", "file_count", "file_size_bytes"} {
+	for _, l := range []string{"disk_bytes", "output_bytes", "file_count", "file_size_bytes", "pids"} {
 		if slices.Contains(hit, l) {
 			return l
 		}

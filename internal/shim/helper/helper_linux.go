@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -237,6 +238,7 @@ func runJob(o *out) (*shim.Status, error) {
 		}
 	}
 	var startMsg int64
+	pidsRefusedBefore, pidsCounted := pidsRefused()
 	startErr := cmd.Start()
 	outW.Close()
 	errW.Close()
@@ -285,6 +287,13 @@ func runJob(o *out) (*shim.Status, error) {
 	relays.Wait()
 	if svc != nil {
 		svc.wait() // every program it ran is dead
+	}
+	// A fork the pids limit refused while the command ran was the
+	// candidate's: the helper forks nothing meanwhile. Not so once the exec
+	// service ran a program of the code uid: whose fork it was cannot be
+	// told, and the code uid's doing must not mark the grader's job.
+	if n, ok := pidsRefused(); ok && pidsCounted && n > pidsRefusedBefore && !svc.used() {
+		st.LimitsHit = append(st.LimitsHit, "pids")
 	}
 	st.StderrTotal += startMsg // counted after the relays stopped writing the totals
 	outR.Close()
@@ -399,6 +408,26 @@ func killTargets(cfg *shim.Config, codeUsed bool) [][2]int {
 		ids = append(ids, [2]int{cfg.CodeUID, cfg.CodeGID})
 	}
 	return ids
+}
+
+// pidsRefused reads how many forks the sandbox's pids cgroup has refused
+// (the "max" line of pids.events, cgroup v1 or v2, in the sandbox's own
+// cgroup namespace). It reports false where there is no such file (gVisor
+// enforces the pids limit as RLIMIT_NPROC).
+func pidsRefused() (int64, bool) {
+	for _, p := range []string{"/sys/fs/cgroup/pids/pids.events", "/sys/fs/cgroup/pids.events"} {
+		b, err := os.ReadFile(p)
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(b), "\n") {
+			if v, ok := strings.CutPrefix(line, "max "); ok {
+				n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
+				return n, err == nil
+			}
+		}
+	}
+	return 0, false
 }
 
 // allDirs reports whether every path is a directory already, reached
