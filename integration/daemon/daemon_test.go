@@ -210,11 +210,13 @@ func TestSIGKILLAtEachStep(t *testing.T) {
 	}{
 		// Accepted, never dispatched: provably never ran, so it runs now.
 		{"accepted", []string{"true"}, sandbox.StatusSucceeded},
-		// Created, never started: it did not run and is not run again.
-		{"created", []string{"true"}, sandbox.StatusUncertain},
+		// Created, never started: provably never ran (the engine says
+		// so), so it runs now, in a new container.
+		{"created", testharness.Sh("echo once"), sandbox.StatusSucceeded},
 		// Started, killed before the helper got its config over the
-		// attached stdin: the helper cannot report, so uncertain.
-		{"started", testharness.Sh("echo never"), sandbox.StatusUncertain},
+		// attached stdin: its stream ends before the command's start,
+		// which proves it never ran, so it runs now.
+		{"started", testharness.Sh("echo once"), sandbox.StatusSucceeded},
 		// Running (killed from outside a second into the command): the
 		// restarted daemon waits for it and reads its stream back.
 		{"running", testharness.Sh("sleep 3; echo done"), sandbox.StatusSucceeded},
@@ -268,10 +270,21 @@ func TestSIGKILLAtEachStep(t *testing.T) {
 			if !bytes.Equal(sr.Receipt.Envelope, rc.Envelope) {
 				t.Errorf("the result is chained to another receipt")
 			}
+			// A job proven never run gets a second container, and its
+			// command runs once, in that one.
+			wantCreations := 1 + d.notRun(job.ID)
+			if tc.step == "created" || tc.step == "started" {
+				if d.notRun(job.ID) != 1 {
+					t.Errorf("the restarted daemon proved %d times that the job never ran, want once", d.notRun(job.ID))
+				}
+				if out := d.stdout(ctx, sr.Result); out != "once\n" {
+					t.Errorf("stdout %q, want the command's one run", out)
+				}
+			}
 			d.stop()
 			byID, _ := creations()
-			if byID[job.ID] != 1 {
-				t.Errorf("got %d container creations for the job, want exactly 1", byID[job.ID])
+			if byID[job.ID] != wantCreations {
+				t.Errorf("got %d container creations for the job, want exactly %d", byID[job.ID], wantCreations)
 			}
 		})
 	}
@@ -457,8 +470,8 @@ func TestPooledSandboxesAfterSIGKILL(t *testing.T) {
 
 // The daemon killed while a job takes a pooled sandbox, after the binding
 // was journaled (created) or after its start was (started), before the
-// helper got its config: the job ends uncertain, is never run, and the
-// sandbox is removed.
+// helper got its config: the sandbox's stream proves the job never ran,
+// the sandbox is removed, and the job runs for the first time.
 func TestSIGKILLWhileTakingAPooledSandbox(t *testing.T) {
 	for _, step := range []string{"created", "started"} {
 		t.Run(step, func(t *testing.T) {
@@ -480,7 +493,7 @@ func TestSIGKILLWhileTakingAPooledSandbox(t *testing.T) {
 			d.stop()
 			// A long wall time: were recovery to wait for the job's
 			// deadline, the wait below would end with ctx, not a result.
-			job := env.NewJob(t, testharness.Sh("echo never"), func(j *sandbox.Job) { j.Limits.WallTimeMS = 600_000 })
+			job := env.NewJob(t, testharness.Sh("echo once"), func(j *sandbox.Job) { j.Limits.WallTimeMS = 600_000 })
 			d.start("SANDBOXD_TEST_FAULT=" + step + ":" + job.ID)
 			// The restarted daemon has no pool yet: warm it again.
 			warm2 := env.NewJob(t, []string{"true"}, nil)
@@ -506,11 +519,11 @@ func TestSIGKILLWhileTakingAPooledSandbox(t *testing.T) {
 			}
 			d.start()
 			sr, err := d.client.Wait(ctx, job)
-			if !errors.Is(err, sandbox.ErrUncertain) || sr.Result.Status != sandbox.StatusUncertain {
-				t.Fatalf("got %v %s (%s), want uncertain", err, sr.Result.Status, sr.Result.Cause)
+			if err != nil || sr.Result.Status != sandbox.StatusSucceeded {
+				t.Fatalf("got %v %s (%s), want succeeded", err, sr.Result.Status, sr.Result.Cause)
 			}
-			if sr.Result.Stdout.Total != 0 {
-				t.Errorf("the job ran: %d bytes of stdout", sr.Result.Stdout.Total)
+			if out := d.stdout(ctx, sr.Result); out != "once\n" || d.notRun(job.ID) != 1 {
+				t.Errorf("stdout %q after %d proofs that it never ran, want the command's one run after one", out, d.notRun(job.ID))
 			}
 			d.stop()
 		})

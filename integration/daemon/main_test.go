@@ -211,6 +211,32 @@ func (d *daemon) start(extraEnv ...string) {
 	}
 }
 
+// stdout is a result's captured stdout, read from the daemon.
+func (d *daemon) stdout(ctx context.Context, r sandbox.Result) string {
+	d.t.Helper()
+	if r.Stdout.Digest == "" {
+		return ""
+	}
+	b, err := d.client.Blob(ctx, r.Stdout.Digest, 1<<20)
+	if err != nil {
+		d.t.Fatalf("stdout of %s: %v", r.JobID, err)
+	}
+	return string(b)
+}
+
+// notRun counts the times a start of the daemon proved that job id never
+// ran and queued it to run (broker.ErrNotRun): each such job had one
+// container more than it ran in.
+func (d *daemon) notRun(id string) int {
+	n := 0
+	for _, line := range strings.Split(d.logs.String(), "\n") {
+		if strings.Contains(line, `"the job never ran; queued to run"`) && strings.Contains(line, `"job_id":"`+id+`"`) {
+			n++
+		}
+	}
+	return n
+}
+
 // kill SIGKILLs the daemon (if running) and waits for it.
 func (d *daemon) kill() {
 	if d.cmd == nil {

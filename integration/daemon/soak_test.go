@@ -1,7 +1,7 @@
 package daemon
 
 import (
-	"errors"
+	"crypto/sha256"
 	"fmt"
 	"strconv"
 	"strings"
@@ -84,6 +84,27 @@ func (d *daemon) watchRunning() (w *runWatch, stop func() *runWatch) {
 	}
 }
 
+// burn keeps n goroutines hashing until the test ends (at most its
+// deadline): CPU load on this machine's cores, bounded in time.
+func burn(t *testing.T, n int) {
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for range n {
+		wg.Go(func() {
+			buf := make([]byte, 64<<10)
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+					sha256.Sum256(buf)
+				}
+			}
+		})
+	}
+	t.Cleanup(func() { close(stop); wg.Wait() })
+}
+
 // TestSoakConcurrencyLimitAcrossSIGKILLs runs jobs through a daemon that
 // is SIGKILLed and restarted while they run: no job is lost or run twice,
 // every result verifies, accepted jobs run in acceptance order, and the
@@ -96,6 +117,10 @@ func TestSoakConcurrencyLimitAcrossSIGKILLs(t *testing.T) {
 		limit = 2
 	)
 	d := newDaemon(t, "--concurrency", strconv.Itoa(limit), "--pool", "2")
+	// Under CPU load the window between a container's start and its
+	// helper's config grows: there the kills land in it (a soak without
+	// load had left 0 of 16 uncertain, with four burners 8 of 16).
+	burn(t, 4)
 	watch, stopWatch := d.watchRunning()
 	d.start()
 	ctx := ctxFor(t, 3*time.Minute)
@@ -148,14 +173,14 @@ func TestSoakConcurrencyLimitAcrossSIGKILLs(t *testing.T) {
 	for _, j := range jobs {
 		sr, err := d.client.Wait(ctx, j)
 		switch {
-		case errors.Is(err, sandbox.ErrUncertain) && sr.Result.Status == sandbox.StatusUncertain:
-			// Verified, and honest: a kill between its dispatch and its
-			// helper's config leaves nothing to prove it ran.
 		case err != nil:
 			t.Errorf("job %s: %v", j.ID, err)
 			continue
 		case sr.Result.Status != sandbox.StatusSucceeded:
-			t.Errorf("job %s: got %s (%s), want succeeded or uncertain", j.ID, sr.Result.Status, sr.Result.Cause)
+			// Not even uncertain: a kill between its dispatch and the
+			// command's start is proven by the engine or the helper's
+			// stream, and the job runs then.
+			t.Errorf("job %s: got %s (%s), want succeeded", j.ID, sr.Result.Status, sr.Result.Cause)
 		default:
 			art, ok := sr.Result.Artifact("/work/out/id")
 			if !ok {
@@ -182,9 +207,11 @@ func TestSoakConcurrencyLimitAcrossSIGKILLs(t *testing.T) {
 	var order []int // job indexes in the order they began running
 	for i, j := range jobs {
 		name := broker.ContainerName(d.name, j.ID, j.Digest)
-		switch runs := w.runs[name]; {
+		// A container of the job that the daemon proved never ran the
+		// command (broker.ErrNotRun) started, or was taken, once more.
+		switch runs := w.runs[name] - d.notRun(j.ID); {
 		case runs > 1:
-			t.Errorf("job %s began running %d times, want at most once", j.ID, runs)
+			t.Errorf("job %s began running %d times (%d proven not run), want at most once", j.ID, runs, d.notRun(j.ID))
 		case runs == 0 && statusOf[j.ID] == sandbox.StatusSucceeded:
 			t.Errorf("job %s succeeded but no container of it ever ran", j.ID)
 		case runs == 1:

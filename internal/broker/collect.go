@@ -46,6 +46,7 @@ type collector struct {
 	limits    []string
 
 	hello       bool
+	starting    bool // the helper said the command starts (FrameStarting)
 	nonce       string // the stream's nonce, from the container's labels
 	summary     *shim.CollectSummary
 	status      *shim.Status
@@ -141,7 +142,16 @@ func (c *collector) frame(typ byte, p []byte) error {
 	if c.cur != nil && typ != shim.FrameFileData && typ != shim.FrameFileEnd {
 		return fmt.Errorf("frame %q inside file %s: %w", typ, c.curHdr.Path, errProtocol)
 	}
+	if !c.starting && typ != shim.FrameStarting && typ != shim.FrameError {
+		// Before the command starts the helper says nothing but an error.
+		return fmt.Errorf("frame %q before the command started: %w", typ, errProtocol)
+	}
 	switch typ {
+	case shim.FrameStarting:
+		if c.starting {
+			return fmt.Errorf("a second starting frame: %w", errProtocol)
+		}
+		c.starting = true
 	case shim.FrameStdout:
 		c.stdout.write(p)
 	case shim.FrameStderr:

@@ -29,7 +29,11 @@ func (s *stream) json(typ byte, v any) *stream {
 	return s.frame(typ, b)
 }
 
-func (s *stream) hello() *stream { return s.frame(shim.FrameHello, []byte(shim.Hello+testNonce)) }
+// hello is the stream's hello and the command's start.
+func (s *stream) hello() *stream { return s.greet().frame(shim.FrameStarting, nil) }
+
+// greet is the hello alone: a helper whose command has not started.
+func (s *stream) greet() *stream { return s.frame(shim.FrameHello, []byte(shim.Hello+testNonce)) }
 
 const testNonce = "0123456789abcdef"
 
@@ -108,6 +112,9 @@ func TestCollectorRefusesProtocolViolations(t *testing.T) {
 		{"stdout inside a file", new(stream).hello().json(shim.FrameFileBegin, shim.FileHeader{Path: "/work/out/a", Size: 1}).frame(shim.FrameStdout, []byte("x")), "inside file"},
 		{"frame after status", new(stream).hello().end(0, 0).frame(shim.FrameStdout, []byte("x")), "after the last frame"},
 		{"unknown frame", new(stream).hello().frame('Z', nil), "unknown frame"},
+		{"stdout before the start", new(stream).greet().frame(shim.FrameStdout, []byte("x")), "before the command started"},
+		{"status before the start", new(stream).greet().json(shim.FrameStatus, shim.Status{}), "before the command started"},
+		{"a second start", new(stream).hello().frame(shim.FrameStarting, nil), "second starting frame"},
 		{"ends inside a file", new(stream).hello().json(shim.FrameFileBegin, shim.FileHeader{Path: "/work/out/a", Size: 1}), "inside /work/out/a"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -401,9 +401,6 @@ func TestRecoveryDecisions(t *testing.T) {
 		{"no container: uncertain", func(t *testing.T, b *Broker, eng *enginefake.Engine, job sandbox.Job) string {
 			return strings.Repeat("e", 64)
 		}, sandbox.StatusUncertain, "container is gone", false},
-		{"created, never started: uncertain, never run", func(t *testing.T, b *Broker, eng *enginefake.Engine, job sandbox.Job) string {
-			return jobContainer(t, b, eng, job, time.Now().Add(time.Hour)).ID
-		}, sandbox.StatusUncertain, "not run again", false},
 		{"another job's container: refused, not removed", func(t *testing.T, b *Broker, eng *enginefake.Engine, job sandbox.Job) string {
 			c := jobContainer(t, b, eng, fakeJob(t, "other-job"), time.Now().Add(time.Hour))
 			c.SetState(exitedState(0))
@@ -447,6 +444,99 @@ func TestRecoveryDecisions(t *testing.T) {
 		})
 	}
 }
+
+// A job whose container never started, or whose helper's stream ends
+// before the frame it writes just before the command starts, provably
+// never ran: recovery removes its container and says ErrNotRun (the
+// daemon then runs it for the first time), and records no result. A
+// stream past that frame is never taken for one.
+func TestRecoveryProvesNotRun(t *testing.T) {
+	stuffed := func(frames func(w io.Writer)) []byte {
+		var b bytes.Buffer
+		frames(shim.NewStuffWriter(&b))
+		return enginefake.Mux(1, b.Bytes())
+	}
+	tests := []struct {
+		name    string
+		state   *container.State // nil: created, never started
+		log     func(c *enginefake.Container) []byte
+		notRun  bool
+		removed bool
+	}{
+		{"created, never started", nil, nil, true, true},
+		{"exited with an empty log: uncertain (a lost log proves nothing)", ptr(exitedState(1)), func(*enginefake.Container) []byte { return nil }, false, true},
+		{"exited, the record after the hello cut short: uncertain", ptr(exitedState(1)), func(c *enginefake.Container) []byte {
+			hello := stuffed(func(w io.Writer) { shim.WriteFrame(w, shim.FrameHello, []byte(shim.Hello+enginefake.Nonce(c))) })
+			rest := stuffed(func(w io.Writer) {
+				shim.WriteFrame(w, shim.FrameStarting, nil)
+				shim.WriteFrame(w, shim.FrameStdout, []byte("ran"))
+			})
+			return append(hello, rest[:len(rest)-2]...)
+		}, false, true},
+		{"exited after the hello alone (stdin closed before the config)", ptr(exitedState(1)), func(c *enginefake.Container) []byte {
+			return stuffed(func(w io.Writer) { shim.WriteFrame(w, shim.FrameHello, []byte(shim.Hello+enginefake.Nonce(c))) })
+		}, true, true},
+		{"exited with the helper's error before the start (staging cut)", ptr(exitedState(1)), func(c *enginefake.Container) []byte {
+			return stuffed(func(w io.Writer) {
+				shim.WriteFrame(w, shim.FrameHello, []byte(shim.Hello+enginefake.Nonce(c)))
+				shim.WriteFrame(w, shim.FrameError, []byte("stage inputs: exit status 1"))
+			})
+		}, true, true},
+		{"exited after the start, stream cut: uncertain", ptr(exitedState(0)), func(c *enginefake.Container) []byte {
+			return stuffed(func(w io.Writer) {
+				shim.WriteFrame(w, shim.FrameHello, []byte(shim.Hello+enginefake.Nonce(c)))
+				shim.WriteFrame(w, shim.FrameStarting, nil)
+			})
+		}, false, true},
+		{"a stream that is not the helper's: uncertain", ptr(exitedState(0)), func(c *enginefake.Container) []byte {
+			return stuffed(func(w io.Writer) { shim.WriteFrame(w, shim.FrameHello, []byte(shim.Hello+"another")) })
+		}, false, true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			b, eng := newFakeBroker(t, 0)
+			job := fakeJob(t, "job-1")
+			c := jobContainer(t, b, eng, job, time.Now().Add(time.Hour))
+			if tt.state != nil {
+				c.SetState(*tt.state)
+			}
+			if tt.log != nil {
+				c.SetLog(tt.log(c))
+			}
+			finished := 0
+			res, err := b.RecoverWithHooks(context.Background(), job, Binding{ContainerID: c.ID}, Hooks{
+				OnFinished: func(context.Context, sandbox.Result) error { finished++; return nil },
+			})
+			if got := errors.Is(err, ErrNotRun); got != tt.notRun {
+				t.Fatalf("got %v (%s %s), want ErrNotRun %v", err, res.Status, res.Cause, tt.notRun)
+			}
+			if tt.notRun && finished != 0 {
+				t.Errorf("a job that never ran got %d results recorded", finished)
+			}
+			if !tt.notRun && (res.Status != sandbox.StatusUncertain || finished != 1) {
+				t.Errorf("got %s with %d results recorded, want one uncertain", res.Status, finished)
+			}
+			if removed := eng.Container(c.ID) == nil; removed != tt.removed {
+				t.Errorf("container removed: got %v, want %v", removed, tt.removed)
+			}
+			if n := eng.Called("ContainerStart", c.ID); n != 0 {
+				t.Errorf("recovery started the container %d times; it never starts anything", n)
+			}
+		})
+	}
+	// Its name must be free for the first run: a container that cannot be
+	// removed is kept for the next start, and the job is not said unrun.
+	b, eng := newFakeBroker(t, 0)
+	job := fakeJob(t, "job-1")
+	c := jobContainer(t, b, eng, job, time.Now().Add(time.Hour))
+	eng.RemoveError = errors.New("device busy")
+	_, err := b.RecoverWithHooks(context.Background(), job, Binding{ContainerID: c.ID}, Hooks{})
+	if err == nil || errors.Is(err, ErrNotRun) || eng.Container(c.ID) == nil {
+		t.Errorf("removal failed: got %v, container kept %v; want an error that is not ErrNotRun and the container kept", err, eng.Container(c.ID) != nil)
+	}
+}
+
+func ptr[T any](v T) *T { return &v }
 
 // A container still running at recovery is waited for, up to the deadline
 // its label carries; past it, it is killed and the job timed out.

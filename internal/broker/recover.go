@@ -2,6 +2,7 @@ package broker
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -56,9 +57,12 @@ func (b *Broker) RemoveJobContainer(id string) { b.removeContainer(id) }
 // Recover finishes a job whose broker stopped while its container existed.
 // It never starts anything: a running container is waited for (its
 // deadline, from the label, still holds), then the helper's stream is read
-// back from the container's log. If the container is gone, never started,
-// or its stream is not whole, the job ends uncertain — it is never run
-// again. The container is removed in every case.
+// back from the container's log. A job whose container never started, or
+// whose stream ends before the helper said the command starts, provably
+// never ran: its container is removed and the error wraps ErrNotRun, for
+// the caller to run it for the first time. If the container is gone or its
+// stream is not whole, the job ends uncertain — it is never run again.
+// The container is removed in every case.
 func (b *Broker) Recover(ctx context.Context, job sandbox.Job, containerID string) (sandbox.Result, error) {
 	return b.RecoverWithHooks(ctx, job, Binding{ContainerID: containerID}, Hooks{})
 }
@@ -72,6 +76,13 @@ type Binding struct {
 	// only when the sandbox started, not when the job took it.
 	StartedAt time.Time
 }
+
+// ErrNotRun marks a recovered job that provably never ran: its container
+// never started, or the helper's stream (its log, which only the helper
+// writes) ends before the frame it writes just before the command starts.
+// The container is removed before it is returned, so the job's container
+// name is free for its first run.
+var ErrNotRun = errors.New("the job never ran")
 
 // errTransient marks an engine failure during recovery: the job is not
 // judged, its container is kept, and the next attempt recovers it.
@@ -114,6 +125,15 @@ func (b *Broker) RecoverWithHooks(ctx context.Context, job sandbox.Job, bind Bin
 		}
 	}()
 	if err := r.recover(ctx, bind); err != nil {
+		if errors.Is(err, ErrNotRun) && ctx.Err() == nil {
+			// Its name must be free before the job runs: kept if not.
+			if rerr := b.removeContainer(r.containerID); rerr != nil {
+				keep = true
+				return sandbox.Result{}, fmt.Errorf("recover job %s: %v; its container could not be removed: %w: %w", job.ID, err, errTransient, rerr)
+			}
+			r.containerID = ""
+			return sandbox.Result{}, fmt.Errorf("recover job %s: %w", job.ID, err)
+		}
 		if ctx.Err() != nil || errors.Is(err, errTransient) {
 			keep = true
 			return sandbox.Result{}, fmt.Errorf("recover job %s: %w", job.ID, err)
@@ -174,7 +194,7 @@ func (r *run) recover(ctx context.Context, bind Binding) error {
 	r.res.Security = sec
 	r.nonce = c.Config.Labels[LabelStream]
 	if c.State.Status == container.StateCreated {
-		return errors.New("the broker stopped before the container started; the job did not run and is not run again")
+		return fmt.Errorf("the broker stopped before the container started: %w", ErrNotRun)
 	}
 	if t, err := time.Parse(time.RFC3339Nano, c.State.StartedAt); err == nil {
 		r.res.StartedAt = t.UTC()
@@ -223,13 +243,24 @@ func (r *run) recover(ctx context.Context, bind Binding) error {
 	pr, pw := io.Pipe()
 	helperErr := &cappedBuffer{max: 16 << 10}
 	go func() {
-		_, err := stdcopy.StdCopy(pw, helperErr, logs)
-		pw.CloseWithError(err)
+		pw.CloseWithError(demuxWhole(pw, helperErr, logs))
 	}()
 	col := newCollector(r)
 	defer col.abort()
 	streamErr := col.consume(pr)
 	pr.CloseWithError(errors.New("stream consumer finished"))
+	// Read whole (demuxWhole), the log is the helper's own account: it
+	// writes the hello first and the starting frame before the command
+	// starts, so a log with the hello and no starting frame proves that
+	// nothing of the candidate ran. An empty log proves nothing (it may be
+	// one that was lost).
+	if streamErr == nil && col.hello && !col.starting && col.status == nil {
+		why := "nothing after the hello"
+		if col.helperError != "" {
+			why = "the helper: " + col.helperError
+		}
+		return fmt.Errorf("the helper's stream ends before the command started (%s): %w", why, ErrNotRun)
+	}
 	if streamErr != nil || col.incomplete() != "" {
 		col.finish(&r.res)
 		why := col.incomplete()
@@ -243,6 +274,38 @@ func (r *run) recover(ctx context.Context, bind Binding) error {
 	r.mu.Unlock()
 	r.decide(ctx, col, c.State.OOMKilled, hardKilled, nil, nil, helperErr.String())
 	return nil
+}
+
+// demuxWhole copies an engine's multiplexed log (an 8-byte header, stream
+// and length, before each record) to stdout and stderr, as stdcopy does,
+// but a log that ends inside a record is an error: stdcopy reads that as
+// the end, and a record cut away could hold the frame that proves a job
+// ran.
+func demuxWhole(stdout, stderr io.Writer, r io.Reader) error {
+	var hdr [8]byte
+	buf := make([]byte, 32<<10)
+	for {
+		if _, err := io.ReadFull(r, hdr[:]); err == io.EOF {
+			return nil
+		} else if err != nil {
+			return fmt.Errorf("log record header: %w", err)
+		}
+		var w io.Writer
+		switch stdcopy.StdType(hdr[0]) {
+		case stdcopy.Stdout:
+			w = stdout
+		case stdcopy.Stderr:
+			w = stderr
+		default:
+			return fmt.Errorf("log record of stream %d: %w", hdr[0], errProtocol)
+		}
+		n := int64(binary.BigEndian.Uint32(hdr[4:]))
+		if m, err := io.CopyBuffer(w, io.LimitReader(r, n), buf); err != nil {
+			return err
+		} else if m != n {
+			return fmt.Errorf("log record cut after %d of %d bytes: %w", m, n, io.ErrUnexpectedEOF)
+		}
+	}
 }
 
 // writableBytes is the size of a job's writable inputs as stored.

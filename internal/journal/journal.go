@@ -237,6 +237,31 @@ func (j *Journal) RequestCancel(id string) (Record, error) {
 	return rec, err
 }
 
+// NotRun returns a dispatched job to accepted, unbound from its container,
+// once the broker proved that it never ran (broker.ErrNotRun: its
+// container never started, or the helper's stream ends before the
+// command's start) and removed that container. It is the one transition
+// backwards: the job then runs for the first time, in a new container.
+func (j *Journal) NotRun(id string) (Record, error) {
+	var rec Record
+	err := j.db.Update(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucketJobs)
+		var err error
+		if rec, err = get(b, id); err != nil {
+			return err
+		}
+		if rec.State.Terminal() || rec.State == Accepted {
+			return fmt.Errorf("job %s: %s to %s (not run): %w", id, rec.State, Accepted, ErrTransition)
+		}
+		rec.State, rec.ContainerID, rec.StartedAt = Accepted, "", time.Time{}
+		return put(b, &rec)
+	})
+	if err != nil {
+		return Record{}, err
+	}
+	return rec, nil
+}
+
 // update applies a forward transition in one fsynced transaction.
 func (j *Journal) update(id string, to State, apply func(*Record)) (Record, error) {
 	var rec Record

@@ -19,7 +19,10 @@ import (
 //     the order they were accepted;
 //   - dispatched, created or started with a container: the broker
 //     recovers it (waits for a running one under its deadline, reads the
-//     helper's stream back); it is never started again;
+//     helper's stream back); it is never started again, unless the broker
+//     proves it never ran (broker.ErrNotRun: the container never started,
+//     or the helper's stream ends before the command's start): then it is
+//     accepted again and queued, and runs for the first time;
 //   - dispatched without a container: no proof of what happened; ends
 //     uncertain.
 func (s *Server) recover(ctx context.Context) error {
@@ -103,6 +106,12 @@ func (s *Server) startRecovery(rec journal.Record, job sandbox.Job, containerID 
 	s.jobs.Add(1)
 	go func() {
 		defer s.jobs.Done()
+		rerun := false
+		defer func() {
+			if rerun { // once its slot is free
+				s.enqueue(rec.ID, false)
+			}
+		}()
 		defer func() {
 			s.mu.Lock()
 			delete(s.running, rec.ID)
@@ -123,6 +132,16 @@ func (s *Server) startRecovery(rec journal.Record, job sandbox.Job, containerID 
 		res, err := s.cfg.Broker.RecoverWithHooks(context.Background(), job, broker.Binding{ContainerID: containerID, StartedAt: rec.StartedAt}, hooks)
 		defer bridge()
 		switch {
+		case errors.Is(err, broker.ErrNotRun):
+			// Proven never run, its container removed: it runs now, for
+			// the first time, its deadline counted from its new start.
+			if _, jerr := s.cfg.Journal.NotRun(rec.ID); jerr != nil {
+				log.Error("journal a job that never ran; left for the next start", "error", jerr)
+				return
+			}
+			s.m.reconcile.WithLabelValues("not_run").Inc()
+			log.Info("the job never ran; queued to run", "why", err)
+			rerun = true
 		case err != nil && res.JobID != "":
 			// Recovered, but the journal refused the result: retried.
 			s.retryRecord(log, rec, res, containerID, err)

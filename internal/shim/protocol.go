@@ -14,6 +14,7 @@ const FrameConfig byte = 'c'
 // Frame types on the helper's stdout.
 const (
 	FrameHello     byte = 'H' // Hello payload: the first frame
+	FrameStarting  byte = 'B' // empty: the command starts now; nothing of the candidate ran before it
 	FrameStdout    byte = 'o' // a chunk of the command's stdout
 	FrameStderr    byte = 'e' // a chunk of the command's stderr
 	FrameFileBegin byte = 'F' // FileHeader JSON: an artifact follows

@@ -25,13 +25,14 @@ func ShimBinary() []byte {
 }
 
 // Stream is a whole helper stream: the hello with the container's nonce,
-// stdout, an empty collection and the status. Tests build recovered logs
+// the command's start, stdout, an empty collection and the status. Tests build recovered logs
 // from it. It is stuffed, as the helper writes it.
 func Stream(nonce string, stdout string, st shim.Status) []byte {
 	var b strings.Builder
 	w := shim.NewStuffWriter(&b)
 	frame := func(typ byte, p []byte) { shim.WriteFrame(w, typ, p) }
 	frame(shim.FrameHello, []byte(shim.Hello+nonce))
+	frame(shim.FrameStarting, nil)
 	if stdout != "" {
 		frame(shim.FrameStdout, []byte(stdout))
 	}

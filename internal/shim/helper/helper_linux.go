@@ -239,6 +239,12 @@ func runJob(o *out) (*shim.Status, error) {
 	}
 	var startMsg int64
 	pidsRefusedBefore, pidsCounted := pidsRefused()
+	// Written before the command starts: a stream without it proves that
+	// nothing of the candidate ran, and a recovering broker runs the job
+	// for the first time (broker.ErrNotRun).
+	if err := o.frame(shim.FrameStarting, nil); err != nil {
+		return nil, err
+	}
 	startErr := cmd.Start()
 	outW.Close()
 	errW.Close()
