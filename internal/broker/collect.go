@@ -46,7 +46,7 @@ type collector struct {
 	limits    []string
 
 	hello       bool
-	starting    bool // the helper said the command starts (FrameStarting)
+	starting    bool   // the helper said the command starts (FrameStarting)
 	nonce       string // the stream's nonce, from the container's labels
 	summary     *shim.CollectSummary
 	status      *shim.Status
