@@ -103,7 +103,12 @@ func (e *Engine) ContainerAttach(ctx context.Context, id string, opts client.Con
 		close(stop)
 		pr.Close()
 	}
-	stdin, err := fifo.OpenFifo(ctx, filepath.Join(dir, "stdin"), syscall.O_WRONLY|syscall.O_NONBLOCK, 0)
+	// The FIFO opens in the background once the shim opens its end, and
+	// fifo closes it if ctx ends first: a caller whose ctx ends when the
+	// attach returns (the pool's, under its engine timeout) lost stdin
+	// then, and the job's config met "writing to a closed fifo" (seen under
+	// CPU load). The stream's own Close closes it.
+	stdin, err := fifo.OpenFifo(context.WithoutCancel(ctx), filepath.Join(dir, "stdin"), syscall.O_WRONLY|syscall.O_NONBLOCK, 0)
 	if err != nil {
 		abort()
 		return client.ContainerAttachResult{}, fmt.Errorf("attach %s: stdin: %w", c.ID(), err)
