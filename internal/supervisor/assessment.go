@@ -12,7 +12,7 @@ import (
 // Revision identifies the supervisor's rules and parsers. It is part of
 // every assessment and of its retention key: a new revision may judge the
 // same evidence again, but one revision never changes a retained verdict.
-const Revision = "sandboxd-supervisor/2"
+const Revision = "sandboxd-supervisor/3"
 
 // AssessmentSchema is the schema of the assessments this package writes.
 const AssessmentSchema = "sandboxd.assessment/v1"
@@ -181,8 +181,18 @@ func Judge(ev Evidence) (Assessment, error) {
 	if len(a.Reasons) > 0 || len(names) == 0 {
 		worst = Inconclusive
 	}
+	overLimit, candidateFailed := candidateOverLimit(&ev)
+	if candidateFailed {
+		a.Reasons = append([]string{reason(RuleCandidateOverLimit, overLimit)}, a.Reasons...)
+		worst = Failed
+	}
 	for _, n := range names {
 		cr := CheckResult{Name: n, Evidence: evidence}
+		if candidateFailed {
+			cr.Status, cr.Reason = Failed, a.Reasons[0]
+			a.Checks = append(a.Checks, cr)
+			continue
+		}
 		if len(a.Reasons) > 0 {
 			cr.Status, cr.Reason = Inconclusive, a.Reasons[0]
 		} else {

@@ -38,7 +38,7 @@ const (
 	RuleGraderUncertain      Rule = "grader_uncertain"        // the broker cannot prove what happened
 	RuleGraderExitMismatch   Rule = "grader_status_exit_code" // status and exit code disagree
 	RuleLimitHit             Rule = "limit_hit"               // a limit was hit, e.g. output truncated
-	RuleCandidateUnproven    Rule = "candidate_unproven"      // the candidate job's own run is not proven
+	RuleCandidateUnproven    Rule = "candidate_unproven"      // the candidate job's own run is not proven (error, uncertain, cancelled)
 	RuleReportMissing        Rule = "report_missing"          // no artifact at the report path
 	RuleReportOverCap        Rule = "report_over_cap"         // bigger than the policy's cap
 	RuleReportUnavailable    Rule = "report_unavailable"      // listed, but its bytes were not given
@@ -53,6 +53,34 @@ const (
 	RuleControlGoodNotPassed Rule = "control_known_good_not_passed"
 	RuleControlBadNotFailed  Rule = "control_known_bad_not_failed"
 )
+
+// RuleCandidateOverLimit fails every check: the candidate job ran, proven
+// by its signed result, and broke a limit of its own (timed out, ran out
+// of memory, hit a limit, or filled its export past output_bytes or
+// file_count). That is the candidate's doing, so it is the candidate's
+// verdict: failed, whatever the grader made of what was left. A candidate
+// cannot move its verdict to inconclusive by breaking its limits.
+const RuleCandidateOverLimit Rule = "candidate_over_limit"
+
+// candidateOverLimit is RuleCandidateOverLimit's detail, if it fires.
+func candidateOverLimit(ev *Evidence) (string, bool) {
+	c := ev.Candidate
+	if c == nil {
+		return "", false
+	}
+	switch c.Status {
+	case sandbox.StatusTimedOut, sandbox.StatusOOMKilled:
+		return "candidate job " + string(c.Status), true
+	case sandbox.StatusLimitExceeded:
+		return "candidate job limit_exceeded (" + c.Limit + ")", true
+	}
+	for _, l := range c.LimitsHit {
+		if l == "output_bytes" || l == "file_count" {
+			return "candidate export truncated at " + l, true
+		}
+	}
+	return "", false
+}
 
 // Rules about one check, applied only when the evidence is sound.
 const (
@@ -190,16 +218,11 @@ var evidenceRules = []evidenceRule{
 			return "", false
 		}
 		switch c.Status {
-		case sandbox.StatusError, sandbox.StatusUncertain, sandbox.StatusCancelled,
-			sandbox.StatusTimedOut, sandbox.StatusOOMKilled, sandbox.StatusLimitExceeded:
-			// Its export may be partial: the grader would judge something
-			// other than what the candidate produced.
+		case sandbox.StatusError, sandbox.StatusUncertain, sandbox.StatusCancelled:
+			// What it ran is not proven (the broker's doing, not the
+			// candidate's); over its own limits it fails instead
+			// (RuleCandidateOverLimit).
 			return "candidate job " + string(c.Status), true
-		}
-		for _, l := range c.LimitsHit {
-			if l == "output_bytes" || l == "file_count" {
-				return "candidate export truncated at " + l, true
-			}
 		}
 		return "", false
 	}},

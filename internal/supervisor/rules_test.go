@@ -77,20 +77,35 @@ func TestRules(t *testing.T) {
 			ev.Candidate = &c
 			return ev
 		}(), Inconclusive},
-		{RuleCandidateUnproven, func() Evidence {
+		{RuleCandidateOverLimit, func() Evidence {
 			ev := good()
 			c := graderResult(nil, 0)
 			c.JobDigest, c.Status, c.ExitCode = testCandJob, sandbox.StatusTimedOut, 137
 			ev.Candidate = &c
 			return ev
-		}(), Inconclusive},
-		{RuleCandidateUnproven, func() Evidence {
+		}(), Failed},
+		{RuleCandidateOverLimit, func() Evidence {
+			ev := good()
+			c := graderResult(nil, 2)
+			c.JobDigest, c.Status, c.Limit, c.LimitsHit = testCandJob, sandbox.StatusLimitExceeded, "pids", []string{"pids"}
+			ev.Candidate = &c
+			return ev
+		}(), Failed},
+		{RuleCandidateOverLimit, func() Evidence {
 			ev := good()
 			c := graderResult(nil, 1)
 			c.JobDigest, c.Status, c.LimitsHit = testCandJob, sandbox.StatusFailed, []string{"file_count"}
 			ev.Candidate = &c
 			return ev
-		}(), Inconclusive},
+		}(), Failed},
+		{RuleCandidateOverLimit, func() Evidence {
+			// Over its limits, whatever the grader did: still failed.
+			ev := withStatus(sandbox.StatusError, 0, func(r *sandbox.Result) { r.Cause = "engine unreachable" })
+			c := graderResult(nil, 137)
+			c.JobDigest, c.Status = testCandJob, sandbox.StatusOOMKilled
+			ev.Candidate = &c
+			return ev
+		}(), Failed},
 		{RuleReportMissing, withStatus(sandbox.StatusSucceeded, 0, func(r *sandbox.Result) { r.Artifacts = nil }), Inconclusive},
 		{RuleReportOverCap, func() Evidence { ev := good(); ev.Policy.MaxReportBytes = 100; return ev }(), Inconclusive},
 		{RuleReportUnavailable, func() Evidence { ev := good(); ev.Report = nil; return ev }(), Inconclusive},
@@ -139,7 +154,7 @@ func TestRules(t *testing.T) {
 			}
 		})
 	}
-	all := []Rule{RuleRequiredMissing, RuleRequiredSkipped, RuleCheckErrored, RuleCheckFailed, RuleCheckPassed}
+	all := []Rule{RuleCandidateOverLimit, RuleRequiredMissing, RuleRequiredSkipped, RuleCheckErrored, RuleCheckFailed, RuleCheckPassed}
 	for _, r := range evidenceRules {
 		all = append(all, r.name)
 	}
