@@ -175,6 +175,12 @@ func (b *Broker) preflight(ctx context.Context, job sandbox.Job) (imagePath stri
 	if job.Runtime == sandbox.RuntimeRunsc && !b.cfg.AllowRunsc {
 		return "", &sandbox.FieldError{Field: "job.runtime", Reason: "runsc is not allowed by this broker"}
 	}
+	if nc, ok := b.eng.(NameChecker); ok {
+		name := ContainerName(b.cfg.Name, job.ID, job.Digest)
+		if err := nc.CheckContainerName(name); err != nil {
+			return "", &sandbox.FieldError{Field: "job.id", Reason: fmt.Sprintf("this engine cannot name the job's container %q (%v): use an id of single separators between letters and digits, at most %d characters here", name, err, max(0, 76-len(ContainerName(b.cfg.Name, "", job.Digest))))}
+		}
+	}
 	imgPath, err := b.checkImage(ctx, job.Image)
 	if err != nil {
 		return "", err

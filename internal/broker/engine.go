@@ -30,6 +30,14 @@ type Engine interface {
 
 var _ Engine = (*client.Client)(nil)
 
+// NameChecker is an engine with rules of its own for a container's name
+// (containerd: at most 76 characters, no doubled or trailing separator).
+// The broker asks it at admission, so that a job the engine cannot name
+// is refused before a receipt is signed, not after.
+type NameChecker interface {
+	CheckContainerName(name string) error
+}
+
 // NewEngine connects to the engine named by the environment (DOCKER_HOST,
 // default the local socket), negotiating the API version down as needed.
 func NewEngine() (*client.Client, error) {

@@ -821,3 +821,44 @@ func TestVolumeGoneAndRemovalFailedIsNotRetried(t *testing.T) {
 		t.Errorf("%d containers, want the one whose removal failed", n)
 	}
 }
+
+// namingEngine is the fake engine with containerd's rule for names: at
+// most 76 characters.
+type namingEngine struct{ *enginefake.Engine }
+
+func (namingEngine) CheckContainerName(name string) error {
+	if len(name) > 76 || strings.Contains(name, "--") || strings.Contains(name, "..") {
+		return errors.New("not an identifier")
+	}
+	return nil
+}
+
+// A job id the engine cannot name its container after is refused at
+// admission (Preflight, before a receipt is signed), naming the id; the
+// same id on an engine without such a rule is accepted.
+func TestPreflightRefusesAJobTheEngineCannotName(t *testing.T) {
+	b, eng := newFakeBroker(t, 0)
+	nb, err := New(namingEngine{eng}, b.blobs, b.cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		id string
+		ok bool
+	}{
+		{"job-1", true},
+		{strings.Repeat("a", 70), false},
+		{"a..b", false},
+		{"a-", false},
+	} {
+		job := fakeJob(t, tt.id)
+		err := nb.Preflight(context.Background(), job)
+		var fe *sandbox.FieldError
+		if tt.ok != (err == nil) || (err != nil && (!errors.As(err, &fe) || fe.Field != "job.id")) {
+			t.Errorf("id %q: got %v, want accepted %v (refused naming job.id)", tt.id, err, tt.ok)
+		}
+		if err := b.Preflight(context.Background(), job); err != nil {
+			t.Errorf("id %q on an engine without a naming rule: %v", tt.id, err)
+		}
+	}
+}

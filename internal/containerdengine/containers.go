@@ -44,14 +44,23 @@ const (
 // runcShim is the runtime every container uses; runsc runs as its binary.
 const runcShim = "io.containerd.runc.v2"
 
+// CheckContainerName refuses a name containerd cannot give a container:
+// over 76 characters, or with a separator doubled, leading or trailing.
+func (e *Engine) CheckContainerName(name string) error {
+	if err := identifiers.Validate(name); err != nil {
+		return fmt.Errorf("container name %q: %w", name, errdefs.ErrInvalidArgument)
+	}
+	return nil
+}
+
 // ContainerCreate creates a container: its ID is the name, reserved so
 // that a second create (or a rename onto it) conflicts; its root is the
 // image's shared read-only view; its spec is translated from the options.
 func (e *Engine) ContainerCreate(ctx context.Context, opts client.ContainerCreateOptions) (client.ContainerCreateResult, error) {
 	ctx = e.ns(ctx)
 	name := strings.TrimPrefix(opts.Name, "/")
-	if err := identifiers.Validate(name); err != nil {
-		return client.ContainerCreateResult{}, fmt.Errorf("container name %q: %w", name, errdefs.ErrInvalidArgument)
+	if err := e.CheckContainerName(name); err != nil {
+		return client.ContainerCreateResult{}, err
 	}
 	if opts.Config == nil || opts.HostConfig == nil {
 		return client.ContainerCreateResult{}, fmt.Errorf("create %s: no config: %w", name, errdefs.ErrInvalidArgument)
