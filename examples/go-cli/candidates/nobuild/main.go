@@ -1,6 +1,8 @@
-// Command calc is a candidate that does not build: every check fails.
+// Command calc is a candidate that does not build (a type error): every
+// check fails.
 package main
 
 func main() {
-	this is not Go
+	var n int = "not a number"
+	_ = n
 }
