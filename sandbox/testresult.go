@@ -64,6 +64,68 @@ func VerifyTestResult(keys KeySet, envelope []byte) (TestResult, error) {
 	}, nil
 }
 
+// CheckTestResult checks that a verified test-result statement says what
+// the assessment a it came with says: the same verdict (passed or failed;
+// an inconclusive assessment has none), the same subject (the workspace,
+// or the candidate job where the assessment names no workspace), the same
+// bundle, and the same passed and failed checks. A signature alone proves
+// only who signed: a well-signed statement about another candidate or
+// bundle verifies as well.
+func (a *Assessment) CheckTestResult(t TestResult) error {
+	want := ""
+	switch a.Verdict {
+	case VerdictPassed:
+		want = TestResultPassed
+	case VerdictFailed:
+		want = TestResultFailed
+	default:
+		return verifyErr(CheckPredicate, "a test-result for an assessment that is %s", a.Verdict)
+	}
+	if t.Result != want {
+		return verifyErr(CheckPredicate, "test-result %s for an assessment that is %s", t.Result, a.Verdict)
+	}
+	wantName, wantDigest := "candidate-workspace", a.WorkspaceDigest
+	if wantDigest == "" {
+		wantName, wantDigest = "candidate-job", a.CandidateDigest
+	}
+	if name, digest := t.Subject(); len(t.Subjects) != 1 || name != wantName || digest != wantDigest {
+		return verifyErr(CheckSubject, "test-result subject %s %s, want %s %s", name, digest, wantName, wantDigest)
+	}
+	if b := t.Bundle(); b != a.ManifestDigest {
+		return verifyErr(CheckPredicate, "test-result bundle %q, want %s", b, a.ManifestDigest)
+	}
+	var passed, failed []string
+	for _, c := range a.Checks {
+		switch c.Status {
+		case VerdictPassed:
+			passed = append(passed, c.Name)
+		case VerdictFailed:
+			failed = append(failed, c.Name)
+		}
+	}
+	if !sameNames(t.PassedTests, passed) || !sameNames(t.FailedTests, failed) {
+		return verifyErr(CheckPredicate, "test-result checks (passed %v, failed %v) are not the assessment's (passed %v, failed %v)", t.PassedTests, t.FailedTests, passed, failed)
+	}
+	return nil
+}
+
+// sameNames reports whether a and b hold the same names, in any order.
+func sameNames(a, b []string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	seen := map[string]int{}
+	for _, n := range a {
+		seen[n]++
+	}
+	for _, n := range b {
+		if seen[n]--; seen[n] < 0 {
+			return false
+		}
+	}
+	return true
+}
+
 // Subject returns the name and digest of the statement's first subject;
 // the digest is "" unless it is exactly one valid sha256 digest.
 func (t TestResult) Subject() (name, digest string) {

@@ -390,7 +390,11 @@ func (c *Client) Assess(ctx context.Context, req sandbox.AssessRequest, candidat
 	}
 	sa := sandbox.SignedAssessment{Assessment: a, Envelope: bytes.Clone(resp.Assessment)}
 	if len(resp.TestResult) > 0 {
-		if _, err := sandbox.VerifyEnvelope(c.keys, resp.TestResult); err != nil {
+		tr, err := sandbox.VerifyTestResult(c.keys, resp.TestResult)
+		if err == nil {
+			err = a.CheckTestResult(tr)
+		}
+		if err != nil {
 			return sandbox.SignedAssessment{}, fmt.Errorf("assess: test-result statement: %w", err)
 		}
 		sa.TestResult = bytes.Clone(resp.TestResult)

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/sandboxd/sandboxd/internal/receipt"
@@ -103,5 +104,39 @@ func TestPlanAndAssessAreChecked(t *testing.T) {
 	}
 	if _, err := client.New(answering(t, sign(signer)), keys).Assess(ctx, areq, grader, cand); err == nil {
 		t.Error("an assessment accepted for jobs the request does not name")
+	}
+
+	// The test-result statement beside it must say what the assessment
+	// says: its verdict, its subject, its bundle and its checks.
+	hexOf := func(d string) map[string]string { return map[string]string{"sha256": strings.TrimPrefix(d, "sha256:")} }
+	withResult := func(result, subjectDigest, bundleDigest string, failed []string) sandbox.AssessResponse {
+		resp := sign(signer)
+		pred, _ := json.Marshal(map[string]any{
+			"result": result, "configuration": []sandbox.Subject{{Name: "bundle", Digest: hexOf(bundleDigest)}},
+			"passedTests": []string{}, "failedTests": failed,
+		})
+		env, err := signer.SignStatement(sandbox.Statement{Type: sandbox.StatementType, PredicateType: sandbox.PredicateTestResult,
+			Subject: []sandbox.Subject{{Name: "candidate-job", Digest: hexOf(subjectDigest)}}, Predicate: pred})
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.TestResult = env
+		return resp
+	}
+	if _, err := client.New(answering(t, withResult("FAILED", cand.Digest, bundle, []string{"x"})), keys).Assess(ctx, areq, cand, grader); err != nil {
+		t.Errorf("a test-result that says what the assessment says: %v", err)
+	}
+	for _, tc := range []struct {
+		name string
+		resp sandbox.AssessResponse
+	}{
+		{"another verdict", withResult("PASSED", cand.Digest, bundle, []string{"x"})},
+		{"another subject", withResult("FAILED", grader.Digest, bundle, []string{"x"})},
+		{"another bundle", withResult("FAILED", cand.Digest, sandbox.DigestBytes([]byte("other")), []string{"x"})},
+		{"other checks", withResult("FAILED", cand.Digest, bundle, []string{"y"})},
+	} {
+		if _, err := client.New(answering(t, tc.resp), keys).Assess(ctx, areq, cand, grader); !errors.Is(err, sandbox.ErrPredicate) && !errors.Is(err, sandbox.ErrSubject) {
+			t.Errorf("a test-result with %s: got %v, want it refused", tc.name, err)
+		}
 	}
 }
