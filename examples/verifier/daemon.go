@@ -6,8 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
@@ -78,34 +76,14 @@ func ReadBundle(layout string) (Bundle, error) {
 // entry is refused, not followed), executable files as such. It is the
 // digest `sandboxd workspace ingest DIR` prints for the same tree.
 func PackWorkspace(dir string) ([]byte, string, error) {
-	var entries []sandbox.TreeEntry
-	root := os.DirFS(dir)
-	err := fs.WalkDir(root, ".", func(name string, d fs.DirEntry, err error) error {
-		if err != nil || name == "." {
-			return err
-		}
-		info, err := d.Info()
-		if err != nil {
-			return err
-		}
-		switch {
-		case d.IsDir():
-			entries = append(entries, sandbox.TreeEntry{Name: name, Dir: true})
-		case info.Mode().IsRegular():
-			entries = append(entries, sandbox.TreeEntry{Name: name, Size: info.Size(), Exec: info.Mode()&0o100 != 0,
-				Open: func() (io.ReadCloser, error) { return root.Open(name) }})
-		default:
-			return fmt.Errorf("%s: %w: %s is not a directory or regular file", name, sandbox.ErrInvalid, info.Mode().Type())
-		}
-		return nil
-	})
-	if err != nil {
-		return nil, "", fmt.Errorf("workspace %s: %w", dir, err)
-	}
+	// sandbox.WriteDirTree reads as sandboxd's workspace reader does: no
+	// link followed, no FIFO waited on, each file checked to be the one
+	// listed (a walk with os.DirFS then an open by name followed a link
+	// or blocked on a FIFO swapped in between).
 	var buf bytes.Buffer
-	d, err := sandbox.WriteTree(&buf, entries)
+	d, err := sandbox.WriteDirTree(&buf, dir)
 	if err != nil {
-		return nil, "", fmt.Errorf("workspace %s: %w", dir, err)
+		return nil, "", err
 	}
 	return buf.Bytes(), d, nil
 }
