@@ -54,6 +54,17 @@ func (b *Broker) ListJobContainers(ctx context.Context) ([]JobContainer, error) 
 // RemoveJobContainer force-removes a job's container.
 func (b *Broker) RemoveJobContainer(id string) { b.removeContainer(id) }
 
+// RemoveUnboundContainer force-removes whatever container bears the job's
+// container name (none is no error). The caller knows that nothing of the
+// job ran in it: the job was dispatched and no container was bound to it,
+// and the broker starts a container, or sends a pooled sandbox its config,
+// only after the binding (Hooks.OnCreated) is made durable. A pooled
+// sandbox renamed to the job's name carries no job labels, so only the
+// name finds it; removing it frees the name for the job's first run.
+func (b *Broker) RemoveUnboundContainer(job sandbox.Job) error {
+	return b.removeContainer(ContainerName(b.cfg.Name, job.ID, job.Digest))
+}
+
 // Recover finishes a job whose broker stopped while its container existed.
 // It never starts anything: a running container is waited for (its
 // deadline, from the label, still holds), then the helper's stream is read

@@ -23,8 +23,11 @@ import (
 //     proves it never ran (broker.ErrNotRun: the container never started,
 //     or the helper's stream ends before the command's start): then it is
 //     accepted again and queued, and runs for the first time;
-//   - dispatched without a container: no proof of what happened; ends
-//     uncertain.
+//   - dispatched without a container bound: it never ran (the broker
+//     starts nothing before the binding is durable); a container of its
+//     name is removed, and it is queued again;
+//   - bound to a container that no longer exists: no proof of what
+//     happened; ends uncertain.
 func (s *Server) recover(ctx context.Context) error {
 	recs, err := s.cfg.Journal.List()
 	if err != nil {
@@ -75,10 +78,30 @@ func (s *Server) recover(ctx context.Context) error {
 			s.finishUnrun(log, rec, job, sandbox.StatusCancelled, "cancelled before it was dispatched")
 		case rec.State == journal.Accepted:
 			requeue = append(requeue, rec)
+		case cid == "" && rec.State == journal.Dispatched:
+			// No container was bound to it, and the broker starts one (or
+			// sends a pooled sandbox its config) only once the binding is
+			// durable: it never ran. A container of its name (a create
+			// whose id was not journaled yet, a pooled sandbox renamed to
+			// it) is removed, and it runs for the first time. A create
+			// still in flight in the engine would make its run conflict
+			// (uncertain), never run twice: the name is the job's.
+			if err := s.cfg.Broker.RemoveUnboundContainer(job); err != nil {
+				s.m.reconcile.WithLabelValues("uncertain").Inc()
+				s.finishUnrun(log, rec, job, sandbox.StatusUncertain, "the daemon stopped after dispatching the job, and a container of its name could not be removed: "+err.Error())
+				continue
+			}
+			if _, err := s.cfg.Journal.NotRun(rec.ID); err != nil {
+				log.Error("journal a dispatched job that never ran; left for the next start", "error", err)
+				continue
+			}
+			s.m.reconcile.WithLabelValues("not_run").Inc()
+			log.Info("the job never ran; queued to run", "why", "dispatched, no container bound")
+			requeue = append(requeue, rec)
 		case cid == "":
 			s.m.reconcile.WithLabelValues("uncertain").Inc()
-			log.Warn("dispatched job has no container; ending it uncertain")
-			s.finishUnrun(log, rec, job, sandbox.StatusUncertain, "the daemon stopped after dispatching the job and no container of it exists; what happened cannot be proven, and it is not run again")
+			log.Warn("a job past its dispatch has no container; ending it uncertain")
+			s.finishUnrun(log, rec, job, sandbox.StatusUncertain, "the daemon stopped after the job's container was bound and no container of it exists; what happened cannot be proven, and it is not run again")
 		default:
 			s.m.reconcile.WithLabelValues("recovered").Inc()
 			s.startRecovery(rec, job, cid)

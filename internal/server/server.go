@@ -25,6 +25,7 @@ type Broker interface {
 	ListJobContainers(ctx context.Context) ([]broker.JobContainer, error)
 	ListStalePoolContainers(ctx context.Context) ([]broker.JobContainer, error)
 	RemoveJobContainer(id string)
+	RemoveUnboundContainer(job sandbox.Job) error
 }
 
 var _ Broker = (*broker.Broker)(nil)

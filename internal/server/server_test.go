@@ -38,6 +38,8 @@ type fakeBroker struct {
 	existing  []broker.JobContainer
 	stale     []broker.JobContainer // pooled containers of an earlier process
 	removed   []string
+	// removeUnboundErr is what RemoveUnboundContainer answers.
+	removeUnboundErr error
 	bindings  map[string]broker.Binding
 	// recoverGates hold a recovered job's container "running" until
 	// closed; active counts jobs running or being recovered in the fake,
@@ -152,6 +154,13 @@ func (f *fakeBroker) ListStalePoolContainers(context.Context) ([]broker.JobConta
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return slices.Clone(f.stale), nil
+}
+
+func (f *fakeBroker) RemoveUnboundContainer(job sandbox.Job) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.removed = append(f.removed, "name:"+job.ID)
+	return f.removeUnboundErr
 }
 
 func (f *fakeBroker) RemoveJobContainer(id string) {
@@ -445,7 +454,7 @@ func TestRecoveryNeverRunsTwice(t *testing.T) {
 	}, seed)
 	want := map[string]sandbox.Status{
 		"r-accepted":   sandbox.StatusSucceeded, // never dispatched: runs once now
-		"r-dispatched": sandbox.StatusUncertain,
+		"r-dispatched": sandbox.StatusSucceeded, // no container bound: never ran, runs once now
 		"r-created":    sandbox.StatusSucceeded, // recovered
 		"r-started":    sandbox.StatusSucceeded, // recovered
 		"r-lost-id":    sandbox.StatusSucceeded, // recovered from its label
@@ -469,14 +478,54 @@ func TestRecoveryNeverRunsTwice(t *testing.T) {
 	}
 	fb.mu.Lock()
 	defer fb.mu.Unlock()
-	if fb.runs["r-accepted"] != 1 || len(fb.runs) != 1 {
-		t.Errorf("got runs %v, want only r-accepted once", fb.runs)
+	if fb.runs["r-accepted"] != 1 || fb.runs["r-dispatched"] != 1 || len(fb.runs) != 2 {
+		t.Errorf("got runs %v, want r-accepted and r-dispatched once each", fb.runs)
+	}
+	// A container of its name (unlabelled: a pooled sandbox taken) was
+	// removed before it ran.
+	if !slices.Contains(fb.removed, "name:r-dispatched") {
+		t.Errorf("removed %v, want the container named after r-dispatched", fb.removed)
 	}
 	wantRecovered := map[string]string{"r-created": "c-r-created", "r-started": "c-r-started", "r-lost-id": "c-lost"}
 	for id, c := range wantRecovered {
 		if fb.recovered[id] != c {
 			t.Errorf("%s: recovered with %q, want %q", id, fb.recovered[id], c)
 		}
+	}
+}
+
+// A dispatched job whose container of its name cannot be removed is not
+// run: it ends uncertain, naming the failed removal.
+func TestRecoveryOfAnUnboundJobWhoseNameIsHeld(t *testing.T) {
+	signer, _ := receipt.NewEphemeralSigner()
+	at := time.Now().Add(-time.Minute)
+	j := newJob(t, "r-held", "true")
+	fb := newFake()
+	fb.removeUnboundErr = errors.New("engine busy")
+	f := newFixture(t, func(c *Config) { c.Broker, c.Signer = fb, signer }, func(jr *journal.Journal) {
+		canon, _ := j.CanonicalJSON()
+		env, _ := signer.SignAccepted(j, sandbox.RuntimeFacts{}, at)
+		if _, _, err := jr.Accept(j, canon, env, at); err != nil {
+			t.Fatal(err)
+		}
+		jr.Dispatched(j.ID)
+	})
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		rec, _ := f.jr.Get(j.ID)
+		if rec.State.Terminal() {
+			if rec.Status != sandbox.StatusUncertain {
+				t.Errorf("got %s, want uncertain", rec.Status)
+			}
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("did not end (%s)", rec.State)
+		}
+	}
+	fb.mu.Lock()
+	defer fb.mu.Unlock()
+	if fb.runs[j.ID] != 0 {
+		t.Errorf("ran %d times with its name held", fb.runs[j.ID])
 	}
 }
 
