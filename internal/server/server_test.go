@@ -40,7 +40,7 @@ type fakeBroker struct {
 	removed   []string
 	// removeUnboundErr is what RemoveUnboundContainer answers.
 	removeUnboundErr error
-	bindings  map[string]broker.Binding
+	bindings         map[string]broker.Binding
 	// recoverGates hold a recovered job's container "running" until
 	// closed; active counts jobs running or being recovered in the fake,
 	// maxActive the most at once, order the jobs in the order they ran.
