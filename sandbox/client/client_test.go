@@ -72,6 +72,7 @@ func (f *fakeBroker) ListStalePoolContainers(context.Context) ([]broker.JobConta
 	return nil, nil
 }
 func (f *fakeBroker) RemoveJobContainer(string) {}
+func (f *fakeBroker) RemoveUnboundContainer(sandbox.Job) error { return nil }
 
 // ranOnce fails the test unless the job was run exactly once.
 func (f *fakeBroker) ranOnce(t *testing.T, id string) {
