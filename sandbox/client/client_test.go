@@ -71,7 +71,7 @@ func (f *fakeBroker) ListJobContainers(context.Context) ([]broker.JobContainer, 
 func (f *fakeBroker) ListStalePoolContainers(context.Context) ([]broker.JobContainer, error) {
 	return nil, nil
 }
-func (f *fakeBroker) RemoveJobContainer(string) {}
+func (f *fakeBroker) RemoveJobContainer(string)                {}
 func (f *fakeBroker) RemoveUnboundContainer(sandbox.Job) error { return nil }
 
 // ranOnce fails the test unless the job was run exactly once.
