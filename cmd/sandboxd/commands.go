@@ -44,6 +44,7 @@ func commands() map[string]command {
 		"submit":    {"submit a sealed job to the daemon; print its receipt", cmdSubmit},
 		"wait":      {"wait for a job on the daemon; print its result", cmdWait},
 		"status":    {"show a job's state on the daemon", cmdStatus},
+		"fleet":     {"show a fleet's hosts, queue and stream health", cmdFleet},
 		"gc":        {"collect the daemon's caches now (blobs, input volumes)", cmdGC},
 		"assess":    {"re-verify an evidence directory and recompute its assessment", cmdAssess},
 	}

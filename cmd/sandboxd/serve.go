@@ -22,6 +22,7 @@ import (
 	"github.com/sandboxd/sandboxd/internal/store"
 	"github.com/sandboxd/sandboxd/internal/supervisor"
 	"github.com/sandboxd/sandboxd/sandbox"
+	"github.com/sandboxd/sandboxd/sandbox/fleet"
 )
 
 // serveOptions are the flags of `sandboxd serve`.
@@ -39,6 +40,10 @@ type serveOptions struct {
 	runtime                      string
 	debug                        bool
 	engine                       *engineOptions
+	fleet                        fleetFlags
+	fleetLease                   time.Duration
+	fleetReplicas                int
+	fleetAckWait                 time.Duration
 }
 
 // faultEnv names the test-only fault injection: "STEP:JOBID" makes the
@@ -76,6 +81,10 @@ func cmdServe(ctx context.Context, args []string, _, stderr io.Writer) int {
 	fs.BoolVar(&o.allowRunsc, "allow-runsc", false, "allow jobs that ask for the runsc runtime")
 	fs.StringVar(&o.runtime, "runtime", sandbox.RuntimeRunc, "runtime of the jobs POST /v1/plan prescribes: runc or runsc (needs --allow-runsc)")
 	o.engine = addEngineFlags(fs)
+	o.fleet.register(fs)
+	fs.DurationVar(&o.fleetLease, "fleet-lease", 5*time.Minute, "with --fleet: how long past its last heartbeat (and past a job's deadline) this host's claims hold if it stops; then another host ends them uncertain")
+	fs.DurationVar(&o.fleetAckWait, "fleet-ack-wait", 30*time.Second, "with --fleet: how long a job message stays with a host that sends no word before it is delivered again (every host of a fleet must give the same)")
+	fs.IntVar(&o.fleetReplicas, "fleet-replicas", 3, "with --fleet: replicas of the fleet's streams and buckets when this host creates them (1, 3 or 5)")
 	fs.BoolVar(&o.debug, "debug", false, "log every request")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -194,6 +203,19 @@ func serve(ctx context.Context, o serveOptions, log *slog.Logger) error {
 				select {} // the signal is on its way
 			}
 		}
+	}
+	if o.fleet.set() {
+		// A fleet that does not answer within two minutes is an error
+		// naming it, not a daemon that serves without it.
+		octx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+		co, err := o.fleet.openWith(octx, fleet.Options{Name: "sandboxd host " + o.name, Setup: true, Replicas: o.fleetReplicas, AckWait: o.fleetAckWait})
+		cancel()
+		if err != nil {
+			return err
+		}
+		defer co.Close()
+		cfg.Fleet = &server.FleetConfig{Coordinator: co, Lease: o.fleetLease, AckWait: o.fleetAckWait}
+		log.Info("joined the fleet", "fleet", o.fleet.urls, "lease", o.fleetLease.String())
 	}
 	srv, err := server.New(cfg)
 	if err != nil {

@@ -18,32 +18,57 @@ import (
 type clientOptions struct {
 	socket string
 	keys   verifyKeyFlags
+	fleet  fleetFlags
 }
 
 func (o *clientOptions) register(fs *flag.FlagSet, needKeys bool) {
 	fs.StringVar(&o.socket, "socket", "/run/sandboxd/sandboxd.sock", "daemon unix socket `PATH`")
 	if needKeys {
-		fs.Var(&o.keys, "key", "pinned broker public key `PEM` file (repeat for rotation)")
+		fs.Var(&o.keys, "key", "pinned broker public key `PEM` file (repeat for rotation; over a fleet, every host's)")
 	}
+	o.fleet.register(fs)
 }
 
-func (o *clientOptions) client() (*client.Client, error) {
+func (o *clientOptions) keySet() (sandbox.KeySet, error) {
 	var pems [][]byte
 	for _, p := range o.keys {
 		b, err := os.ReadFile(p)
 		if err != nil {
-			return nil, err
+			return sandbox.KeySet{}, err
 		}
 		pems = append(pems, b)
 	}
-	var keys sandbox.KeySet
-	if len(pems) > 0 {
-		var err error
-		if keys, err = sandbox.ParseKeySet(pems...); err != nil {
-			return nil, err
-		}
+	if len(pems) == 0 {
+		return sandbox.KeySet{}, nil
+	}
+	return sandbox.ParseKeySet(pems...)
+}
+
+func (o *clientOptions) client() (*client.Client, error) {
+	keys, err := o.keySet()
+	if err != nil {
+		return nil, err
 	}
 	return client.New(o.socket, keys), nil
+}
+
+// jobClient is what submit, wait and status need of a daemon or a fleet.
+type jobClient interface {
+	PutBlob(ctx context.Context, digest string, content []byte) error
+	Submit(ctx context.Context, job sandbox.Job) (sandbox.SignedReceipt, error)
+	Wait(ctx context.Context, job sandbox.Job) (sandbox.SignedResult, error)
+}
+
+// jobClient opens the daemon's client, or the fleet's with --fleet.
+func (o *clientOptions) jobClient(ctx context.Context) (jobClient, func(), error) {
+	if o.fleet.set() {
+		return o.fleetRunner(ctx)
+	}
+	c, err := o.client()
+	if err != nil {
+		return nil, nil, err
+	}
+	return c, c.Close, nil
 }
 
 func readJobFile(path string) (sandbox.Job, error) {
@@ -80,7 +105,7 @@ func cmdSubmit(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		return code
 	}
 	if fs.NArg() != 1 || len(o.keys) == 0 {
-		fmt.Fprintln(stderr, "usage: sandboxd submit --socket PATH --key PUB [--blob FILE]... JOBFILE")
+		fmt.Fprintln(stderr, "usage: sandboxd submit (--socket PATH | --fleet URL) --key PUB [--blob FILE]... JOBFILE")
 		return exitUsage
 	}
 	job, err := readJobFile(fs.Arg(0))
@@ -88,12 +113,12 @@ func cmdSubmit(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		fmt.Fprintln(stderr, "sandboxd submit:", err)
 		return exitBadInput
 	}
-	c, err := o.client()
+	c, closeClient, err := o.jobClient(ctx)
 	if err != nil {
 		fmt.Fprintln(stderr, "sandboxd submit:", err)
-		return exitBadInput
+		return exitFor(err)
 	}
-	defer c.Close()
+	defer closeClient()
 	for _, p := range blobs {
 		b, err := os.ReadFile(p)
 		if err == nil {
@@ -128,7 +153,7 @@ func cmdWait(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return code
 	}
 	if fs.NArg() != 1 || len(o.keys) == 0 {
-		fmt.Fprintln(stderr, "usage: sandboxd wait --socket PATH --key PUB [--timeout D] [--json] JOBFILE")
+		fmt.Fprintln(stderr, "usage: sandboxd wait (--socket PATH | --fleet URL) --key PUB [--timeout D] [--json] JOBFILE")
 		return exitUsage
 	}
 	job, err := readJobFile(fs.Arg(0))
@@ -136,12 +161,12 @@ func cmdWait(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "sandboxd wait:", err)
 		return exitBadInput
 	}
-	c, err := o.client()
+	c, closeClient, err := o.jobClient(ctx)
 	if err != nil {
 		fmt.Fprintln(stderr, "sandboxd wait:", err)
-		return exitBadInput
+		return exitFor(err)
 	}
-	defer c.Close()
+	defer closeClient()
 	if *timeout > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, *timeout)
@@ -175,8 +200,11 @@ func cmdStatus(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		return code
 	}
 	if fs.NArg() != 1 {
-		fmt.Fprintln(stderr, "usage: sandboxd status --socket PATH [--json] JOBID")
+		fmt.Fprintln(stderr, "usage: sandboxd status (--socket PATH | --fleet URL) [--json] JOBID")
 		return exitUsage
+	}
+	if o.fleet.set() {
+		return fleetJobStatus(ctx, &o, fs.Arg(0), *asJSON, stdout, stderr)
 	}
 	c, err := o.client()
 	if err != nil {
@@ -195,6 +223,29 @@ func cmdStatus(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		return printJSON(stdout, stderr, st)
 	}
 	out, _ := json.MarshalIndent(st, "", "  ")
+	fmt.Fprintln(stdout, string(out))
+	return exitOK
+}
+
+// fleetJobStatus prints the fleet's (unverified) record of a job.
+func fleetJobStatus(ctx context.Context, o *clientOptions, id string, asJSON bool, stdout, stderr io.Writer) int {
+	r, closeRunner, err := o.fleetRunner(ctx)
+	if err != nil {
+		fmt.Fprintln(stderr, "sandboxd status:", err)
+		return exitFor(err)
+	}
+	defer closeRunner()
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	rec, err := r.Status(ctx, id)
+	if err != nil {
+		fmt.Fprintln(stderr, "sandboxd status:", err)
+		return exitFor(err)
+	}
+	if asJSON {
+		return printJSON(stdout, stderr, rec)
+	}
+	out, _ := json.MarshalIndent(rec, "", "  ")
 	fmt.Fprintln(stdout, string(out))
 	return exitOK
 }

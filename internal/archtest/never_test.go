@@ -50,6 +50,14 @@ var neverEdges = []edge{
 	{"internal/junitreport", "internal/evaluate", "the JUnit writer renders an assessment, never runs or reads jobs"},
 	{"internal/junitreport", engineClient, "the JUnit writer never links the engine"},
 	{"internal/progress", "internal/...", "progress is a leaf"},
+	// The fleet distributes sealed jobs and their outcomes, never
+	// authority: what judges, signs, checks inputs or runs a job never
+	// reaches it (only the daemon and the CLI join a fleet).
+	{"internal/broker/...", "sandbox/fleet", "the broker runs one job on this host; the daemon joins the fleet"},
+	{"internal/supervisor", "sandbox/fleet", "the judge never reaches the fleet"},
+	{"internal/receipt", "sandbox/fleet", "the signer never reaches the fleet"},
+	{"internal/bundle", "sandbox/fleet", "bundle checks never reach the fleet"},
+	{"sandbox/client", "sandbox/fleet", "the daemon's client links no NATS client"},
 	// The broker runs jobs and reports what happened; it never judges,
 	// never signs, and knows nothing of the daemon above it.
 	{"internal/broker", "internal/supervisor", "the broker never judges"},

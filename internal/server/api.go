@@ -172,17 +172,49 @@ func (s *Server) submit(w http.ResponseWriter, r *http.Request) {
 		s.reject(w, "invalid", http.StatusBadRequest, err)
 		return
 	}
+	rec, existing, ref := s.admit(r.Context(), job)
+	switch {
+	case ref != nil:
+		if ref.retryAfter > 0 {
+			w.Header().Set("Retry-After", strconv.Itoa(ref.retryAfter))
+		}
+		if ref.reason == "" {
+			writeError(w, ref.code, ref.err)
+			return
+		}
+		s.reject(w, ref.reason, ref.code, ref.err)
+	case existing:
+		writeJSON(w, http.StatusOK, view(rec))
+	default:
+		writeJSON(w, http.StatusAccepted, view(rec))
+	}
+}
+
+// refusal is why admit did not accept a job: the HTTP status, the reason
+// counted in the rejection metric ("" counts none), and Retry-After.
+type refusal struct {
+	code       int
+	reason     string
+	err        error
+	retryAfter int
+}
+
+func (r *refusal) Error() string { return r.err.Error() }
+func (r *refusal) Unwrap() error { return r.err }
+
+// admit accepts a decoded job, idempotently by id, for the API and the
+// fleet alike: it is journaled with its signed receipt and queued, or
+// found journaled already (existing), or refused with nothing journaled.
+func (s *Server) admit(ctx context.Context, job sandbox.Job) (journal.Record, bool, *refusal) {
 	log := s.log.With("job_id", job.ID)
 	if rec, err := s.cfg.Journal.Get(job.ID); err == nil {
 		if rec.Digest != job.Digest {
-			s.reject(w, "conflict", http.StatusConflict, fmt.Errorf("job %s is already bound to digest %s, not %s: %w", job.ID, rec.Digest, job.Digest, sandbox.ErrConflict))
-			return
+			return journal.Record{}, false, &refusal{code: http.StatusConflict, reason: "conflict",
+				err: fmt.Errorf("job %s is already bound to digest %s, not %s: %w", job.ID, rec.Digest, job.Digest, sandbox.ErrConflict)}
 		}
-		writeJSON(w, http.StatusOK, view(rec))
-		return
+		return rec, true, nil
 	} else if !errors.Is(err, sandbox.ErrNotFound) {
-		writeError(w, http.StatusInternalServerError, err)
-		return
+		return journal.Record{}, false, &refusal{code: http.StatusInternalServerError, err: err}
 	}
 	// Pinned before the checks: its inputs, found there, stay until it
 	// ends (or are released at once if it is refused).
@@ -193,40 +225,36 @@ func (s *Server) submit(w http.ResponseWriter, r *http.Request) {
 		}
 	}()
 	if s.cfg.Preflight != nil {
-		if err := s.cfg.Preflight(r.Context(), job); err != nil {
+		if err := s.cfg.Preflight(ctx, job); err != nil {
 			code := statusOf(err)
 			if code == http.StatusNotFound {
 				code = http.StatusUnprocessableEntity // the job is fine; something it names is missing
 			}
-			s.reject(w, "refused", code, err)
-			return
+			return journal.Record{}, false, &refusal{code: code, reason: "refused", err: err}
 		}
 	}
 	ok, draining := s.reserve()
 	if draining {
-		s.reject(w, "draining", http.StatusServiceUnavailable, errors.New("the daemon is shutting down; submit again after it restarts"))
-		return
+		return journal.Record{}, false, &refusal{code: http.StatusServiceUnavailable, reason: "draining",
+			err: errors.New("the daemon is shutting down; submit again after it restarts")}
 	}
 	if !ok {
-		w.Header().Set("Retry-After", strconv.Itoa(s.retryAfter()))
-		s.reject(w, "queue_full", http.StatusTooManyRequests, fmt.Errorf("the queue is full (%d waiting); retry after the time in Retry-After", s.cfg.QueueSize))
-		return
+		return journal.Record{}, false, &refusal{code: http.StatusTooManyRequests, reason: "queue_full", retryAfter: s.retryAfter(),
+			err: fmt.Errorf("the queue is full (%d waiting); retry after the time in Retry-After", s.cfg.QueueSize)}
 	}
-	rec, existing, err := s.accept(r.Context(), job)
+	rec, existing, err := s.accept(ctx, job)
 	if err != nil || existing {
 		s.release()
 	}
 	switch {
 	case err != nil:
 		code := statusOf(err)
-		s.reject(w, "accept", code, err)
 		if code >= 500 {
 			log.Error("accept", "error", err)
 		}
-		return
+		return journal.Record{}, false, &refusal{code: code, reason: "accept", err: err}
 	case existing:
-		writeJSON(w, http.StatusOK, view(rec))
-		return
+		return rec, true, nil
 	}
 	s.fault("accepted", job.ID)
 	s.m.accepted.Inc()
@@ -235,7 +263,7 @@ func (s *Server) submit(w http.ResponseWriter, r *http.Request) {
 	s.pins.set(job.ID, unpin)
 	unpin = nil
 	s.enqueue(job.ID, true)
-	writeJSON(w, http.StatusAccepted, view(rec))
+	return rec, false, nil
 }
 
 // accept signs the receipt and journals the job with it.

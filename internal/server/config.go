@@ -71,6 +71,8 @@ type Config struct {
 	Runtime string
 	// Logger receives JSON logs; nil discards them.
 	Logger *slog.Logger
+	// Fleet, when set, joins the daemon to a fleet (fleet.go).
+	Fleet *FleetConfig
 	// Fault, when set, is called at each step of a job's life ("accepted",
 	// "created", "started", broker.CollectSteps, "exited"); tests use it to kill the process at
 	// a precise point. Production leaves it nil.
@@ -128,6 +130,9 @@ func (c Config) Validate() error {
 		return errors.New("server config: DrainTimeout is negative")
 	case c.Runtime != "" && c.Runtime != sandbox.RuntimeRunc && c.Runtime != sandbox.RuntimeRunsc:
 		return fmt.Errorf("server config: Runtime %q is not runc or runsc", c.Runtime)
+	}
+	if c.Fleet != nil {
+		return c.Fleet.validate(c.Name)
 	}
 	return nil
 }

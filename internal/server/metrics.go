@@ -80,3 +80,20 @@ func (m *metrics) registerPool(counts func() (ready, starting, used int)) {
 			func() float64 { _, _, u := counts(); return float64(u) }),
 	)
 }
+
+// registerFleet adds a fleet host's figures.
+func (m *metrics) registerFleet(counts func() map[string]int) {
+	for _, c := range []struct{ key, name, help string }{
+		{"claimed", "sandboxd_fleet_claimed_total", "Fleet jobs this host claimed."},
+		{"published", "sandboxd_fleet_published_total", "Fleet results this host published."},
+		{"expired", "sandboxd_fleet_expired_total", "Other hosts' fleet jobs this host ended uncertain when their lease lapsed."},
+		{"late", "sandboxd_fleet_late_results_total", "Results of this host not taken: the fleet had ended the job."},
+		{"refused", "sandboxd_fleet_refused_messages_total", "Job messages refused (malformed, digest not verified, id bound to another digest)."},
+	} {
+		m.reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: c.name, Help: c.help},
+			func() float64 { return float64(counts()[c.key]) }))
+	}
+	m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "sandboxd_fleet_following", Help: "Fleet jobs whose results this host is to publish."},
+		func() float64 { return float64(counts()["following"]) }))
+}

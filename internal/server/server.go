@@ -73,6 +73,8 @@ type Server struct {
 	gc      gcStats
 	gcMu    sync.Mutex // one collection at a time
 
+	fleet *fleetAgent // nil unless Config.Fleet
+
 	ready atomic.Bool
 	// avgJob is an exponentially weighted mean job duration in
 	// nanoseconds, for Retry-After.
@@ -147,6 +149,9 @@ func (s *Server) Start(ctx context.Context) error {
 		defer s.workers.Done()
 		s.gcLoop(wctx)
 	}()
+	if s.cfg.Fleet != nil {
+		s.startFleet(wctx)
+	}
 	s.ready.Store(true)
 	return nil
 }

@@ -1,0 +1,364 @@
+package daemon
+
+import (
+	"bytes"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/sandboxd/sandboxd/internal/testharness"
+	"github.com/sandboxd/sandboxd/sandbox"
+	"github.com/sandboxd/sandboxd/sandbox/fleet"
+)
+
+// The fleet suite: real nats-server processes (R3, every write synced) on
+// loopback and real daemons on this machine's engine.
+
+func openFleet(t *testing.T, c *testharness.NATSCluster, setup bool) *fleet.JetStream {
+	t.Helper()
+	ctx := ctxFor(t, 30*time.Second)
+	co, err := fleet.Open(ctx, fleet.Options{URLs: c.URLs(), Name: t.Name(), Setup: setup, CallTimeout: 3 * time.Second, AckWait: 3 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(co.Close)
+	return co
+}
+
+// jobWithoutEngine is a sealed job for the coordinator's own tests (never
+// run).
+func jobWithoutEngine(t *testing.T, id, argv string) sandbox.Job {
+	t.Helper()
+	j := sandbox.Job{Schema: sandbox.JobSchema, ID: id, Image: "sha256:" + strings.Repeat("a", 64),
+		Argv: []string{"/bin/sh", "-c", argv}, Env: map[string]string{}, WorkDir: sandbox.WorkPath, Outputs: []string{},
+		Limits: sandbox.DefaultLimits(), Network: sandbox.NetworkNone, Runtime: sandbox.RuntimeRunc}
+	if err := j.Seal(); err != nil {
+		t.Fatal(err)
+	}
+	return j
+}
+
+func TestFleetCoordinator(t *testing.T) {
+	c := testharness.StartNATS(t, 3)
+	co := openFleet(t, c, true)
+	ctx := ctxFor(t, 2*time.Minute)
+
+	t.Run("an id is bound once; a duplicate is queued once", func(t *testing.T) {
+		job := jobWithoutEngine(t, "bind-"+randHex(3), "true")
+		other := jobWithoutEngine(t, job.ID, "false")
+		rec, err := co.Submit(ctx, job)
+		if err != nil || rec.State != fleet.StateQueued || rec.Digest != job.Digest {
+			t.Fatalf("submit: %+v, %v", rec, err)
+		}
+		again, err := co.Submit(ctx, job)
+		if err != nil || again.Revision != rec.Revision {
+			t.Fatalf("submit again: %+v, %v; want the same record", again, err)
+		}
+		if _, err := co.Submit(ctx, other); !errors.Is(err, sandbox.ErrConflict) {
+			t.Fatalf("another digest under the id: got %v, want ErrConflict", err)
+		}
+		d, err := co.Next(ctx, 5*time.Second)
+		if err != nil || d.Err != nil || d.Job.Digest != job.Digest {
+			t.Fatalf("next: %+v, %v", d, err)
+		}
+		if _, err := co.Next(ctx, time.Second); !errors.Is(err, fleet.ErrNoMessage) {
+			t.Fatalf("a second message: got %v, want none (the duplicate and the conflicting job are not queued)", err)
+		}
+		// Claims are compare-and-set: of two writers at one revision, one
+		// wins.
+		rec.State, rec.Host = fleet.StateClaimed, "h1"
+		var wins, lost int
+		var mu sync.Mutex
+		var wg sync.WaitGroup
+		for range 4 {
+			wg.Go(func() {
+				_, err := co.Update(ctx, rec)
+				mu.Lock()
+				defer mu.Unlock()
+				switch {
+				case err == nil:
+					wins++
+				case errors.Is(err, fleet.ErrRevision):
+					lost++
+				default:
+					t.Errorf("update: %v", err)
+				}
+			})
+		}
+		wg.Wait()
+		if wins != 1 || lost != 3 {
+			t.Errorf("four claims at one revision: %d won and %d lost, want 1 and 3", wins, lost)
+		}
+		if err := d.Done(ctx); err != nil {
+			t.Error(err)
+		}
+	})
+
+	t.Run("a message that is not a sealed job never runs", func(t *testing.T) {
+		nc, err := nats.Connect(strings.Join(c.URLs(), ","))
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer nc.Close()
+		js, _ := nc.JetStream()
+		job := jobWithoutEngine(t, "tampered-"+randHex(3), "true")
+		canon, _ := job.CanonicalJSON()
+		tampered := bytes.Replace(canon, []byte(`"true"`), []byte(`"id"`), 1)
+		for _, body := range [][]byte{[]byte("{not json"), tampered} {
+			if _, err := js.Publish("sandboxd.jobs", body); err != nil {
+				t.Fatal(err)
+			}
+			d, err := co.Next(ctx, 5*time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if d.Err == nil {
+				t.Errorf("message %.30q: decoded as job %s, want refused", body, d.Job.ID)
+			}
+			d.Refuse()
+		}
+	})
+
+	t.Run("blobs are checked by digest", func(t *testing.T) {
+		content := []byte("workspace " + randHex(8))
+		digest := sandbox.DigestBytes(content)
+		if err := co.PutBlob(ctx, digest, int64(len("other bytes")), strings.NewReader("other bytes")); !errors.Is(err, sandbox.ErrInvalid) {
+			t.Errorf("bytes that do not hash to the digest: got %v, want ErrInvalid", err)
+		}
+		if _, err := co.Blob(ctx, digest); !errors.Is(err, sandbox.ErrNotFound) {
+			t.Errorf("after a refused put: got %v, want not found", err)
+		}
+		for range 2 {
+			if err := co.PutBlob(ctx, digest, int64(len(content)), bytes.NewReader(content)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		r := fleet.NewRunner(co, sandbox.KeySet{})
+		got, err := r.Blob(ctx, digest, 1<<20)
+		if err != nil || !bytes.Equal(got, content) {
+			t.Errorf("blob: got %q, %v", got, err)
+		}
+	})
+
+	t.Run("without quorum a submit fails clearly, and works once it is back", func(t *testing.T) {
+		c.Kill(1)
+		c.Kill(2)
+		job := jobWithoutEngine(t, "quorum-"+randHex(3), "true")
+		began := time.Now()
+		_, err := co.Submit(ctx, job)
+		if !errors.Is(err, fleet.ErrUnavailable) {
+			t.Errorf("submit without quorum: got %v, want ErrUnavailable", err)
+		}
+		t.Logf("refused after %v: %v", time.Since(began).Round(time.Millisecond), err)
+		c.Start(1)
+		c.Start(2)
+		c.WaitHealthy(1, 30*time.Second)
+		c.WaitHealthy(2, 30*time.Second)
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			_, err = co.Submit(ctx, job)
+			if err == nil || time.Now().After(deadline) {
+				break
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+		if err != nil {
+			t.Fatalf("submit after quorum returned: %v", err)
+		}
+	})
+}
+
+// fleetDaemon is a daemon joined to c.
+func fleetDaemon(t *testing.T, c *testharness.NATSCluster, flags ...string) *daemon {
+	t.Helper()
+	base := []string{"--fleet", strings.Join(c.URLs(), ","), "--fleet-ack-wait", "3s", "--fleet-call-timeout", "3s", "--pool", "0"}
+	return newDaemon(t, append(base, flags...)...)
+}
+
+// creationsOf counts job containers created by any of ds, by job id.
+func creationsOf(ds ...*daemon) (stop func() map[string]int) {
+	var stops []func() (map[string]int, map[string]int)
+	for _, d := range ds {
+		stops = append(stops, d.watchCreations())
+	}
+	return func() map[string]int {
+		all := map[string]int{}
+		for _, s := range stops {
+			byID, _ := s()
+			for id, n := range byID {
+				all[id] += n
+			}
+		}
+		return all
+	}
+}
+
+func TestFleetRunsEachJobOnceAcrossHosts(t *testing.T) {
+	c := testharness.StartNATS(t, 3)
+	var ds []*daemon
+	for range 3 {
+		d := fleetDaemon(t, c, "--concurrency", "2")
+		d.start()
+		ds = append(ds, d)
+	}
+	created := creationsOf(ds...)
+	co := openFleet(t, c, false)
+	r := fleet.NewRunner(co, ds[0].keys)
+	ctx := ctxFor(t, 5*time.Minute)
+	var jobs []sandbox.Job
+	for i := range 18 {
+		jobs = append(jobs, env.NewJob(t, testharness.Sh("sleep 1; echo job "+string(rune('a'+i))), nil))
+	}
+	receipts := make([][]byte, len(jobs))
+	var wg sync.WaitGroup
+	for i, j := range jobs {
+		wg.Go(func() {
+			rc, err := r.Submit(ctx, j)
+			if err != nil {
+				t.Errorf("submit %s: %v", j.ID, err)
+				return
+			}
+			receipts[i] = rc.Envelope
+		})
+	}
+	wg.Wait()
+	hosts := map[string]int{}
+	for i, j := range jobs {
+		sr, err := r.Wait(ctx, j)
+		if err != nil || sr.Result.Status != sandbox.StatusSucceeded {
+			t.Errorf("%s: %s, %v (%s)", j.ID, sr.Result.Status, err, sr.Result.Cause)
+			continue
+		}
+		hosts[sr.Receipt.Receipt.Broker.Name]++
+		again, err := r.Submit(ctx, j)
+		if err != nil || !bytes.Equal(again.Envelope, receipts[i]) {
+			t.Errorf("%s: a resubmit answered other receipt bytes (%v)", j.ID, err)
+		}
+		out, err := r.Blob(ctx, sr.Result.Stdout.Digest, 1<<10)
+		if want := "job " + string(rune('a'+i)) + "\n"; err != nil || string(out) != want {
+			t.Errorf("%s: stdout from the fleet %q, %v, want %q", j.ID, out, err, want)
+		}
+	}
+	counts := created()
+	for _, j := range jobs {
+		if counts[j.ID] != 1 {
+			t.Errorf("%s: %d containers created, want exactly 1", j.ID, counts[j.ID])
+		}
+	}
+	if len(hosts) < 2 {
+		t.Errorf("the jobs ran on %v: want them spread over the hosts", hosts)
+	}
+	t.Logf("jobs per host: %v", hosts)
+	for _, d := range ds {
+		d.stop()
+	}
+}
+
+// waitClaimed waits until a host holds the job and returns the record.
+func waitClaimed(t *testing.T, co fleet.Coordinator, id string) fleet.Record {
+	t.Helper()
+	ctx := ctxFor(t, time.Minute)
+	rec, err := co.Watch(ctx, id, func(r fleet.Record) bool { return len(r.Receipt) > 0 })
+	if err != nil {
+		t.Fatalf("job %s never claimed: %v", id, err)
+	}
+	return rec
+}
+
+func byName(ds []*daemon, name string) *daemon {
+	for _, d := range ds {
+		if d.name == name {
+			return d
+		}
+	}
+	return nil
+}
+
+func TestFleetHostKilledAndRestartedFinishesItsJob(t *testing.T) {
+	c := testharness.StartNATS(t, 3)
+	ds := []*daemon{fleetDaemon(t, c, "--fleet-lease", "6s"), fleetDaemon(t, c, "--fleet-lease", "6s")}
+	for _, d := range ds {
+		d.start()
+	}
+	created := creationsOf(ds...)
+	co := openFleet(t, c, false)
+	r := fleet.NewRunner(co, ds[0].keys)
+	ctx := ctxFor(t, 3*time.Minute)
+	job := env.NewJob(t, testharness.Sh("sleep 4; echo done"), nil)
+	if _, err := r.Submit(ctx, job); err != nil {
+		t.Fatal(err)
+	}
+	rec := waitClaimed(t, co, job.ID)
+	holder := byName(ds, rec.Host)
+	holder.waitState(ctx, job.ID, "started")
+	holder.kill()
+	time.Sleep(2 * time.Second)
+	holder.start()
+	sr, err := r.Wait(ctx, job)
+	if err != nil || sr.Result.Status != sandbox.StatusSucceeded {
+		t.Fatalf("after its host was killed and restarted: %s, %v (%s)", sr.Result.Status, err, sr.Result.Cause)
+	}
+	end, _ := co.Record(ctx, job.ID)
+	if end.EndedBy != rec.Host {
+		t.Errorf("ended by %s, want its own host %s", end.EndedBy, rec.Host)
+	}
+	if n := created()[job.ID]; n != 1+holder.notRun(job.ID) {
+		t.Errorf("%d containers created, want 1 (plus one per start that proved it never ran)", n)
+	}
+	for _, d := range ds {
+		d.stop()
+	}
+}
+
+func TestFleetLostHostsJobEndsUncertainAndItsLateResultIsNotTaken(t *testing.T) {
+	c := testharness.StartNATS(t, 3)
+	lost := fleetDaemon(t, c, "--fleet-lease", "3s")
+	other := fleetDaemon(t, c, "--fleet-lease", "3s")
+	created := creationsOf(lost, other)
+	lost.start()
+	co := openFleet(t, c, false)
+	r := fleet.NewRunner(co, lost.keys)
+	ctx := ctxFor(t, 3*time.Minute)
+	job := env.NewJob(t, testharness.Sh("sleep 6; echo late"), func(j *sandbox.Job) { j.Limits.WallTimeMS = 4000 })
+	if _, err := r.Submit(ctx, job); err != nil {
+		t.Fatal(err)
+	}
+	rec := waitClaimed(t, co, job.ID)
+	if rec.Host != lost.name {
+		t.Fatalf("claimed by %s, want %s", rec.Host, lost.name)
+	}
+	lost.waitState(ctx, job.ID, "started")
+	lost.kill()
+	other.start()
+	sr, err := r.Wait(ctx, job)
+	if !errors.Is(err, sandbox.ErrUncertain) || sr.Result.Status != sandbox.StatusUncertain {
+		t.Fatalf("a lost host's job: got %s, %v; want uncertain", sr.Result.Status, err)
+	}
+	end, _ := co.Record(ctx, job.ID)
+	if end.EndedBy != other.name || !strings.Contains(sr.Result.Cause, lost.name) {
+		t.Errorf("ended by %s (%s), want %s naming the lost host", end.EndedBy, sr.Result.Cause, other.name)
+	}
+	// The lost host comes back: it recovers its job, and its late result
+	// is not taken.
+	lost.start()
+	deadline := time.Now().Add(time.Minute)
+	for !strings.Contains(lost.logs.String(), "late result not taken") {
+		if time.Now().After(deadline) {
+			t.Fatal("the returned host never logged its late result")
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	again, err := r.Result(ctx, job)
+	if !bytes.Equal(again.Envelope, sr.Envelope) {
+		t.Errorf("the fleet's answer changed after the lost host returned: %s, %v", again.Result.Status, err)
+	}
+	if n := created()[job.ID]; n != 1 {
+		t.Errorf("%d containers created, want 1 (it never runs elsewhere)", n)
+	}
+	lost.stop()
+	other.stop()
+}

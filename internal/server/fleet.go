@@ -1,0 +1,593 @@
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/sandboxd/sandboxd/internal/journal"
+	"github.com/sandboxd/sandboxd/sandbox"
+	"github.com/sandboxd/sandboxd/sandbox/fleet"
+)
+
+// FleetConfig joins the daemon to a fleet (sandbox/fleet): it takes jobs
+// from the fleet's queue while it has a free slot, claims each before its
+// journal accepts it, runs it as any other, and publishes its receipt,
+// result and outputs to the fleet before the job's message is
+// acknowledged.
+type FleetConfig struct {
+	Coordinator fleet.Coordinator
+	// Lease is how long past its last heartbeat (and past a job's
+	// deadline) this host's claims hold if it stops; another host then
+	// ends them uncertain.
+	Lease time.Duration
+	// Heartbeat is how often this host says it is alive (default 2s, or a
+	// quarter of a shorter lease).
+	Heartbeat time.Duration
+	// AckWait is the queue's: a held message is touched every third of it.
+	AckWait time.Duration
+}
+
+func (c *FleetConfig) validate(name string) error {
+	if c.Coordinator == nil {
+		return errors.New("server config: Fleet.Coordinator is required")
+	}
+	if err := fleet.CheckHostName(name); err != nil {
+		return fmt.Errorf("server config: --name: %w", err)
+	}
+	if c.Lease < time.Second {
+		return fmt.Errorf("server config: the fleet lease %v is under 1s", c.Lease)
+	}
+	if c.Heartbeat <= 0 {
+		c.Heartbeat = min(2*time.Second, c.Lease/4)
+	}
+	if c.Heartbeat*3 > c.Lease {
+		return fmt.Errorf("server config: the fleet lease %v is under three heartbeats (%v)", c.Lease, c.Heartbeat)
+	}
+	if c.AckWait <= 0 {
+		c.AckWait = 30 * time.Second
+	}
+	return nil
+}
+
+// fleetAgent is the daemon's part in a fleet.
+type fleetAgent struct {
+	s   *Server
+	cfg FleetConfig
+	co  fleet.Coordinator
+	log *slog.Logger
+
+	mu sync.Mutex
+	// following are the jobs whose outcome this host is to publish, with
+	// the message of each if this process holds it.
+	following map[string]*fleet.Delivery
+	// counters for /metrics
+	claimed, published, expired, late, refused int
+}
+
+func (s *Server) startFleet(ctx context.Context) {
+	cfg := *s.cfg.Fleet
+	a := &fleetAgent{s: s, cfg: cfg, co: cfg.Coordinator, log: s.log.With("fleet_host", s.cfg.Name), following: map[string]*fleet.Delivery{}}
+	s.fleet = a
+	s.m.registerFleet(a.counts)
+	for _, loop := range []func(context.Context){a.heartbeatLoop, a.resume, a.pullLoop} {
+		s.workers.Add(1)
+		go func() {
+			defer s.workers.Done()
+			loop(ctx)
+		}()
+	}
+}
+
+func (a *fleetAgent) counts() map[string]int {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return map[string]int{"claimed": a.claimed, "published": a.published, "expired": a.expired, "late": a.late,
+		"refused": a.refused, "following": len(a.following)}
+}
+
+func (a *fleetAgent) count(p *int) {
+	a.mu.Lock()
+	*p++
+	a.mu.Unlock()
+}
+
+func (a *fleetAgent) heartbeatLoop(ctx context.Context) {
+	t := time.NewTicker(a.cfg.Heartbeat)
+	defer t.Stop()
+	for {
+		a.s.mu.Lock()
+		running := len(a.s.running)
+		a.s.mu.Unlock()
+		h := fleet.Host{Name: a.s.cfg.Name, Version: a.s.cfg.Version, KeyID: a.s.cfg.Signer.KeyID(),
+			Concurrency: a.s.cfg.Concurrency, Running: running, At: time.Now().UTC(), Lease: a.cfg.Lease}
+		if err := a.co.Heartbeat(ctx, h); err != nil && ctx.Err() == nil {
+			a.log.Warn("fleet heartbeat", "error", err)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// pause waits d or until ctx is done.
+func pause(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+// resume finishes what an earlier process of this host claimed: a job its
+// journal holds is followed to its end and published; one it does not
+// hold never ran here (the claim comes before the journal), so its claim
+// is given back and another host may run it.
+func (a *fleetAgent) resume(ctx context.Context) {
+	var ids []string
+	for {
+		var err error
+		if ids, err = a.co.Held(ctx, a.s.cfg.Name); err == nil {
+			break
+		}
+		a.log.Warn("fleet: list the jobs this host holds", "error", err)
+		if !pause(ctx, time.Second) {
+			return
+		}
+	}
+	for _, id := range ids {
+		if _, err := a.s.cfg.Journal.Get(id); err == nil {
+			a.follow(id, nil)
+			continue
+		}
+		for ctx.Err() == nil {
+			err := a.giveBack(ctx, id)
+			if err == nil {
+				break
+			}
+			a.log.Warn("fleet: give back a claim this host never journaled", "job_id", id, "error", err)
+			pause(ctx, time.Second)
+		}
+	}
+}
+
+// giveBack returns this host's claim of a job it never journaled to the
+// queue.
+func (a *fleetAgent) giveBack(ctx context.Context, id string) error {
+	rec, err := a.co.Record(ctx, id)
+	if errors.Is(err, sandbox.ErrNotFound) {
+		return a.co.Release(ctx, a.s.cfg.Name, id)
+	}
+	if err != nil {
+		return err
+	}
+	if rec.State == fleet.StateClaimed && rec.Host == a.s.cfg.Name && len(rec.Receipt) == 0 {
+		rec.State, rec.Host, rec.ClaimedAt, rec.WallTime = fleet.StateQueued, "", time.Time{}, 0
+		if _, err := a.co.Update(ctx, rec); err != nil {
+			return err
+		}
+		a.log.Info("fleet: claim given back; the job never ran here", "job_id", id)
+	}
+	return a.co.Release(ctx, a.s.cfg.Name, id)
+}
+
+// freeSlot reports whether a job taken now would start at once.
+func (a *fleetAgent) freeSlot() bool {
+	a.s.mu.Lock()
+	defer a.s.mu.Unlock()
+	return !a.s.draining && len(a.s.running)+len(a.s.queue)+a.s.reserved < a.s.cfg.Concurrency
+}
+
+func (a *fleetAgent) pullLoop(ctx context.Context) {
+	for ctx.Err() == nil {
+		if !a.freeSlot() {
+			select {
+			case <-ctx.Done():
+				return
+			case <-a.s.changedChan():
+			case <-time.After(time.Second):
+			}
+			continue
+		}
+		d, err := a.co.Next(ctx, 2*time.Second)
+		if errors.Is(err, fleet.ErrNoMessage) {
+			continue
+		}
+		if err != nil {
+			if ctx.Err() == nil {
+				a.log.Warn("fleet: take a job", "error", err)
+				pause(ctx, time.Second)
+			}
+			continue
+		}
+		a.handle(ctx, d)
+	}
+}
+
+// handle decides what one delivered job message needs.
+func (a *fleetAgent) handle(ctx context.Context, d *fleet.Delivery) {
+	if d.Err != nil {
+		a.log.Error("fleet: a job message refused; it never runs", "error", d.Err)
+		a.count(&a.refused)
+		d.Refuse()
+		return
+	}
+	job := d.Job
+	log := a.log.With("job_id", job.ID)
+	rec, err := a.co.Record(ctx, job.ID)
+	if errors.Is(err, sandbox.ErrNotFound) {
+		// Queued with no record (a record aged out, or a publisher that
+		// did not bind): bind it as a submitter would.
+		rec, err = a.co.Submit(ctx, job)
+		if errors.Is(err, sandbox.ErrConflict) {
+			log.Error("fleet: a job message whose id is bound to another digest refused; it never runs", "bound", rec.Digest, "job_digest", job.Digest)
+			a.count(&a.refused)
+			d.Refuse()
+			return
+		}
+	}
+	if err != nil {
+		log.Warn("fleet: read the job's record", "error", err)
+		d.Later(time.Second)
+		return
+	}
+	if rec.Digest != job.Digest {
+		log.Error("fleet: a job message whose id is bound to another digest refused; it never runs", "bound", rec.Digest, "job_digest", job.Digest)
+		a.count(&a.refused)
+		d.Refuse()
+		return
+	}
+	switch {
+	case rec.State == fleet.StateEnded:
+		d.Done(ctx)
+	case rec.State == fleet.StateClaimed && rec.Host == a.s.cfg.Name:
+		// Ours: a message given back after this host restarted, or a
+		// claim whose journal accept did not complete.
+		a.run(ctx, d, job, rec)
+	case rec.State == fleet.StateClaimed:
+		a.checkLease(ctx, d, job, rec)
+	default:
+		a.claim(ctx, d, job, rec)
+	}
+}
+
+// claim takes a queued job: its inputs are fetched first (a host that
+// cannot get them does not hold the job), then the claim is set by
+// compare-and-set. A claim whose write timed out may have been made: the
+// message goes back, and its next delivery reads the record again.
+func (a *fleetAgent) claim(ctx context.Context, d *fleet.Delivery, job sandbox.Job, rec fleet.Record) {
+	log := a.log.With("job_id", job.ID)
+	missing, err := a.fetchInputs(ctx, job)
+	if err != nil && missing == "" {
+		log.Warn("fleet: fetch the job's inputs", "error", err)
+		d.Later(time.Second)
+		return
+	}
+	rec.State, rec.Host, rec.ClaimedAt, rec.WallTime = fleet.StateClaimed, a.s.cfg.Name, time.Now().UTC(), job.Limits.WallTime()
+	if err := a.co.Hold(ctx, a.s.cfg.Name, job.ID); err != nil {
+		log.Warn("fleet: mark the claim", "error", err)
+		d.Later(time.Second)
+		return
+	}
+	claimed, err := a.co.Update(ctx, rec)
+	if err != nil {
+		if errors.Is(err, fleet.ErrRevision) {
+			a.co.Release(ctx, a.s.cfg.Name, job.ID)
+		}
+		log.Info("fleet: claim not made (another host's, or to be read again)", "error", err)
+		d.Later(0)
+		return
+	}
+	a.count(&a.claimed)
+	log.Info("fleet: job claimed", "revision", claimed.Revision)
+	if missing != "" {
+		a.endUnrun(ctx, d, job, claimed, sandbox.StatusError, fmt.Sprintf("refused by host %s: input %s is not in the fleet's blob store: %v", a.s.cfg.Name, missing, err))
+		return
+	}
+	a.run(ctx, d, job, claimed)
+}
+
+// fetchInputs copies the job's inputs from the fleet's blob store into
+// this host's, each checked against its digest. missing names an input
+// the fleet does not have (the job cannot run anywhere).
+func (a *fleetAgent) fetchInputs(ctx context.Context, job sandbox.Job) (missing string, err error) {
+	for _, in := range job.Inputs {
+		if a.s.cfg.Blobs.Has(in.Digest) {
+			continue
+		}
+		rc, err := a.co.Blob(ctx, in.Digest)
+		if errors.Is(err, sandbox.ErrNotFound) {
+			return in.Digest, err
+		}
+		if err != nil {
+			return "", err
+		}
+		_, _, err = a.s.cfg.Blobs.Put(rc, in.Digest, a.s.cfg.MaxBlobBytes)
+		rc.Close()
+		if err != nil {
+			return "", fmt.Errorf("input %s: %w", in.Digest, err)
+		}
+		a.s.cfg.Blobs.Lease(in.Digest)
+	}
+	return "", nil
+}
+
+// run admits a job this host has claimed to its own journal and queue,
+// puts the receipt in the record, and follows the job to its end.
+func (a *fleetAgent) run(ctx context.Context, d *fleet.Delivery, job sandbox.Job, rec fleet.Record) {
+	log := a.log.With("job_id", job.ID)
+	if missing, err := a.fetchInputs(ctx, job); err != nil {
+		if missing != "" {
+			a.endUnrun(ctx, d, job, rec, sandbox.StatusError, fmt.Sprintf("refused by host %s: input %s is not in the fleet's blob store", a.s.cfg.Name, missing))
+			return
+		}
+		log.Warn("fleet: fetch the job's inputs", "error", err)
+		d.Later(time.Second)
+		return
+	}
+	jrec, _, ref := a.s.admit(ctx, job)
+	if ref != nil {
+		if ref.code == http.StatusTooManyRequests || ref.code == http.StatusServiceUnavailable || ref.code >= 500 {
+			// Not now, not never: the claim stays, the message comes back.
+			log.Warn("fleet: the journal did not take a claimed job; later", "error", ref.err)
+			d.Later(time.Second)
+			return
+		}
+		a.endUnrun(ctx, d, job, rec, sandbox.StatusError, fmt.Sprintf("refused by host %s: %v", a.s.cfg.Name, ref.err))
+		return
+	}
+	if len(rec.Receipt) == 0 {
+		if _, err := a.update(ctx, job.ID, func(r *fleet.Record) bool {
+			if r.State != fleet.StateClaimed || r.Host != a.s.cfg.Name {
+				return false
+			}
+			r.Receipt = jrec.Receipt
+			return true
+		}); err != nil {
+			log.Warn("fleet: publish the receipt", "error", err)
+		}
+	}
+	a.follow(job.ID, d)
+}
+
+// update applies change to the job's current record and writes it by
+// compare-and-set, reading again after a lost race, until it is written,
+// change declines (false, nil), or ctx ends. A write that timed out is
+// read back before it is tried again.
+func (a *fleetAgent) update(ctx context.Context, id string, change func(*fleet.Record) bool) (bool, error) {
+	for {
+		rec, err := a.co.Record(ctx, id)
+		if err == nil {
+			if !change(&rec) {
+				return false, nil
+			}
+			if _, err = a.co.Update(ctx, rec); err == nil {
+				return true, nil
+			}
+		}
+		if ctx.Err() != nil {
+			return false, err
+		}
+		if !errors.Is(err, fleet.ErrRevision) {
+			a.log.Warn("fleet: update a job's record; trying again", "job_id", id, "error", err)
+			if !pause(ctx, 500*time.Millisecond) {
+				return false, err
+			}
+		}
+	}
+}
+
+// follow publishes the job's outcome once its journal has it. A second
+// call for a job already followed hands over the message.
+func (a *fleetAgent) follow(id string, d *fleet.Delivery) {
+	a.mu.Lock()
+	if held, ok := a.following[id]; ok {
+		if d != nil {
+			if held != nil {
+				held.Later(0) // an older delivery of the same message
+			}
+			a.following[id] = d
+		}
+		a.mu.Unlock()
+		return
+	}
+	a.following[id] = d
+	a.mu.Unlock()
+	a.s.jobs.Add(1)
+	go func() {
+		defer a.s.jobs.Done()
+		a.publishWhenDone(id)
+	}()
+}
+
+func (a *fleetAgent) delivery(id string) *fleet.Delivery {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.following[id]
+}
+
+func (a *fleetAgent) publishWhenDone(id string) {
+	log := a.log.With("job_id", id)
+	ctx := context.Background()
+	touch := time.NewTicker(max(time.Second, a.cfg.AckWait/3))
+	defer touch.Stop()
+	var rec journal.Record
+	for {
+		changed := a.s.changedChan()
+		var err error
+		rec, err = a.s.cfg.Journal.Get(id)
+		if err == nil && rec.State.Terminal() {
+			break
+		}
+		select {
+		case <-changed:
+		case <-touch.C:
+			if d := a.delivery(id); d != nil {
+				d.Working()
+			}
+		case <-a.s.closing:
+			// Shut down: the next start resumes it from the held mark.
+			if d := a.delivery(id); d != nil {
+				d.Later(0)
+			}
+			a.mu.Lock()
+			delete(a.following, id)
+			a.mu.Unlock()
+			return
+		}
+	}
+	for {
+		err := a.publish(ctx, log, rec)
+		if err == nil {
+			break
+		}
+		log.Warn("fleet: publish the result; trying again", "error", err)
+		select {
+		case <-time.After(time.Second):
+		case <-a.s.closing:
+			a.mu.Lock()
+			delete(a.following, id)
+			a.mu.Unlock()
+			return
+		}
+	}
+	a.mu.Lock()
+	d := a.following[id]
+	delete(a.following, id)
+	a.mu.Unlock()
+	if d != nil {
+		d.Done(ctx)
+	}
+}
+
+// publish puts an ended job's outputs in the fleet's blob store, then its
+// result in the record, by compare-and-set on this host's claim: a record
+// another host already ended (it saw this host's lease expire) is not
+// overwritten, and the late result is logged.
+func (a *fleetAgent) publish(ctx context.Context, log *slog.Logger, rec journal.Record) error {
+	job, err := rec.DecodeJob()
+	if err != nil {
+		return err
+	}
+	res, err := sandbox.VerifyResult(a.s.keys, rec.Result, job, rec.Receipt)
+	if err != nil {
+		return fmt.Errorf("own result: %w", err)
+	}
+	for _, d := range resultBlobs(res) {
+		if err := a.putBlob(ctx, d); err != nil {
+			return err
+		}
+	}
+	late := false
+	_, err = a.update(ctx, rec.ID, func(r *fleet.Record) bool {
+		if r.State == fleet.StateEnded || r.Host != a.s.cfg.Name || r.Digest != rec.Digest {
+			late = r.State == fleet.StateEnded && r.EndedBy != a.s.cfg.Name
+			return false
+		}
+		r.State, r.Receipt, r.Result, r.EndedBy, r.Status = fleet.StateEnded, rec.Receipt, rec.Result, a.s.cfg.Name, res.Status
+		return true
+	})
+	if err != nil {
+		return err
+	}
+	if late {
+		a.count(&a.late)
+		log.Warn("fleet: late result not taken: the fleet ended the job already", "status", res.Status)
+	} else {
+		a.count(&a.published)
+		log.Info("fleet: result published", "status", res.Status)
+	}
+	return a.co.Release(ctx, a.s.cfg.Name, rec.ID)
+}
+
+func (a *fleetAgent) putBlob(ctx context.Context, digest string) error {
+	f, err := a.s.cfg.Blobs.Open(digest)
+	if err != nil {
+		return fmt.Errorf("output %s: %w", digest, err)
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return err
+	}
+	return a.co.PutBlob(ctx, digest, fi.Size(), f)
+}
+
+// checkLease looks at a job another host claimed: while that host's lease
+// holds the message comes back later; once it lapsed, the job is ended
+// uncertain here (never run again), signed by this host.
+func (a *fleetAgent) checkLease(ctx context.Context, d *fleet.Delivery, job sandbox.Job, rec fleet.Record) {
+	hosts, err := a.co.Hosts(ctx)
+	if err != nil {
+		d.Later(time.Second)
+		return
+	}
+	expiry := rec.ClaimedAt.Add(rec.WallTime).Add(a.cfg.Lease) // a host never seen
+	for _, h := range hosts {
+		if h.Name == rec.Host {
+			expiry = fleet.Expiry(rec, h)
+		}
+	}
+	if wait := time.Until(expiry); wait > 0 {
+		d.Later(min(max(wait, time.Second), 30*time.Second))
+		return
+	}
+	a.count(&a.expired)
+	a.endUnrun(ctx, d, job, rec, sandbox.StatusUncertain, fmt.Sprintf("host %s claimed it at %s and sent no word within its lease (until %s); it is not run again",
+		rec.Host, rec.ClaimedAt.Format(time.RFC3339), expiry.UTC().Format(time.RFC3339)))
+}
+
+// endUnrun ends a job this host did not run, with a result it signs (and
+// a receipt, if the record has none): a claimed job its journal refused,
+// or another host's whose lease lapsed.
+func (a *fleetAgent) endUnrun(ctx context.Context, d *fleet.Delivery, job sandbox.Job, rec fleet.Record, status sandbox.Status, cause string) {
+	log := a.log.With("job_id", job.ID)
+	facts, err := a.s.cfg.Broker.Facts(ctx)
+	if err != nil {
+		log.Warn("runtime facts", "error", err)
+	}
+	facts.Runtime = job.Runtime
+	now := time.Now().UTC()
+	receiptEnv := rec.Receipt
+	if len(receiptEnv) == 0 {
+		if receiptEnv, err = a.s.cfg.Signer.SignAccepted(job, facts, now); err != nil {
+			log.Error("fleet: sign a receipt", "error", err)
+			d.Later(time.Second)
+			return
+		}
+	}
+	res := sandbox.Result{
+		Schema: sandbox.ResultSchema, JobID: job.ID, JobDigest: job.Digest,
+		Status: status, Cause: cause, StartedAt: now, EndedAt: now, Runtime: facts,
+		LimitsHit: []string{}, Artifacts: []sandbox.Artifact{}, Rejected: []sandbox.Rejected{},
+	}
+	env, err := a.s.cfg.Signer.SignCompleted(res, receiptEnv)
+	if err != nil {
+		log.Error("fleet: sign a result", "error", err)
+		d.Later(time.Second)
+		return
+	}
+	holder := rec.Host
+	rec.State, rec.Receipt, rec.Result, rec.EndedBy, rec.Status = fleet.StateEnded, receiptEnv, env, a.s.cfg.Name, status
+	if _, err := a.co.Update(ctx, rec); err != nil {
+		log.Info("fleet: end the job: the record changed or did not answer; read again", "error", err)
+		d.Later(0)
+		return
+	}
+	log.Warn("fleet: job ended without running here", "status", status, "cause", cause)
+	if holder == a.s.cfg.Name {
+		a.co.Release(ctx, holder, job.ID)
+	}
+	// Another holder's mark stays: if it returns, it finds the job ended,
+	// and logs its late result (records age out with the bucket).
+	d.Done(ctx)
+}

@@ -1,0 +1,179 @@
+package fleet
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/sandboxd/sandboxd/sandbox"
+)
+
+// Schemas of the fleet's wire forms.
+const (
+	RecordSchema = "sandboxd-fleet-job/1"
+	HostSchema   = "sandboxd-fleet-host/1"
+)
+
+// State is where a job is in the fleet.
+type State string
+
+const (
+	StateQueued  State = "queued"
+	StateClaimed State = "claimed"
+	StateEnded   State = "ended"
+)
+
+// Record is a job's one fleet-wide record. Revision is the coordinator's
+// (not part of the stored value): an Update succeeds only at the revision
+// it was read at.
+type Record struct {
+	Schema      string    `json:"schema"`
+	ID          string    `json:"id"`
+	Digest      string    `json:"digest"`
+	State       State     `json:"state"`
+	SubmittedAt time.Time `json:"submitted_at"`
+	// Host holds the claim, from ClaimedAt.
+	Host      string    `json:"host,omitempty"`
+	ClaimedAt time.Time `json:"claimed_at,omitzero"`
+	// WallTime is the job's wall-time limit, copied at the claim: a
+	// claim's lease runs at least this long past ClaimedAt.
+	WallTime time.Duration `json:"wall_time,omitempty"`
+	// Receipt is the claiming host's DSSE receipt envelope, once its
+	// journal accepted the job.
+	Receipt []byte `json:"receipt,omitempty"`
+	// Result is the DSSE result envelope; EndedBy the host that signed it.
+	Result  []byte `json:"result,omitempty"`
+	EndedBy string `json:"ended_by,omitempty"`
+	// Status is the result's status, for operators (the envelope is the
+	// authority).
+	Status sandbox.Status `json:"status,omitempty"`
+
+	Revision uint64 `json:"-"`
+}
+
+// Host is a daemon's heartbeat: it holds its claims while At is fresh.
+type Host struct {
+	Schema      string    `json:"schema"`
+	Name        string    `json:"name"`
+	Version     string    `json:"version"`
+	KeyID       string    `json:"key_id"`
+	Concurrency int       `json:"concurrency"`
+	Running     int       `json:"running"`
+	At          time.Time `json:"at"`
+	// Lease is how long after At (and after a claim's deadline) its claims
+	// hold if no heartbeat follows.
+	Lease time.Duration `json:"lease"`
+}
+
+// Errors a Coordinator returns besides the sandbox error classes.
+var (
+	// ErrRevision: the record changed since it was read; read it again.
+	ErrRevision = errors.New("fleet record changed since it was read")
+	// ErrNoMessage: no job message arrived within the wait.
+	ErrNoMessage = errors.New("no job message")
+	// ErrUnavailable: the coordinator did not answer in time (no quorum, a
+	// leader election, a network fault). A write that failed so may have
+	// been made.
+	ErrUnavailable = errors.New("fleet unavailable")
+)
+
+// Coordinator holds the fleet's state: records, the job queue, blobs and
+// hosts. Every call is bounded by its own short timeout as well as ctx.
+type Coordinator interface {
+	// Submit binds job.ID to job.Digest fleet-wide (or finds it bound) and,
+	// while no host has claimed it, queues it (again: the queue drops a
+	// duplicate). Another digest under the id is an error wrapping
+	// sandbox.ErrConflict, and nothing is queued.
+	Submit(ctx context.Context, job sandbox.Job) (Record, error)
+	// Record returns a job's record (sandbox.ErrNotFound if none).
+	Record(ctx context.Context, id string) (Record, error)
+	// Watch returns the job's record once done(record) holds, or ctx's
+	// error.
+	Watch(ctx context.Context, id string, done func(Record) bool) (Record, error)
+	// Update writes rec if the record is still at rec.Revision
+	// (ErrRevision otherwise) and returns it at its new revision.
+	Update(ctx context.Context, rec Record) (Record, error)
+	// Next waits up to wait for one job message (ErrNoMessage).
+	Next(ctx context.Context, wait time.Duration) (*Delivery, error)
+
+	// Hold marks that host holds id's claim; Release removes the mark;
+	// Held lists the ids host holds (what a restarted host finishes).
+	Hold(ctx context.Context, host, id string) error
+	Release(ctx context.Context, host, id string) error
+	Held(ctx context.Context, host string) ([]string, error)
+
+	// PutBlob stores content under its sha256 digest (checked; bytes
+	// already there are not sent again). Blob opens one, or wraps
+	// sandbox.ErrNotFound; the reader fails at EOF if the bytes do not
+	// hash to digest.
+	PutBlob(ctx context.Context, digest string, size int64, r io.Reader) error
+	Blob(ctx context.Context, digest string) (io.ReadCloser, error)
+
+	// Heartbeat publishes a host's liveness; Hosts lists them.
+	Heartbeat(ctx context.Context, h Host) error
+	Hosts(ctx context.Context) ([]Host, error)
+}
+
+// Delivery is one job message. Job is set if the message decoded into a
+// sealed job whose digest verifies; otherwise Err says why, and the
+// message is refused (Refuse) and never runs.
+type Delivery struct {
+	Job sandbox.Job
+	Err error
+	// Delivered counts deliveries of this message (1 the first time).
+	Delivered uint64
+	msg       acker
+}
+
+type acker interface {
+	ack(ctx context.Context) error
+	later(delay time.Duration) error
+	working() error
+	refuse() error
+}
+
+// Done acknowledges the message: the job's outcome is durable in its
+// record.
+func (d *Delivery) Done(ctx context.Context) error { return d.msg.ack(ctx) }
+
+// Later gives the message back, to be delivered again after delay.
+func (d *Delivery) Later(delay time.Duration) error { return d.msg.later(delay) }
+
+// Working tells the queue that the message is still being worked on.
+func (d *Delivery) Working() error { return d.msg.working() }
+
+// Refuse drops a message that can never run (malformed, a digest that
+// does not verify, an id bound to another digest).
+func (d *Delivery) Refuse() error { return d.msg.refuse() }
+
+// keyRE is what an id becomes in a key: job ids are [A-Za-z0-9._-], and a
+// dot separates key tokens, so it is written as '=' (not in the id
+// alphabet: the mapping is one to one).
+func keyOf(id string) string { return strings.ReplaceAll(id, ".", "=") }
+
+func idOfKey(k string) string { return strings.ReplaceAll(k, "=", ".") }
+
+var hostRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_-]{0,62}$`)
+
+// CheckHostName refuses a host name the fleet cannot key by.
+func CheckHostName(name string) error {
+	if !hostRE.MatchString(name) {
+		return fmt.Errorf("fleet host name %q is not 1-63 characters of [A-Za-z0-9_-] starting with a letter or digit: %w", name, sandbox.ErrInvalid)
+	}
+	return nil
+}
+
+// Expiry is when a claim of host h lapses if h sends no heartbeat after
+// h.At: a lease past the later of the host's last heartbeat and the job's
+// own deadline (a host that returns within it recovers the job).
+func Expiry(rec Record, h Host) time.Time {
+	at := h.At
+	if d := rec.ClaimedAt.Add(rec.WallTime); d.After(at) {
+		at = d
+	}
+	return at.Add(h.Lease)
+}

@@ -1,0 +1,641 @@
+package fleet
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash"
+	"io"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/sandboxd/sandboxd/sandbox"
+)
+
+// The JetStream layout. Every name is fixed: a fleet is one NATS account.
+const (
+	jobsStream   = "SANDBOXD_JOBS"
+	jobsSubject  = "sandboxd.jobs"
+	consumerName = "sandboxd-hosts"
+	recordBucket = "sandboxd-jobs"
+	hostBucket   = "sandboxd-hosts"
+	blobBucket   = "sandboxd-blobs"
+)
+
+// Options configure a JetStream coordinator.
+type Options struct {
+	// URLs are the NATS servers (nats:// or tls://), comma-joined or not.
+	URLs []string
+	// Creds is a NATS credentials file; TLSCA, TLSCert and TLSKey are PEM
+	// files for TLS (the client pair for mutual TLS).
+	Creds, TLSCA, TLSCert, TLSKey string
+	// Name names the connection (the host or the submitter).
+	Name string
+	// Replicas of each stream and bucket (1, 3 or 5; default 3).
+	Replicas int
+	// CallTimeout bounds each JetStream call (default 5s): a call with
+	// none blocked 85 s here when its stream leader died.
+	CallTimeout time.Duration
+	// AckWait is how long a delivered message stays with one host without
+	// word from it before it is delivered again (default 30s).
+	AckWait time.Duration
+	// MaxJobBytes caps a job message (default 1 MiB).
+	MaxJobBytes int32
+	// BlobBytes and BlobAge bound the blob store (defaults 50 GiB, 7
+	// days); RecordAge bounds how long records are kept (default 30 days).
+	BlobBytes          int64
+	BlobAge, RecordAge time.Duration
+	// Setup creates or updates the streams and buckets (a host does; a
+	// submitter only binds to them, as its permissions allow).
+	Setup bool
+}
+
+// JetStream is the NATS JetStream coordinator.
+type JetStream struct {
+	opt     Options
+	nc      *nats.Conn
+	js      jetstream.JetStream
+	records jetstream.KeyValue
+	hosts   jetstream.KeyValue
+	blobs   jetstream.ObjectStore
+	cons    jetstream.Consumer // nil until Next is first called
+}
+
+var _ Coordinator = (*JetStream)(nil)
+
+// Open connects to the fleet's NATS servers and binds to (or, with
+// Setup, creates) its streams and buckets.
+func Open(ctx context.Context, opt Options) (*JetStream, error) {
+	if len(opt.URLs) == 0 {
+		return nil, fmt.Errorf("fleet: no NATS server URL: %w", sandbox.ErrInvalid)
+	}
+	if opt.Replicas == 0 {
+		opt.Replicas = 3
+	}
+	if opt.Replicas != 1 && opt.Replicas != 3 && opt.Replicas != 5 {
+		return nil, fmt.Errorf("fleet: %d replicas: %w: 1, 3 or 5", opt.Replicas, sandbox.ErrInvalid)
+	}
+	if opt.CallTimeout <= 0 {
+		opt.CallTimeout = 5 * time.Second
+	}
+	if opt.AckWait <= 0 {
+		opt.AckWait = 30 * time.Second
+	}
+	if opt.MaxJobBytes <= 0 {
+		opt.MaxJobBytes = 1 << 20
+	}
+	if opt.BlobBytes <= 0 {
+		opt.BlobBytes = 50 << 30
+	}
+	if opt.BlobAge <= 0 {
+		opt.BlobAge = 7 * 24 * time.Hour
+	}
+	if opt.RecordAge <= 0 {
+		opt.RecordAge = 30 * 24 * time.Hour
+	}
+	nopts := []nats.Option{
+		nats.Name(opt.Name), nats.Timeout(opt.CallTimeout),
+		nats.MaxReconnects(-1), nats.ReconnectWait(250 * time.Millisecond),
+		nats.RetryOnFailedConnect(false),
+	}
+	if opt.Creds != "" {
+		nopts = append(nopts, nats.UserCredentials(opt.Creds))
+	}
+	if opt.TLSCA != "" {
+		nopts = append(nopts, nats.RootCAs(opt.TLSCA))
+	}
+	if opt.TLSCert != "" || opt.TLSKey != "" {
+		if opt.TLSCert == "" || opt.TLSKey == "" {
+			return nil, fmt.Errorf("fleet: a TLS client certificate needs both --fleet-tls-cert and --fleet-tls-key: %w", sandbox.ErrInvalid)
+		}
+		nopts = append(nopts, nats.ClientCert(opt.TLSCert, opt.TLSKey))
+	}
+	nc, err := nats.Connect(strings.Join(opt.URLs, ","), nopts...)
+	if err != nil {
+		return nil, fmt.Errorf("fleet: connect to %s: %w: %w", strings.Join(opt.URLs, ","), ErrUnavailable, err)
+	}
+	js, err := jetstream.New(nc, jetstream.WithDefaultTimeout(opt.CallTimeout))
+	if err != nil {
+		nc.Close()
+		return nil, fmt.Errorf("fleet: %w", err)
+	}
+	f := &JetStream{opt: opt, nc: nc, js: js}
+	// A cluster that has just started may not have elected its leaders:
+	// binding is tried again while it does not answer, until ctx ends.
+	for {
+		err := f.bind(ctx)
+		if err == nil {
+			return f, nil
+		}
+		if !errors.Is(err, ErrUnavailable) || ctx.Err() != nil {
+			nc.Close()
+			return nil, err
+		}
+		t := time.NewTimer(250 * time.Millisecond)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			nc.Close()
+			return nil, err
+		case <-t.C:
+		}
+	}
+}
+
+// Close drains nothing: what was acknowledged is durable.
+func (f *JetStream) Close() { f.nc.Close() }
+
+func (f *JetStream) call(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, f.opt.CallTimeout)
+}
+
+// bind creates or binds the stream and buckets. Every write is synced by
+// the servers' own setting (sync_interval: always, docs/fleet.md).
+func (f *JetStream) bind(ctx context.Context) error {
+	var err error
+	if f.opt.Setup {
+		err = f.setup(ctx)
+	} else {
+		err = f.open(ctx)
+	}
+	if err != nil {
+		return fmt.Errorf("fleet: bind the streams and buckets: %w", classify(err))
+	}
+	return nil
+}
+
+func (f *JetStream) setup(ctx context.Context) error {
+	c, cancel := f.call(ctx)
+	defer cancel()
+	if _, err := f.js.CreateOrUpdateStream(c, jetstream.StreamConfig{
+		Name: jobsStream, Subjects: []string{jobsSubject},
+		Retention: jetstream.WorkQueuePolicy, Storage: jetstream.FileStorage,
+		Replicas: f.opt.Replicas, MaxMsgSize: f.opt.MaxJobBytes,
+		Duplicates: 2 * time.Minute, Discard: jetstream.DiscardNew,
+	}); err != nil {
+		return fmt.Errorf("stream %s: %w", jobsStream, err)
+	}
+	var err error
+	if f.records, err = f.js.CreateOrUpdateKeyValue(c, jetstream.KeyValueConfig{
+		Bucket: recordBucket, History: 1, Replicas: f.opt.Replicas, Storage: jetstream.FileStorage,
+		TTL: f.opt.RecordAge, MaxValueSize: 1 << 20,
+	}); err != nil {
+		return fmt.Errorf("bucket %s: %w", recordBucket, err)
+	}
+	if f.hosts, err = f.js.CreateOrUpdateKeyValue(c, jetstream.KeyValueConfig{
+		Bucket: hostBucket, History: 1, Replicas: f.opt.Replicas, Storage: jetstream.FileStorage,
+		MaxValueSize: 16 << 10,
+	}); err != nil {
+		return fmt.Errorf("bucket %s: %w", hostBucket, err)
+	}
+	if f.blobs, err = f.js.CreateOrUpdateObjectStore(c, jetstream.ObjectStoreConfig{
+		Bucket: blobBucket, Replicas: f.opt.Replicas, Storage: jetstream.FileStorage,
+		MaxBytes: f.opt.BlobBytes, TTL: f.opt.BlobAge,
+	}); err != nil {
+		return fmt.Errorf("object store %s: %w", blobBucket, err)
+	}
+	return nil
+}
+
+func (f *JetStream) open(ctx context.Context) error {
+	c, cancel := f.call(ctx)
+	defer cancel()
+	var err error
+	if f.records, err = f.js.KeyValue(c, recordBucket); err != nil {
+		return fmt.Errorf("bucket %s: %w", recordBucket, err)
+	}
+	if f.hosts, err = f.js.KeyValue(c, hostBucket); err != nil {
+		return fmt.Errorf("bucket %s: %w", hostBucket, err)
+	}
+	if f.blobs, err = f.js.ObjectStore(c, blobBucket); err != nil {
+		return fmt.Errorf("object store %s: %w", blobBucket, err)
+	}
+	return nil
+}
+
+// classify wraps a NATS error in the fleet's vocabulary: a timeout or a
+// lost connection is ErrUnavailable (the call may have been made).
+func classify(err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, jetstream.ErrKeyRevisionMismatch), errors.Is(err, jetstream.ErrKeyExists):
+		return fmt.Errorf("%w: %w", ErrRevision, err)
+	case errors.Is(err, jetstream.ErrKeyNotFound), errors.Is(err, jetstream.ErrObjectNotFound):
+		return fmt.Errorf("%w: %w", sandbox.ErrNotFound, err)
+	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, nats.ErrTimeout),
+		errors.Is(err, nats.ErrNoResponders), errors.Is(err, jetstream.ErrNoStreamResponse),
+		errors.Is(err, nats.ErrConnectionClosed), errors.Is(err, nats.ErrDisconnected),
+		errors.Is(err, nats.ErrNoServers), errors.Is(err, jetstream.ErrJetStreamNotEnabled):
+		return fmt.Errorf("%w: %w", ErrUnavailable, err)
+	}
+	var apiErr *jetstream.APIError
+	if errors.As(err, &apiErr) && apiErr.Code == 503 {
+		return fmt.Errorf("%w: %w", ErrUnavailable, err)
+	}
+	return err
+}
+
+func recordKey(id string) string { return "job." + keyOf(id) }
+
+func decodeRecord(e jetstream.KeyValueEntry) (Record, error) {
+	var r Record
+	if err := json.Unmarshal(e.Value(), &r); err != nil || r.Schema != RecordSchema {
+		return Record{}, fmt.Errorf("fleet record %s (revision %d) is not a %s record: %v", e.Key(), e.Revision(), RecordSchema, err)
+	}
+	r.Revision = e.Revision()
+	return r, nil
+}
+
+// Submit implements Coordinator.
+func (f *JetStream) Submit(ctx context.Context, job sandbox.Job) (Record, error) {
+	if err := job.VerifyDigest(); err != nil {
+		return Record{}, err
+	}
+	canon, err := job.CanonicalJSON()
+	if err != nil {
+		return Record{}, err
+	}
+	if len(canon) > int(f.opt.MaxJobBytes) {
+		return Record{}, fmt.Errorf("job %s is %d bytes, more than the fleet's %d: %w", job.ID, len(canon), f.opt.MaxJobBytes, sandbox.ErrTooLarge)
+	}
+	rec := Record{Schema: RecordSchema, ID: job.ID, Digest: job.Digest, State: StateQueued, SubmittedAt: time.Now().UTC()}
+	v, err := json.Marshal(rec)
+	if err != nil {
+		return Record{}, err
+	}
+	c, cancel := f.call(ctx)
+	defer cancel()
+	rev, err := f.records.Create(c, recordKey(job.ID), v)
+	switch {
+	case err == nil:
+		rec.Revision = rev
+	case errors.Is(err, jetstream.ErrKeyExists):
+		if rec, err = f.Record(ctx, job.ID); err != nil {
+			return Record{}, err
+		}
+		if rec.Digest != job.Digest {
+			return rec, fmt.Errorf("job %s is already bound to digest %s in the fleet, not %s: %w", job.ID, rec.Digest, job.Digest, sandbox.ErrConflict)
+		}
+	default:
+		return Record{}, fmt.Errorf("fleet: bind job %s: %w", job.ID, classify(err))
+	}
+	if rec.State != StateQueued {
+		return rec, nil // a host has it: nothing to queue
+	}
+	// Queued (again, if an earlier submitter stopped between the bind
+	// and this publish): the stream drops a duplicate of the same id and
+	// digest within its window, and a host drops one of a claimed job.
+	c2, cancel2 := f.call(ctx)
+	defer cancel2()
+	if _, err := f.js.Publish(c2, jobsSubject, canon, jetstream.WithMsgID(job.ID+"/"+job.Digest)); err != nil {
+		return rec, fmt.Errorf("fleet: queue job %s: %w", job.ID, classify(err))
+	}
+	return rec, nil
+}
+
+// Record implements Coordinator.
+func (f *JetStream) Record(ctx context.Context, id string) (Record, error) {
+	c, cancel := f.call(ctx)
+	defer cancel()
+	e, err := f.records.Get(c, recordKey(id))
+	if err != nil {
+		return Record{}, fmt.Errorf("fleet: job %s: %w", id, classify(err))
+	}
+	return decodeRecord(e)
+}
+
+// Watch implements Coordinator.
+func (f *JetStream) Watch(ctx context.Context, id string, done func(Record) bool) (Record, error) {
+	for {
+		rec, err := f.watch(ctx, id, done)
+		if err == nil || ctx.Err() != nil {
+			return rec, err
+		}
+		// The watch broke (a reconnect, a leader change): start again.
+		t := time.NewTimer(250 * time.Millisecond)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return Record{}, ctx.Err()
+		case <-t.C:
+		}
+	}
+}
+
+func (f *JetStream) watch(ctx context.Context, id string, done func(Record) bool) (Record, error) {
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	w, err := f.records.Watch(wctx, recordKey(id))
+	if err != nil {
+		return Record{}, classify(err)
+	}
+	defer w.Stop()
+	// The watcher sends no word when the connection is lost: each wait is
+	// bounded, then the record is read again.
+	for {
+		select {
+		case <-ctx.Done():
+			return Record{}, ctx.Err()
+		case e, ok := <-w.Updates():
+			if !ok {
+				return Record{}, ErrUnavailable
+			}
+			if e == nil || e.Operation() != jetstream.KeyValuePut {
+				continue
+			}
+			rec, err := decodeRecord(e)
+			if err != nil {
+				return Record{}, err
+			}
+			if done(rec) {
+				return rec, nil
+			}
+		case <-time.After(5 * time.Second):
+			if rec, err := f.Record(ctx, id); err == nil && done(rec) {
+				return rec, nil
+			}
+		}
+	}
+}
+
+// Update implements Coordinator.
+func (f *JetStream) Update(ctx context.Context, rec Record) (Record, error) {
+	rec.Schema = RecordSchema
+	v, err := json.Marshal(rec)
+	if err != nil {
+		return Record{}, err
+	}
+	c, cancel := f.call(ctx)
+	defer cancel()
+	rev, err := f.records.Update(c, recordKey(rec.ID), v, rec.Revision)
+	if err != nil {
+		return Record{}, fmt.Errorf("fleet: update job %s at revision %d: %w", rec.ID, rec.Revision, classify(err))
+	}
+	rec.Revision = rev
+	return rec, nil
+}
+
+// Next implements Coordinator.
+func (f *JetStream) Next(ctx context.Context, wait time.Duration) (*Delivery, error) {
+	if f.cons == nil {
+		c, cancel := f.call(ctx)
+		cons, err := f.js.CreateOrUpdateConsumer(c, jobsStream, jetstream.ConsumerConfig{
+			Durable: consumerName, AckPolicy: jetstream.AckExplicitPolicy,
+			AckWait: f.opt.AckWait, MaxDeliver: -1, MaxAckPending: 100000,
+			Replicas: f.opt.Replicas,
+		})
+		cancel()
+		if err != nil {
+			return nil, fmt.Errorf("fleet: consumer %s: %w", consumerName, classify(err))
+		}
+		f.cons = cons
+	}
+	batch, err := f.cons.Fetch(1, jetstream.FetchMaxWait(wait))
+	if err != nil {
+		return nil, fmt.Errorf("fleet: fetch a job: %w", classify(err))
+	}
+	for m := range batch.Messages() {
+		return f.delivery(m), nil
+	}
+	if err := batch.Error(); err != nil && !errors.Is(err, nats.ErrTimeout) && !errors.Is(err, context.DeadlineExceeded) {
+		return nil, fmt.Errorf("fleet: fetch a job: %w", classify(err))
+	}
+	return nil, ErrNoMessage
+}
+
+func (f *JetStream) delivery(m jetstream.Msg) *Delivery {
+	d := &Delivery{msg: jsMsg{m: m, timeout: f.opt.CallTimeout}}
+	if md, err := m.Metadata(); err == nil {
+		d.Delivered = md.NumDelivered
+	}
+	if len(m.Data()) > int(f.opt.MaxJobBytes) {
+		d.Err = fmt.Errorf("a job message of %d bytes is over the fleet's %d: %w", len(m.Data()), f.opt.MaxJobBytes, sandbox.ErrTooLarge)
+		return d
+	}
+	job, err := sandbox.DecodeJob(m.Data())
+	if err != nil {
+		d.Err = fmt.Errorf("a job message is not a sealed job: %w", err)
+		return d
+	}
+	d.Job = job
+	return d
+}
+
+type jsMsg struct {
+	m       jetstream.Msg
+	timeout time.Duration
+}
+
+func (j jsMsg) ack(ctx context.Context) error {
+	c, cancel := context.WithTimeout(ctx, j.timeout)
+	defer cancel()
+	return classify(j.m.DoubleAck(c))
+}
+func (j jsMsg) later(d time.Duration) error { return classify(j.m.NakWithDelay(d)) }
+func (j jsMsg) working() error              { return classify(j.m.InProgress()) }
+func (j jsMsg) refuse() error               { return classify(j.m.Term()) }
+
+func heldKey(host, id string) string { return "held." + host + "." + keyOf(id) }
+
+// Hold implements Coordinator.
+func (f *JetStream) Hold(ctx context.Context, host, id string) error {
+	c, cancel := f.call(ctx)
+	defer cancel()
+	_, err := f.records.Put(c, heldKey(host, id), []byte(id))
+	return classify(err)
+}
+
+// Release implements Coordinator.
+func (f *JetStream) Release(ctx context.Context, host, id string) error {
+	c, cancel := f.call(ctx)
+	defer cancel()
+	err := f.records.Delete(c, heldKey(host, id))
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return nil
+	}
+	return classify(err)
+}
+
+// Held implements Coordinator.
+func (f *JetStream) Held(ctx context.Context, host string) ([]string, error) {
+	c, cancel := context.WithTimeout(ctx, 4*f.opt.CallTimeout)
+	defer cancel()
+	l, err := f.records.ListKeysFiltered(c, "held."+host+".*")
+	if err != nil {
+		if errors.Is(err, jetstream.ErrNoKeysFound) {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("fleet: list the jobs %s holds: %w", host, classify(err))
+	}
+	defer l.Stop()
+	var ids []string
+	prefix := "held." + host + "."
+	for k := range l.Keys() {
+		ids = append(ids, idOfKey(strings.TrimPrefix(k, prefix)))
+	}
+	if c.Err() != nil {
+		return nil, fmt.Errorf("fleet: list the jobs %s holds: %w", host, classify(c.Err()))
+	}
+	slices.Sort(ids)
+	return ids, nil
+}
+
+// PutBlob implements Coordinator.
+func (f *JetStream) PutBlob(ctx context.Context, digest string, size int64, r io.Reader) error {
+	if !sandbox.ValidDigest(digest) {
+		return fmt.Errorf("blob digest %q: %w", digest, sandbox.ErrInvalid)
+	}
+	c, cancel := f.call(ctx)
+	info, err := f.blobs.GetInfo(c, digest)
+	cancel()
+	if err == nil && info.Size == uint64(size) && !info.Deleted {
+		return nil // there already
+	}
+	if err != nil && !errors.Is(err, jetstream.ErrObjectNotFound) {
+		return fmt.Errorf("fleet: blob %s: %w", digest, classify(err))
+	}
+	// A put moves every chunk under its own acknowledgement; its bound
+	// grows with the size (at least 1 MiB/s).
+	bound := f.opt.CallTimeout + time.Duration(size/(1<<20))*time.Second
+	c, cancel = context.WithTimeout(ctx, bound)
+	defer cancel()
+	h := sha256.New()
+	info, err = f.blobs.Put(c, jetstream.ObjectMeta{Name: digest}, io.TeeReader(r, h))
+	if err != nil {
+		return fmt.Errorf("fleet: put blob %s: %w", digest, classify(err))
+	}
+	if got := "sha256:" + hex.EncodeToString(h.Sum(nil)); got != digest || info.Size != uint64(size) {
+		c, cancel := f.call(ctx)
+		defer cancel()
+		_ = f.blobs.Delete(c, digest)
+		return fmt.Errorf("fleet: blob %s: the bytes sent hash to %s (%d bytes, %d expected): %w", digest, got, info.Size, size, sandbox.ErrInvalid)
+	}
+	return nil
+}
+
+// Blob implements Coordinator.
+func (f *JetStream) Blob(ctx context.Context, digest string) (io.ReadCloser, error) {
+	if !sandbox.ValidDigest(digest) {
+		return nil, fmt.Errorf("blob digest %q: %w", digest, sandbox.ErrInvalid)
+	}
+	c, cancel := f.call(ctx)
+	info, err := f.blobs.GetInfo(c, digest)
+	cancel()
+	if err != nil {
+		return nil, fmt.Errorf("fleet: blob %s: %w", digest, classify(err))
+	}
+	bound := f.opt.CallTimeout + time.Duration(info.Size/(1<<20))*time.Second
+	c, cancel = context.WithTimeout(ctx, bound)
+	o, err := f.blobs.Get(c, digest)
+	if err != nil {
+		cancel()
+		return nil, fmt.Errorf("fleet: blob %s: %w", digest, classify(err))
+	}
+	return &checkedReader{r: o, h: sha256.New(), want: digest, done: func() { o.Close(); cancel() }}, nil
+}
+
+// checkedReader fails at EOF unless what it read hashes to want.
+type checkedReader struct {
+	r    io.Reader
+	h    hash.Hash
+	want string
+	done func()
+}
+
+func (c *checkedReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.h.Write(p[:n])
+	if err == io.EOF {
+		if got := "sha256:" + hex.EncodeToString(c.h.Sum(nil)); got != c.want {
+			return n, fmt.Errorf("fleet: blob %s: its bytes hash to %s", c.want, got)
+		}
+	}
+	return n, err
+}
+
+func (c *checkedReader) Close() error { c.done(); return nil }
+
+// Heartbeat implements Coordinator.
+func (f *JetStream) Heartbeat(ctx context.Context, h Host) error {
+	if err := CheckHostName(h.Name); err != nil {
+		return err
+	}
+	h.Schema = HostSchema
+	v, err := json.Marshal(h)
+	if err != nil {
+		return err
+	}
+	c, cancel := f.call(ctx)
+	defer cancel()
+	_, err = f.hosts.Put(c, h.Name, v)
+	return classify(err)
+}
+
+// Hosts implements Coordinator.
+func (f *JetStream) Hosts(ctx context.Context) ([]Host, error) {
+	c, cancel := context.WithTimeout(ctx, 4*f.opt.CallTimeout)
+	defer cancel()
+	l, err := f.hosts.ListKeys(c)
+	if err != nil {
+		if errors.Is(err, jetstream.ErrNoKeysFound) {
+			return nil, nil
+		}
+		return nil, fmt.Errorf("fleet: list hosts: %w", classify(err))
+	}
+	defer l.Stop()
+	var out []Host
+	for k := range l.Keys() {
+		e, err := f.hosts.Get(c, k)
+		if err != nil {
+			continue // gone since listed
+		}
+		var h Host
+		if json.Unmarshal(e.Value(), &h) == nil && h.Schema == HostSchema {
+			out = append(out, h)
+		}
+	}
+	slices.SortFunc(out, func(a, b Host) int { return strings.Compare(a.Name, b.Name) })
+	return out, nil
+}
+
+// Stats are the queue's figures for operators.
+type Stats struct {
+	Queued, Pending, Delivered uint64
+	StreamLeader               string
+	Replicas                   []string
+}
+
+// Stats reads the job stream's and its consumer's state.
+func (f *JetStream) Stats(ctx context.Context) (Stats, error) {
+	c, cancel := f.call(ctx)
+	defer cancel()
+	s, err := f.js.Stream(c, jobsStream)
+	if err != nil {
+		return Stats{}, fmt.Errorf("fleet: stream %s: %w", jobsStream, classify(err))
+	}
+	info, err := s.Info(c)
+	if err != nil {
+		return Stats{}, fmt.Errorf("fleet: stream %s: %w", jobsStream, classify(err))
+	}
+	st := Stats{Queued: info.State.Msgs}
+	if info.Cluster != nil {
+		st.StreamLeader = info.Cluster.Leader
+		for _, p := range info.Cluster.Replicas {
+			st.Replicas = append(st.Replicas, fmt.Sprintf("%s current=%v", p.Name, p.Current))
+		}
+	}
+	if ci, err := s.Consumer(c, consumerName); err == nil {
+		if cinfo, err := ci.Info(c); err == nil {
+			st.Pending, st.Delivered = uint64(cinfo.NumAckPending), cinfo.Delivered.Consumer
+		}
+	}
+	return st, nil
+}

@@ -1,0 +1,126 @@
+package fleet
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+
+	"github.com/sandboxd/sandboxd/sandbox"
+)
+
+// Runner is a sandbox.Runner over a fleet: a job is submitted to the
+// fleet's queue, and its receipt comes from the host that claims it,
+// verified, like its result, against the pinned keys (every host's).
+type Runner struct {
+	co   Coordinator
+	keys sandbox.KeySet
+}
+
+var _ sandbox.Runner = (*Runner)(nil)
+
+// NewRunner returns a runner over co whose envelopes must verify with keys.
+func NewRunner(co Coordinator, keys sandbox.KeySet) *Runner {
+	return &Runner{co: co, keys: keys}
+}
+
+// Submit queues job under its reserved id and returns its verified receipt
+// once a host has accepted it (it waits for one under ctx). Submitting the
+// same job again returns the same receipt; another job under the id is an
+// error wrapping sandbox.ErrConflict. A fleet that does not answer (no
+// quorum) gives an error wrapping sandbox.ErrUncertain: the job may have
+// been queued; reconcile with the same job.
+func (r *Runner) Submit(ctx context.Context, job sandbox.Job) (sandbox.SignedReceipt, error) {
+	rec, err := r.co.Submit(ctx, job)
+	switch {
+	case errors.Is(err, sandbox.ErrConflict), errors.Is(err, sandbox.ErrInvalid), errors.Is(err, sandbox.ErrTooLarge):
+		return sandbox.SignedReceipt{}, fmt.Errorf("submit job %s: %w", job.ID, err)
+	case err != nil:
+		return sandbox.SignedReceipt{}, fmt.Errorf("submit job %s: %w: the fleet may have queued it; reconcile with the same job: %w", job.ID, sandbox.ErrUncertain, err)
+	}
+	if len(rec.Receipt) == 0 {
+		rec, err = r.co.Watch(ctx, job.ID, func(rec Record) bool { return len(rec.Receipt) > 0 || rec.Digest != job.Digest })
+		if err != nil {
+			return sandbox.SignedReceipt{}, fmt.Errorf("submit job %s: %w: queued in the fleet, no host has accepted it yet: %w", job.ID, sandbox.ErrUncertain, err)
+		}
+	}
+	return r.verifyReceipt(job, rec)
+}
+
+func (r *Runner) verifyReceipt(job sandbox.Job, rec Record) (sandbox.SignedReceipt, error) {
+	if rec.Digest != job.Digest {
+		return sandbox.SignedReceipt{}, fmt.Errorf("job %s: the fleet holds digest %s, not %s: %w", job.ID, rec.Digest, job.Digest, sandbox.ErrConflict)
+	}
+	rc, err := sandbox.VerifyReceipt(r.keys, rec.Receipt, job)
+	if err != nil {
+		return sandbox.SignedReceipt{}, fmt.Errorf("job %s: receipt: %w", job.ID, err)
+	}
+	return sandbox.SignedReceipt{Receipt: rc, Envelope: bytes.Clone(rec.Receipt)}, nil
+}
+
+// Wait blocks until the job has ended and returns its verified result.
+func (r *Runner) Wait(ctx context.Context, job sandbox.Job) (sandbox.SignedResult, error) {
+	rec, err := r.co.Watch(ctx, job.ID, func(rec Record) bool { return rec.State == StateEnded || rec.Digest != job.Digest })
+	if err != nil {
+		return sandbox.SignedResult{}, fmt.Errorf("wait for job %s: %w: %w", job.ID, sandbox.ErrUncertain, err)
+	}
+	return r.verifyResult(job, rec)
+}
+
+// Result returns the verified result of an ended job; one that has not
+// ended is an error wrapping sandbox.ErrNotFound.
+func (r *Runner) Result(ctx context.Context, job sandbox.Job) (sandbox.SignedResult, error) {
+	rec, err := r.co.Record(ctx, job.ID)
+	if err != nil {
+		return sandbox.SignedResult{}, fmt.Errorf("job %s: %w", job.ID, err)
+	}
+	if rec.State != StateEnded {
+		return sandbox.SignedResult{}, fmt.Errorf("job %s is %s in the fleet: %w", job.ID, rec.State, sandbox.ErrNotFound)
+	}
+	return r.verifyResult(job, rec)
+}
+
+func (r *Runner) verifyResult(job sandbox.Job, rec Record) (sandbox.SignedResult, error) {
+	rc, err := r.verifyReceipt(job, rec)
+	if err != nil {
+		return sandbox.SignedResult{}, err
+	}
+	res, err := sandbox.VerifyResult(r.keys, rec.Result, job, rec.Receipt)
+	if err != nil {
+		return sandbox.SignedResult{}, fmt.Errorf("job %s: result: %w", job.ID, err)
+	}
+	sr := sandbox.SignedResult{Result: res, Envelope: bytes.Clone(rec.Result), Receipt: rc}
+	if res.Status == sandbox.StatusUncertain {
+		return sr, fmt.Errorf("job %s: %w: %s", job.ID, sandbox.ErrUncertain, res.Cause)
+	}
+	return sr, nil
+}
+
+// Status returns the fleet's (unverified) record of a job.
+func (r *Runner) Status(ctx context.Context, id string) (Record, error) {
+	return r.co.Record(ctx, id)
+}
+
+// PutBlob uploads content (a bundle, a workspace) under its digest.
+func (r *Runner) PutBlob(ctx context.Context, digest string, content []byte) error {
+	return r.co.PutBlob(ctx, digest, int64(len(content)), bytes.NewReader(content))
+}
+
+// Blob fetches a blob (an artifact, a log) of at most max bytes, checked
+// against its digest.
+func (r *Runner) Blob(ctx context.Context, digest string, max int64) ([]byte, error) {
+	rc, err := r.co.Blob(ctx, digest)
+	if err != nil {
+		return nil, err
+	}
+	defer rc.Close()
+	b, err := io.ReadAll(io.LimitReader(rc, max+1))
+	if err != nil {
+		return nil, err
+	}
+	if int64(len(b)) > max {
+		return nil, fmt.Errorf("blob %s is larger than %d bytes: %w", digest, max, sandbox.ErrTooLarge)
+	}
+	return b, nil
+}
