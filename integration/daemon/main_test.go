@@ -364,7 +364,11 @@ func (d *daemon) watchCreations() (stop func() (byID, byDigest map[string]int)) 
 }
 
 // metric reads one unlabelled series of the daemon's metrics.
-func (d *daemon) metric(name string) float64 {
+func (d *daemon) metric(name string) float64 { return d.metrics(name)[0] }
+
+// metrics reads unlabelled series from one scrape: figures read in
+// separate scrapes may straddle a job's end and the next one's start.
+func (d *daemon) metrics(names ...string) []float64 {
 	d.t.Helper()
 	resp, err := d.http().Get("http://sandboxd/metrics")
 	if err != nil {
@@ -376,15 +380,20 @@ func (d *daemon) metric(name string) float64 {
 	if err != nil {
 		d.t.Fatalf("metrics do not parse: %v", err)
 	}
-	fam := fams[name]
-	if fam == nil || len(fam.Metric) != 1 {
-		d.t.Fatalf("no single series %s", name)
+	var out []float64
+	for _, name := range names {
+		fam := fams[name]
+		if fam == nil || len(fam.Metric) != 1 {
+			d.t.Fatalf("no single series %s", name)
+		}
+		m := fam.Metric[0]
+		if m.Counter != nil {
+			out = append(out, m.Counter.GetValue())
+		} else {
+			out = append(out, m.Gauge.GetValue())
+		}
 	}
-	m := fam.Metric[0]
-	if m.Counter != nil {
-		return m.Counter.GetValue()
-	}
-	return m.Gauge.GetValue()
+	return out
 }
 
 // waitState polls a job's status until it reaches state.

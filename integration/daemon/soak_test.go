@@ -161,7 +161,8 @@ func TestSoakConcurrencyLimitAcrossSIGKILLs(t *testing.T) {
 		d.start()
 		// Ready means recovered: the jobs found running already hold
 		// their slots, and the gauges say which are which.
-		rec, run, queued := d.metric("sandboxd_jobs_recovering"), d.metric("sandboxd_jobs_running"), d.metric("sandboxd_queue_depth")
+		m := d.metrics("sandboxd_jobs_recovering", "sandboxd_jobs_running", "sandboxd_queue_depth")
+		rec, run, queued := m[0], m[1], m[2]
 		t.Logf("restart %d: %v recovered running, %v running, %v queued", k+1, rec, run, queued)
 		if rec+run > float64(limit) {
 			t.Errorf("restart %d: %v recovered and %v new jobs hold slots, want at most %d", k+1, rec, run, limit)
