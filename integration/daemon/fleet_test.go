@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"bytes"
+	"context"
 	"errors"
 	"strings"
 	"sync"
@@ -361,4 +362,129 @@ func TestFleetLostHostsJobEndsUncertainAndItsLateResultIsNotTaken(t *testing.T) 
 	}
 	lost.stop()
 	other.stop()
+}
+
+// TestFleetThroughNATSFaults runs jobs on two hosts while the NATS
+// cluster loses its stream leader, is partitioned (a node stopped), loses
+// a follower, and loses quorum: every job ends, each ran in one container,
+// every result verifies, and a submit while there is no quorum is refused
+// clearly and taken once the cluster heals.
+func TestFleetThroughNATSFaults(t *testing.T) {
+	c := testharness.StartNATS(t, 3)
+	ds := []*daemon{fleetDaemon(t, c, "--concurrency", "2", "--fleet-lease", "20s"), fleetDaemon(t, c, "--concurrency", "2", "--fleet-lease", "20s")}
+	for _, d := range ds {
+		d.start()
+	}
+	created := creationsOf(ds...)
+	co := openFleet(t, c, false)
+	r := fleet.NewRunner(co, ds[0].keys)
+	ctx := ctxFor(t, 8*time.Minute)
+	var jobs []sandbox.Job
+	submit := func(n int) {
+		var batch []sandbox.Job
+		for range n {
+			batch = append(batch, env.NewJob(t, testharness.Sh("sleep 1; echo ok"), nil))
+		}
+		var wg sync.WaitGroup
+		for _, j := range batch {
+			wg.Go(func() {
+				sctx, cancel := context.WithTimeout(ctx, time.Minute)
+				defer cancel()
+				if _, err := r.Submit(sctx, j); err != nil {
+					t.Errorf("submit %s: %v", j.ID, err)
+				}
+			})
+		}
+		wg.Wait()
+		jobs = append(jobs, batch...)
+	}
+	leader := func() int {
+		deadline := time.Now().Add(time.Minute)
+		for {
+			st, err := co.Stats(ctx)
+			if err == nil && strings.HasPrefix(st.StreamLeader, "n") {
+				return int(st.StreamLeader[1] - '1')
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("no stream leader within a minute: %+v, %v", st, err)
+			}
+			time.Sleep(250 * time.Millisecond)
+		}
+	}
+
+	submit(4)
+	l := leader()
+	t.Logf("killing the stream leader n%d", l+1)
+	c.Kill(l)
+	submit(4)
+	c.Start(l)
+	c.WaitHealthy(l, 30*time.Second)
+
+	p := (leader() + 1) % 3
+	t.Logf("stopping n%d (a partition as its peers see it)", p+1)
+	c.Stop(p)
+	submit(4)
+	c.Cont(p)
+
+	f := (leader() + 2) % 3
+	t.Logf("killing the follower n%d", f+1)
+	c.Kill(f)
+	submit(4)
+	c.Start(f)
+	c.WaitHealthy(f, 30*time.Second)
+
+	// Quorum lost: a submit is refused, clearly, as possibly made.
+	a, b := (leader()+1)%3, (leader()+2)%3
+	t.Logf("killing n%d and n%d: no quorum", a+1, b+1)
+	c.Kill(a)
+	c.Kill(b)
+	refused := env.NewJob(t, testharness.Sh("echo after the outage"), nil)
+	r.RideOut = 5 * time.Second
+	began := time.Now()
+	_, err := r.Submit(ctx, refused)
+	t.Logf("a submit without quorum refused after %v: %v", time.Since(began).Round(time.Millisecond), err)
+	r.RideOut = 20 * time.Second
+	if !errors.Is(err, sandbox.ErrUncertain) || !errors.Is(err, fleet.ErrUnavailable) {
+		t.Errorf("submit without quorum: got %v, want ErrUncertain wrapping ErrUnavailable", err)
+	}
+	time.Sleep(3 * time.Second)
+	c.Start(a)
+	c.Start(b)
+	for i := range 3 {
+		c.WaitHealthy(i, time.Minute)
+	}
+	// Reconciled with the same job once the cluster healed.
+	for {
+		sctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+		_, err := r.Submit(sctx, refused)
+		cancel()
+		if err == nil {
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("resubmit after the outage: %v", err)
+		}
+		time.Sleep(time.Second)
+	}
+	jobs = append(jobs, refused)
+
+	for _, j := range jobs {
+		sr, err := r.Wait(ctx, j)
+		if err != nil || sr.Result.Status != sandbox.StatusSucceeded {
+			t.Errorf("%s: %s, %v (%s)", j.ID, sr.Result.Status, err, sr.Result.Cause)
+		}
+	}
+	counts := created()
+	for _, j := range jobs {
+		want := 1
+		for _, d := range ds {
+			want += d.notRun(j.ID)
+		}
+		if counts[j.ID] != want {
+			t.Errorf("%s: %d containers created, want %d", j.ID, counts[j.ID], want)
+		}
+	}
+	for _, d := range ds {
+		d.stop()
+	}
 }

@@ -279,6 +279,11 @@ func (f *JetStream) Submit(ctx context.Context, job sandbox.Job) (Record, error)
 		rec.Revision = rev
 	case errors.Is(err, jetstream.ErrKeyExists):
 		if rec, err = f.Record(ctx, job.ID); err != nil {
+			if errors.Is(err, sandbox.ErrNotFound) {
+				// Bound and not there: a server that is not current
+				// answered one of the two (an election, a lost quorum).
+				return Record{}, fmt.Errorf("fleet: bind job %s: %w: the job is bound but its record cannot be read: %w", job.ID, ErrUnavailable, err)
+			}
 			return Record{}, err
 		}
 		if rec.Digest != job.Digest {
@@ -312,56 +317,59 @@ func (f *JetStream) Record(ctx context.Context, id string) (Record, error) {
 	return decodeRecord(e)
 }
 
-// Watch implements Coordinator.
+// Watch implements Coordinator. The record is read again every second,
+// and at once whenever a watcher says it changed: a watcher alone stops
+// without a word when its stream's leader moves or the connection is
+// lost, and its restart can block as long as the election takes.
 func (f *JetStream) Watch(ctx context.Context, id string, done func(Record) bool) (Record, error) {
+	wctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	changed := make(chan struct{}, 1)
+	go f.nudge(wctx, recordKey(id), changed)
 	for {
-		rec, err := f.watch(ctx, id, done)
-		if err == nil || ctx.Err() != nil {
-			return rec, err
+		rec, err := f.Record(ctx, id)
+		switch {
+		case err == nil && done(rec):
+			return rec, nil
+		case err == nil, errors.Is(err, sandbox.ErrNotFound), errors.Is(err, ErrUnavailable):
+			// Not yet, not there yet (a submit under way), or no answer:
+			// asked again.
+		default:
+			return Record{}, err
 		}
-		// The watch broke (a reconnect, a leader change): start again.
-		t := time.NewTimer(250 * time.Millisecond)
+		t := time.NewTimer(time.Second)
 		select {
 		case <-ctx.Done():
 			t.Stop()
 			return Record{}, ctx.Err()
+		case <-changed:
+			t.Stop()
 		case <-t.C:
 		}
 	}
 }
 
-func (f *JetStream) watch(ctx context.Context, id string, done func(Record) bool) (Record, error) {
-	wctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	w, err := f.records.Watch(wctx, recordKey(id))
-	if err != nil {
-		return Record{}, classify(err)
-	}
-	defer w.Stop()
-	// The watcher sends no word when the connection is lost: each wait is
-	// bounded, then the record is read again.
-	for {
+// nudge signals changed whenever key is written, until ctx ends, starting
+// a new watcher whenever one stops.
+func (f *JetStream) nudge(ctx context.Context, key string, changed chan<- struct{}) {
+	for ctx.Err() == nil {
+		w, err := f.records.Watch(ctx, key, jetstream.UpdatesOnly())
+		if err == nil {
+			for e := range w.Updates() {
+				if e != nil {
+					select {
+					case changed <- struct{}{}:
+					default:
+					}
+				}
+			}
+			w.Stop()
+		}
+		t := time.NewTimer(500 * time.Millisecond)
 		select {
 		case <-ctx.Done():
-			return Record{}, ctx.Err()
-		case e, ok := <-w.Updates():
-			if !ok {
-				return Record{}, ErrUnavailable
-			}
-			if e == nil || e.Operation() != jetstream.KeyValuePut {
-				continue
-			}
-			rec, err := decodeRecord(e)
-			if err != nil {
-				return Record{}, err
-			}
-			if done(rec) {
-				return rec, nil
-			}
-		case <-time.After(5 * time.Second):
-			if rec, err := f.Record(ctx, id); err == nil && done(rec) {
-				return rec, nil
-			}
+			t.Stop()
+		case <-t.C:
 		}
 	}
 }

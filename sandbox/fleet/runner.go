@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"time"
 
 	"github.com/sandboxd/sandboxd/sandbox"
 )
@@ -16,13 +17,17 @@ import (
 type Runner struct {
 	co   Coordinator
 	keys sandbox.KeySet
+	// RideOut is how long a submit is tried again while the fleet does
+	// not answer (a stream leader's election takes seconds); beyond it
+	// the submit fails as uncertain. Default 20s.
+	RideOut time.Duration
 }
 
 var _ sandbox.Runner = (*Runner)(nil)
 
 // NewRunner returns a runner over co whose envelopes must verify with keys.
 func NewRunner(co Coordinator, keys sandbox.KeySet) *Runner {
-	return &Runner{co: co, keys: keys}
+	return &Runner{co: co, keys: keys, RideOut: 20 * time.Second}
 }
 
 // Submit queues job under its reserved id and returns its verified receipt
@@ -33,6 +38,18 @@ func NewRunner(co Coordinator, keys sandbox.KeySet) *Runner {
 // been queued; reconcile with the same job.
 func (r *Runner) Submit(ctx context.Context, job sandbox.Job) (sandbox.SignedReceipt, error) {
 	rec, err := r.co.Submit(ctx, job)
+	for began := time.Now(); errors.Is(err, ErrUnavailable) && time.Since(began) < r.RideOut; {
+		t := time.NewTimer(250 * time.Millisecond)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+		case <-t.C:
+		}
+		if ctx.Err() != nil {
+			break
+		}
+		rec, err = r.co.Submit(ctx, job)
+	}
 	switch {
 	case errors.Is(err, sandbox.ErrConflict), errors.Is(err, sandbox.ErrInvalid), errors.Is(err, sandbox.ErrTooLarge):
 		return sandbox.SignedReceipt{}, fmt.Errorf("submit job %s: %w", job.ID, err)
