@@ -41,6 +41,13 @@ var neverEdges = []edge{
 	{"internal/evidence", engineClient, "re-judging evidence never links the engine"},
 	{"internal/bundle", "internal/broker/...", "bundle checks never reach the broker"},
 	{"internal/bundle", engineClient, "bundle checks never link the engine"},
+	// Nor do they reach the containerd engine (their edges to its client,
+	// outside this module, are in containerd_test.go).
+	{"internal/supervisor", "internal/containerdengine", "the judge never reaches an engine"},
+	{"internal/receipt", "internal/containerdengine", "the signer never reaches an engine"},
+	{"internal/bundle", "internal/containerdengine", "bundle checks never reach an engine"},
+	{"internal/evaluate", "internal/containerdengine", "an evaluation drives the broker through its own small interface"},
+	{"internal/evidence", "internal/containerdengine", "re-judging evidence never reaches an engine"},
 	{"internal/store", "internal/...", "the blob store is a leaf"},
 	{"internal/store", engineClient, "the blob store never links the engine"},
 	{"internal/journal", "internal/...", "the journal is a leaf"},
@@ -66,11 +73,20 @@ var neverEdges = []edge{
 	{"internal/broker", "internal/server", "the broker knows nothing of the daemon"},
 	{"internal/broker", "internal/journal", "the daemon's journal is the server's"},
 	{"internal/broker", "internal/selfcheck/...", "the self-check drives the broker, not the reverse"},
+	// The containerd engine translates the broker's calls, as the broker
+	// runs jobs: it never judges, signs or joins the fleet.
+	{"internal/containerdengine", "internal/supervisor", "the engine never judges"},
+	{"internal/containerdengine", "internal/evaluate", "the engine never judges"},
+	{"internal/containerdengine", "internal/receipt", "the engine never signs"},
+	{"internal/containerdengine", "internal/journal", "the daemon's journal is the server's"},
+	{"internal/containerdengine", "internal/selfcheck/...", "the self-check drives the engine, not the reverse"},
+	{"internal/containerdengine", "sandbox/fleet", "the engine runs containers on this host; the daemon joins the fleet"},
 	// The programs that run inside a sandbox carry nothing of the host.
 	{"internal/shim/...", "internal/...", "the in-container helper links nothing of the host"},
 	{"internal/shim/...", engineClient, "the in-container helper never links the engine"},
 	{"cmd/sandboxd", "internal/shim/helper", "the daemon speaks the helper's protocol (internal/shim) but never links the in-container program"},
 	{"internal/broker", "internal/shim/helper", "the broker speaks the helper's protocol but never links the in-container program"},
+	{"internal/containerdengine", "internal/shim/helper", "the engine runs the helper's binary but never links it"},
 	{"internal/selfcheck/probe", "internal/...", "the in-container probe links nothing of the host"},
 	{"internal/selfcheck/probe", engineClient, "the in-container probe never links the engine"},
 	// Layering: nothing reaches up to the daemon or the command.

@@ -1,0 +1,85 @@
+package containerdengine
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/containerd/errdefs"
+
+	"github.com/sandboxd/sandboxd/internal/broker"
+)
+
+// The engine is the broker's: every method the broker calls, and the
+// broker's admission check of a container's name.
+var (
+	_ broker.Engine      = (*Engine)(nil)
+	_ broker.NameChecker = (*Engine)(nil)
+)
+
+func validConfig() Config {
+	c := Default()
+	c.HookPath = "/usr/lib/sandboxd/sandboxd-hook"
+	return c
+}
+
+// The default configuration, given the hook, is valid; each field that
+// would put the engine in dockerd's namespace or leave it without its hook
+// or state directory is refused, naming that field.
+func TestConfigValidate(t *testing.T) {
+	if err := validConfig().Validate(); err != nil {
+		t.Fatalf("Default() with a hook: %v", err)
+	}
+	for _, tc := range []struct {
+		name   string
+		change func(*Config)
+		want   string // in the error
+	}{
+		{"dockerd's namespace", func(c *Config) { c.Namespace = "moby" }, "moby"},
+		{"empty namespace", func(c *Config) { c.Namespace = "" }, "namespace"},
+		{"upper-case namespace", func(c *Config) { c.Namespace = "Sandboxd" }, "namespace"},
+		{"namespace with a slash", func(c *Config) { c.Namespace = "a/b" }, "namespace"},
+		{"namespace of 64 characters", func(c *Config) { c.Namespace = strings.Repeat("a", 64) }, "namespace"},
+		{"relative state directory", func(c *Config) { c.StateDir = "var/lib/sandboxd" }, "state directory"},
+		{"no state directory", func(c *Config) { c.StateDir = "" }, "state directory"},
+		{"no hook", func(c *Config) { c.HookPath = "" }, "HookPath"},
+		{"no snapshotter", func(c *Config) { c.Snapshotter = "" }, "Snapshotter"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := validConfig()
+			tc.change(&c)
+			err := c.Validate()
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("Validate(%+v): got %v, want an error naming %s", c, err, tc.want)
+			}
+		})
+	}
+	long := validConfig()
+	long.Namespace = strings.Repeat("a", 63)
+	if err := long.Validate(); err != nil {
+		t.Errorf("a namespace of 63 characters: %v", err)
+	}
+}
+
+// The names the broker gives its containers are accepted; a name
+// containerd cannot hold is refused as an invalid argument at admission,
+// before any receipt names it.
+func TestCheckContainerName(t *testing.T) {
+	e := testEngine()
+	for _, name := range []string{
+		broker.ContainerName("sandboxd", "job-1", "sha256:"+strings.Repeat("ab", 32)),
+		"sandboxd-populate-0123456789ab",
+		strings.Repeat("a", 76),
+	} {
+		if err := e.CheckContainerName(name); err != nil {
+			t.Errorf("CheckContainerName(%q): %v", name, err)
+		}
+	}
+	for _, name := range []string{
+		strings.Repeat("a", 77),
+		"", "-leading", "trailing-", "doubled--separator", "a/b", "a b", "../etc",
+	} {
+		if err := e.CheckContainerName(name); !errdefs.IsInvalidArgument(err) {
+			t.Errorf("CheckContainerName(%q): got %v, want an invalid argument", name, err)
+		}
+	}
+}
