@@ -44,6 +44,7 @@ type serveOptions struct {
 	fleetLease                   time.Duration
 	fleetReplicas                int
 	fleetAckWait                 time.Duration
+	fleetKeys                    verifyKeyFlags
 }
 
 // faultEnv names the test-only fault injection: "STEP:JOBID" makes the
@@ -84,6 +85,7 @@ func cmdServe(ctx context.Context, args []string, _, stderr io.Writer) int {
 	o.fleet.register(fs)
 	fs.DurationVar(&o.fleetLease, "fleet-lease", 5*time.Minute, "with --fleet: how long past its last heartbeat (and past a job's deadline) this host's claims hold if it stops; then another host ends them uncertain")
 	fs.DurationVar(&o.fleetAckWait, "fleet-ack-wait", 30*time.Second, "with --fleet: how long a job message stays with a host that sends no word before it is delivered again (every host of a fleet must give the same)")
+	fs.Var(&o.fleetKeys, "fleet-key", "with --fleet: another host's public key `PEM` file (repeatable): results it signed are assessed here")
 	fs.IntVar(&o.fleetReplicas, "fleet-replicas", 3, "with --fleet: replicas of the fleet's streams and buckets when this host creates them (1, 3 or 5)")
 	fs.BoolVar(&o.debug, "debug", false, "log every request")
 	if err := fs.Parse(args); err != nil {
@@ -215,6 +217,13 @@ func serve(ctx context.Context, o serveOptions, log *slog.Logger) error {
 		}
 		defer co.Close()
 		cfg.Fleet = &server.FleetConfig{Coordinator: co, Lease: o.fleetLease, AckWait: o.fleetAckWait}
+		for _, p := range o.fleetKeys {
+			pem, err := os.ReadFile(p)
+			if err != nil {
+				return fmt.Errorf("--fleet-key: %w", err)
+			}
+			cfg.Fleet.Keys = append(cfg.Fleet.Keys, pem)
+		}
 		log.Info("joined the fleet", "fleet", o.fleet.urls, "lease", o.fleetLease.String())
 	}
 	srv, err := server.New(cfg)

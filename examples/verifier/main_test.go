@@ -159,6 +159,7 @@ func renderBundle() error {
 // daemon is one `sandboxd serve` over a state directory that outlives it.
 type daemon struct {
 	name, dir, state, socket string
+	flags                    []string
 	cmd                      *exec.Cmd
 	done                     chan struct{}
 	logs                     *syncBuffer
@@ -204,6 +205,7 @@ func newDaemon() (*daemon, error) {
 func (d *daemon) start(extraEnv ...string) error {
 	d.cmd = exec.Command(env.bin, "serve", "--socket", d.socket, "--state", d.state, "--key", filepath.Join(env.tmp, "broker.key"),
 		"--name", d.name, "--reap-grace", "3s", "--drain-timeout", "30s")
+	d.cmd.Args = append(d.cmd.Args, d.flags...)
 	d.cmd.Env = append(os.Environ(), "SANDBOXD_SHIM="+filepath.Join(env.tmp, "sandboxd-shim"), "SANDBOXD_PROBE="+filepath.Join(env.tmp, "sandboxd-probe"), "SANDBOXD_KEY_PASSWORD=")
 	d.cmd.Env = append(d.cmd.Env, extraEnv...)
 	d.cmd.Stdout, d.cmd.Stderr = d.logs, d.logs

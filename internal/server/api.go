@@ -484,12 +484,12 @@ func (s *Server) assess(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, fmt.Errorf("assess request: %w: %w", sandbox.ErrInvalid, err))
 		return
 	}
-	grader, err := s.verifiedResult(req.GraderJobID)
+	grader, err := s.verifiedResult(r.Context(), req.GraderJobID)
 	if err != nil {
 		writeError(w, statusOf(err), fmt.Errorf("grader job: %w", err))
 		return
 	}
-	grec, err := s.cfg.Journal.Get(req.GraderJobID)
+	grec, err := s.jobRecord(r.Context(), req.GraderJobID)
 	if err != nil {
 		writeError(w, statusOf(err), fmt.Errorf("grader job: %w", err))
 		return
@@ -509,7 +509,7 @@ func (s *Server) assess(w http.ResponseWriter, r *http.Request) {
 		writeError(w, statusOf(err), err)
 		return
 	}
-	cand, err := s.cfg.Journal.Get(req.CandidateJobID)
+	cand, err := s.jobRecord(r.Context(), req.CandidateJobID)
 	if err != nil {
 		writeError(w, statusOf(err), fmt.Errorf("candidate job: %w", err))
 		return
@@ -541,7 +541,7 @@ func (s *Server) assess(w http.ResponseWriter, r *http.Request) {
 		}
 		// A separate candidate job must have ended and verify: its
 		// failure is evidence, never silently left out.
-		cres, err := s.verifiedResult(cand.ID)
+		cres, err := s.verifiedResult(r.Context(), cand.ID)
 		if err != nil {
 			writeError(w, http.StatusConflict, fmt.Errorf("candidate job %s has no verified result yet: %w", cand.ID, err))
 			return
@@ -585,9 +585,10 @@ func (s *Server) assess(w http.ResponseWriter, r *http.Request) {
 }
 
 // verifiedResult returns the result of an ended job, verified against
-// this daemon's key and chained to its receipt.
-func (s *Server) verifiedResult(id string) (sandbox.Result, error) {
-	rec, err := s.cfg.Journal.Get(id)
+// this daemon's keys (a fleet's pinned ones too) and chained to its
+// receipt.
+func (s *Server) verifiedResult(ctx context.Context, id string) (sandbox.Result, error) {
+	rec, err := s.jobRecord(ctx, id)
 	if err != nil {
 		return sandbox.Result{}, err
 	}

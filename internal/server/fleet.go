@@ -30,6 +30,11 @@ type FleetConfig struct {
 	Heartbeat time.Duration
 	// AckWait is the queue's: a held message is touched every third of it.
 	AckWait time.Duration
+	// Keys are the other hosts' public keys (PEM), pinned by the
+	// operator: results they signed are judged here (assess) only if they
+	// verify with these or this host's own key. Never learned from the
+	// fleet.
+	Keys [][]byte
 }
 
 func (c *FleetConfig) validate(name string) error {
@@ -266,9 +271,9 @@ func (a *fleetAgent) handle(ctx context.Context, d *fleet.Delivery) {
 // message goes back, and its next delivery reads the record again.
 func (a *fleetAgent) claim(ctx context.Context, d *fleet.Delivery, job sandbox.Job, rec fleet.Record) {
 	log := a.log.With("job_id", job.ID)
-	missing, err := a.fetchInputs(ctx, job)
-	if err != nil && missing == "" {
-		log.Warn("fleet: fetch the job's inputs", "error", err)
+	missing, fetchErr := a.fetchInputs(ctx, job)
+	if fetchErr != nil && missing == "" {
+		log.Warn("fleet: fetch the job's inputs", "error", fetchErr)
 		d.Later(time.Second)
 		return
 	}
@@ -290,7 +295,7 @@ func (a *fleetAgent) claim(ctx context.Context, d *fleet.Delivery, job sandbox.J
 	a.count(&a.claimed)
 	log.Info("fleet: job claimed", "revision", claimed.Revision)
 	if missing != "" {
-		a.endUnrun(ctx, d, job, claimed, sandbox.StatusError, fmt.Sprintf("refused by host %s: input %s is not in the fleet's blob store: %v", a.s.cfg.Name, missing, err))
+		a.endUnrun(ctx, d, job, claimed, sandbox.StatusError, fmt.Sprintf("refused by host %s: input %s is not in the fleet's blob store: %v", a.s.cfg.Name, missing, fetchErr))
 		return
 	}
 	a.run(ctx, d, job, claimed)
@@ -590,4 +595,64 @@ func (a *fleetAgent) endUnrun(ctx context.Context, d *fleet.Delivery, job sandbo
 	// Another holder's mark stays: if it returns, it finds the job ended,
 	// and logs its late result (records age out with the bucket).
 	d.Done(ctx)
+}
+
+// jobRecord reads a job for the assess endpoint: from this host's
+// journal, or, on a fleet host, from the fleet's record of a job another
+// host ran (its job out of its receipt, verified against the pinned keys,
+// its outputs copied from the fleet's blob store by digest).
+func (s *Server) jobRecord(ctx context.Context, id string) (journal.Record, error) {
+	rec, err := s.cfg.Journal.Get(id)
+	if err == nil || s.fleet == nil || !errors.Is(err, sandbox.ErrNotFound) {
+		return rec, err
+	}
+	return s.fleet.endedRecord(ctx, id)
+}
+
+func (a *fleetAgent) endedRecord(ctx context.Context, id string) (journal.Record, error) {
+	fr, err := a.co.Record(ctx, id)
+	if err != nil {
+		return journal.Record{}, err
+	}
+	if fr.State != fleet.StateEnded {
+		return journal.Record{ID: id, Digest: fr.Digest, State: sandbox.JobAccepted}, nil
+	}
+	att, err := sandbox.VerifyAttestation(a.s.keys, fr.Receipt)
+	if err != nil || att.Receipt == nil {
+		return journal.Record{}, fmt.Errorf("job %s: the fleet's receipt: %w", id, err)
+	}
+	job := att.Receipt.Job
+	res, err := sandbox.VerifyResult(a.s.keys, fr.Result, job, fr.Receipt)
+	if err != nil {
+		return journal.Record{}, fmt.Errorf("job %s: the fleet's result: %w", id, err)
+	}
+	// What it was given and what it gave: the judge reads both.
+	digests := resultBlobs(res)
+	for _, in := range job.Inputs {
+		digests = append(digests, in.Digest)
+	}
+	for _, d := range digests {
+		if a.s.cfg.Blobs.Has(d) {
+			continue
+		}
+		rc, err := a.co.Blob(ctx, d)
+		if err != nil {
+			return journal.Record{}, fmt.Errorf("job %s: output %s: %w", id, d, err)
+		}
+		_, _, err = a.s.cfg.Blobs.Put(rc, d, a.s.cfg.MaxBlobBytes)
+		rc.Close()
+		if err != nil {
+			return journal.Record{}, fmt.Errorf("job %s: output %s: %w", id, d, err)
+		}
+		a.s.cfg.Blobs.Lease(d)
+	}
+	canon, err := job.CanonicalJSON()
+	if err != nil {
+		return journal.Record{}, err
+	}
+	state := sandbox.JobFinished
+	if res.Status == sandbox.StatusUncertain {
+		state = sandbox.JobUncertain
+	}
+	return journal.Record{ID: id, Digest: job.Digest, Job: canon, State: state, Receipt: fr.Receipt, Result: fr.Result, Status: res.Status}, nil
 }

@@ -94,7 +94,11 @@ func New(cfg Config) (*Server, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	keys, err := sandbox.ParseKeySet(cfg.Signer.PublicKeyPEM())
+	pems := [][]byte{cfg.Signer.PublicKeyPEM()}
+	if cfg.Fleet != nil {
+		pems = append(pems, cfg.Fleet.Keys...)
+	}
+	keys, err := sandbox.ParseKeySet(pems...)
 	if err != nil {
 		return nil, fmt.Errorf("server: own public key: %w", err)
 	}
