@@ -30,6 +30,11 @@ type bench struct {
 	eng     *client.Client
 	ceng    *containerdengine.Engine
 	results map[string]any
+	// fleet are the fleet item's daemons, fleetNames their broker names.
+	fleet      []*daemon
+	fleetNames []string
+	// stops end processes the bench started besides daemons (nats-server).
+	stops []func()
 }
 
 // ctrName is the broker name of this run's containerd side.
@@ -59,10 +64,13 @@ func (b *bench) ctrEngine(ctx context.Context) (*containerdengine.Engine, error)
 
 // close stops the daemon and removes everything this run created.
 func (b *bench) close() {
-	for _, d := range []*daemon{b.d, b.dc} {
+	for _, d := range append([]*daemon{b.d, b.dc}, b.fleet...) {
 		if d != nil {
 			d.stop()
 		}
+	}
+	for _, stop := range b.stops {
+		stop()
 	}
 	b.removeLeftovers()
 	if b.eng != nil {
@@ -209,6 +217,16 @@ func (b *bench) engine() (*client.Client, error) {
 // name, removes them and reports what it found. Cache volumes are expected
 // (RemoveCache removes them); job containers are not.
 func (b *bench) removeLeftovers() {
+	for _, name := range append([]string{b.o.name}, b.fleetNames...) {
+		b.removeLeftoversOf(name)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	b.removeCtrLeftovers(ctx)
+}
+
+// removeLeftoversOf removes what a daemon of broker name left on Docker.
+func (b *bench) removeLeftoversOf(name string) {
 	eng, err := b.engine()
 	if err != nil {
 		fmt.Println("cleanup: engine:", err)
@@ -216,7 +234,7 @@ func (b *bench) removeLeftovers() {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	f := make(client.Filters).Add("label", broker.LabelBroker+"="+b.o.name)
+	f := make(client.Filters).Add("label", broker.LabelBroker+"="+name)
 	cs, err := eng.ContainerList(ctx, client.ContainerListOptions{All: true, Filters: f})
 	if err == nil {
 		for _, c := range cs.Items {
@@ -224,7 +242,7 @@ func (b *bench) removeLeftovers() {
 			eng.ContainerRemove(ctx, c.ID, client.ContainerRemoveOptions{Force: true, RemoveVolumes: true})
 		}
 	}
-	if err := broker.RemoveCache(ctx, eng, b.o.name); err != nil {
+	if err := broker.RemoveCache(ctx, eng, name); err != nil {
 		fmt.Println("cleanup: remove cache volumes:", err)
 	}
 	vs, err := eng.VolumeList(ctx, client.VolumeListOptions{Filters: f})
@@ -233,7 +251,6 @@ func (b *bench) removeLeftovers() {
 			fmt.Printf("cleanup: LEFT BEHIND: volume %s\n", v.Name)
 		}
 	}
-	b.removeCtrLeftovers(ctx)
 	// The docker-cp peer's own resources carry the run's name too.
 	fp := make(client.Filters).Add("label", "sandboxd.bench="+b.o.name)
 	if cs, err := eng.ContainerList(ctx, client.ContainerListOptions{All: true, Filters: fp}); err == nil {

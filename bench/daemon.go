@@ -47,8 +47,8 @@ func (b *bench) startCtrDaemon(ctx context.Context) (*daemon, error) {
 
 // startDaemonOn starts a daemon on engine; it is in *slot from its start,
 // so that close stops it on every path.
-func (b *bench) startDaemonOn(ctx context.Context, engine, name string, slot **daemon) (*daemon, error) {
-	dir := filepath.Join(b.o.tmp, "daemon-"+engine)
+func (b *bench) startDaemonOn(ctx context.Context, engine, name string, slot **daemon, extra ...string) (*daemon, error) {
+	dir := filepath.Join(b.o.tmp, "daemon-"+name)
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, err
 	}
@@ -59,7 +59,8 @@ func (b *bench) startDaemonOn(ctx context.Context, engine, name string, slot **d
 	if engine == "containerd" && b.o.runtime == sandbox.RuntimeRunsc {
 		d.cmd.Args = append(d.cmd.Args, "--allow-runsc", "--runtime", sandbox.RuntimeRunsc)
 	}
-	logName := filepath.Join(b.o.tmp, "daemon-"+engine+".log")
+	d.cmd.Args = append(d.cmd.Args, extra...)
+	logName := filepath.Join(b.o.tmp, "daemon-"+name+".log")
 	logf, err := os.Create(logName)
 	if err != nil {
 		return nil, err

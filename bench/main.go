@@ -92,6 +92,7 @@ func run(ctx context.Context, o options) int {
 		{"3", b.staging},
 		{"4", b.memory},
 		{"5", b.envelopes},
+		{"6", b.fleetItem},
 	}
 	failed := false
 	for _, s := range steps {

@@ -1,0 +1,216 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/sandboxd/sandboxd/sandbox"
+	"github.com/sandboxd/sandboxd/sandbox/fleet"
+)
+
+// fleetItem is item 6: a fleet of daemons on one 3-node NATS cluster
+// (R3, every write synced) on loopback. It measures a no-op job submitted
+// through the fleet against the same job on one host's socket, and 60
+// one-second jobs at concurrency 2 per host on 1 host, then on 3.
+func (b *bench) fleetItem(ctx context.Context) error {
+	fmt.Println("item 6: a fleet on NATS JetStream (3 nats-server nodes, R3, sync_interval: always)")
+	urls, err := b.startNATS(3)
+	if err != nil {
+		return err
+	}
+	var keys [][]byte
+	for i := range 3 {
+		name := fmt.Sprintf("%s-fleet%d", b.o.name, i)
+		b.fleetNames = append(b.fleetNames, name)
+		var d *daemon
+		if _, err := b.startDaemonOn(ctx, "docker", name, &d, "--fleet", strings.Join(urls, ","), "--concurrency", "2"); err != nil {
+			return err
+		}
+		b.fleet = append(b.fleet, d)
+		id, err := d.c.Identity(ctx)
+		if err != nil {
+			return err
+		}
+		keys = append(keys, []byte(id.PublicKey))
+		if i == 0 {
+			// The throughput on one host first: the others join later.
+			break
+		}
+	}
+	ks, err := sandbox.ParseKeySet(keys...)
+	if err != nil {
+		return err
+	}
+	co, err := fleet.Open(ctx, fleet.Options{URLs: urls, Name: "bench"})
+	if err != nil {
+		return err
+	}
+	defer co.Close()
+	r := fleet.NewRunner(co, ks)
+	viaFleet := func(ctx context.Context, j sandbox.Job) error {
+		if _, err := r.Submit(ctx, j); err != nil {
+			return err
+		}
+		sr, err := r.Wait(ctx, j)
+		return succeeded(sr.Result, err)
+	}
+	// No-op, one host in the fleet: the socket and the fleet interleaved.
+	local := b.fleet[0]
+	for range 2 { // warm-up
+		if err := succeeded(local.job(ctx, b.noopJob(sandbox.RuntimeRunc))); err != nil {
+			return err
+		}
+		if err := viaFleet(ctx, b.noopJob(sandbox.RuntimeRunc)); err != nil {
+			return err
+		}
+	}
+	var sock, fl []time.Duration
+	for range b.o.rounds {
+		t := time.Now()
+		if err := succeeded(local.job(ctx, b.noopJob(sandbox.RuntimeRunc))); err != nil {
+			return err
+		}
+		sock = append(sock, time.Since(t))
+		t = time.Now()
+		if err := viaFleet(ctx, b.noopJob(sandbox.RuntimeRunc)); err != nil {
+			return err
+		}
+		fl = append(fl, time.Since(t))
+	}
+	ms, mf := median(sock), median(fl)
+	fmt.Printf("  no-op job, submit to verified result: socket %s, fleet %s (median of %d): fleet overhead %+.1f ms\n",
+		msText(ms), msText(mf), b.o.rounds, float64(mf-ms)/1e6)
+	b.results["fleet_noop_socket_ms"] = float64(ms) / 1e6
+	b.results["fleet_noop_fleet_ms"] = float64(mf) / 1e6
+
+	batch := func(n int) (time.Duration, error) {
+		jobs := make([]sandbox.Job, n)
+		for i := range jobs {
+			jobs[i] = b.noopJob(sandbox.RuntimeRunc)
+			jobs[i].Argv = []string{"/bin/sleep", "1"}
+			jobs[i].Digest = ""
+			if err := jobs[i].Seal(); err != nil {
+				return 0, err
+			}
+		}
+		t := time.Now()
+		var wg sync.WaitGroup
+		errs := make(chan error, n)
+		for _, j := range jobs {
+			wg.Go(func() {
+				if err := viaFleet(ctx, j); err != nil {
+					errs <- err
+				}
+			})
+		}
+		wg.Wait()
+		close(errs)
+		for err := range errs {
+			return 0, err
+		}
+		return time.Since(t), nil
+	}
+	one, err := batch(60)
+	if err != nil {
+		return err
+	}
+	for i := 1; i < 3; i++ {
+		name := fmt.Sprintf("%s-fleet%d", b.o.name, i)
+		b.fleetNames = append(b.fleetNames, name)
+		var d *daemon
+		if _, err := b.startDaemonOn(ctx, "docker", name, &d, "--fleet", strings.Join(urls, ","), "--concurrency", "2"); err != nil {
+			return err
+		}
+		b.fleet = append(b.fleet, d)
+		id, err := d.c.Identity(ctx)
+		if err != nil {
+			return err
+		}
+		keys = append(keys, []byte(id.PublicKey))
+	}
+	if ks, err = sandbox.ParseKeySet(keys...); err != nil {
+		return err
+	}
+	r = fleet.NewRunner(co, ks)
+	three, err := batch(60)
+	if err != nil {
+		return err
+	}
+	fmt.Printf("  60 jobs of sleep 1, concurrency 2 per host: 1 host %s, 3 hosts %s: %.2fx\n",
+		one.Round(10*time.Millisecond), three.Round(10*time.Millisecond), float64(one)/float64(three))
+	b.results["fleet_60_one_host_s"] = one.Seconds()
+	b.results["fleet_60_three_hosts_s"] = three.Seconds()
+	return nil
+}
+
+func msText(d time.Duration) string { return fmt.Sprintf("%.1f ms", float64(d)/1e6) }
+
+// startNATS starts an n-node nats-server cluster (bin/nats/nats-server,
+// which scripts/setup builds) on loopback; the processes end with the
+// bench.
+func (b *bench) startNATS(n int) ([]string, error) {
+	bin := filepath.Join(b.o.bin, "nats", "nats-server")
+	port := func() (int, error) {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return 0, err
+		}
+		defer l.Close()
+		return l.Addr().(*net.TCPAddr).Port, nil
+	}
+	type node struct{ client, route, mon int }
+	nodes := make([]node, n)
+	for i := range nodes {
+		for _, p := range []*int{&nodes[i].client, &nodes[i].route, &nodes[i].mon} {
+			var err error
+			if *p, err = port(); err != nil {
+				return nil, err
+			}
+		}
+	}
+	var urls []string
+	for i, nd := range nodes {
+		var routes []string
+		for j, o := range nodes {
+			if j != i {
+				routes = append(routes, fmt.Sprintf("nats-route://127.0.0.1:%d", o.route))
+			}
+		}
+		dir := filepath.Join(b.o.tmp, fmt.Sprintf("nats%d", i))
+		conf := fmt.Sprintf("server_name: n%d\nlisten: 127.0.0.1:%d\nhttp: 127.0.0.1:%d\njetstream { store_dir: %q, sync_interval: always }\ncluster { name: bench, listen: 127.0.0.1:%d, routes: [%s] }\n",
+			i+1, nd.client, nd.mon, dir, nd.route, strings.Join(routes, ", "))
+		cf := dir + ".conf"
+		if err := os.WriteFile(cf, []byte(conf), 0o600); err != nil {
+			return nil, err
+		}
+		cmd := exec.Command(bin, "-c", cf)
+		if err := cmd.Start(); err != nil {
+			return nil, fmt.Errorf("nats-server (scripts/setup builds it at bin/nats): %w", err)
+		}
+		b.stops = append(b.stops, func() { cmd.Process.Kill(); cmd.Wait() })
+		urls = append(urls, fmt.Sprintf("nats://127.0.0.1:%d", nd.client))
+	}
+	for _, nd := range nodes {
+		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+			resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/healthz", nd.mon))
+			if err == nil {
+				resp.Body.Close()
+				if resp.StatusCode == http.StatusOK {
+					break
+				}
+			}
+			if time.Now().After(deadline) {
+				return nil, fmt.Errorf("nats-server not healthy after 30s")
+			}
+		}
+	}
+	return urls, nil
+}
