@@ -4,6 +4,9 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
+	mathrand "math/rand/v2"
+	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -484,6 +487,108 @@ func TestFleetThroughNATSFaults(t *testing.T) {
 			t.Errorf("%s: %d containers created, want %d", j.ID, counts[j.ID], want)
 		}
 	}
+	for _, d := range ds {
+		d.stop()
+	}
+}
+
+// TestFleetSoak runs jobs on three hosts while daemons and NATS nodes are
+// killed at random and restarted: no job is lost or run twice, every
+// result verifies, and no host ever runs more than its --concurrency.
+// SANDBOXD_FLEET_SOAK=JOBS,KILLS runs a bigger one by hand; the suite's
+// is 24,6.
+func TestFleetSoak(t *testing.T) {
+	n, kills := 24, 6
+	if v := os.Getenv("SANDBOXD_FLEET_SOAK"); v != "" {
+		if _, err := fmt.Sscanf(v, "%d,%d", &n, &kills); err != nil || n < 1 || kills < 1 {
+			t.Fatalf("SANDBOXD_FLEET_SOAK=%q: want JOBS,KILLS", v)
+		}
+	}
+	const limit = 2
+	c := testharness.StartNATS(t, 3)
+	var ds []*daemon
+	var watches []func() *runWatch
+	for range 3 {
+		d := fleetDaemon(t, c, "--concurrency", fmt.Sprint(limit), "--fleet-lease", "2m")
+		_, stop := d.watchRunning()
+		watches = append(watches, stop)
+		d.start()
+		ds = append(ds, d)
+	}
+	created := creationsOf(ds...)
+	co := openFleet(t, c, false)
+	r := fleet.NewRunner(co, ds[0].keys)
+	ctx := ctxFor(t, 10*time.Minute)
+	jobs := make([]sandbox.Job, n)
+	for i := range jobs {
+		jobs[i] = env.NewJob(t, testharness.Sh(fmt.Sprintf("sleep %d; echo %d", 1+i%3, i)), nil)
+	}
+	var wg sync.WaitGroup
+	for _, j := range jobs {
+		wg.Go(func() {
+			for {
+				sctx, cancel := context.WithTimeout(ctx, time.Minute)
+				_, err := r.Submit(sctx, j)
+				cancel()
+				if err == nil {
+					return
+				}
+				if ctx.Err() != nil || !errors.Is(err, sandbox.ErrUncertain) {
+					t.Errorf("submit %s: %v", j.ID, err)
+					return
+				}
+				// Reconciled with the same job.
+			}
+		})
+	}
+	rng := mathrand.New(mathrand.NewPCG(uint64(time.Now().UnixNano()), 7))
+	for k := range kills {
+		time.Sleep(time.Duration(1000+rng.IntN(2000)) * time.Millisecond)
+		if rng.IntN(2) == 0 {
+			d := ds[rng.IntN(len(ds))]
+			t.Logf("kill %d: daemon %s", k+1, d.name)
+			d.kill()
+			time.Sleep(500 * time.Millisecond)
+			d.start()
+		} else {
+			i := rng.IntN(3)
+			t.Logf("kill %d: nats n%d", k+1, i+1)
+			c.Kill(i)
+			time.Sleep(time.Second)
+			c.Start(i)
+			c.WaitHealthy(i, time.Minute)
+		}
+	}
+	wg.Wait()
+	statuses := map[sandbox.Status]int{}
+	for i, j := range jobs {
+		sr, err := r.Wait(ctx, j)
+		statuses[sr.Result.Status]++
+		if err != nil || sr.Result.Status != sandbox.StatusSucceeded {
+			t.Errorf("%s: %s, %v (%s)", j.ID, sr.Result.Status, err, sr.Result.Cause)
+			continue
+		}
+		out, err := r.Blob(ctx, sr.Result.Stdout.Digest, 1<<10)
+		if want := fmt.Sprintf("%d\n", i); err != nil || string(out) != want {
+			t.Errorf("%s: stdout %q, %v, want %q", j.ID, out, err, want)
+		}
+	}
+	counts := created()
+	for _, j := range jobs {
+		want := 1
+		for _, d := range ds {
+			want += d.notRun(j.ID)
+		}
+		if counts[j.ID] != want {
+			t.Errorf("%s: %d containers created, want %d", j.ID, counts[j.ID], want)
+		}
+	}
+	for i, stop := range watches {
+		if w := stop(); w.peak > limit {
+			t.Errorf("host %s ran %d job containers at once, over --concurrency %d", ds[i].name, w.peak, limit)
+		}
+	}
+	t.Logf("%d jobs, %d kills: statuses %v", n, kills, statuses)
 	for _, d := range ds {
 		d.stop()
 	}
