@@ -72,13 +72,19 @@ func (b *bench) fleetItem(ctx context.Context) error {
 			return err
 		}
 	}
+	// Each job waits for the pool to be ready again (its refill is a
+	// container start, which would otherwise fall on whichever side comes
+	// next).
+	settle := func() { time.Sleep(time.Second) }
 	var sock, fl []time.Duration
 	for range b.o.rounds {
+		settle()
 		t := time.Now()
 		if err := succeeded(local.job(ctx, b.noopJob(sandbox.RuntimeRunc))); err != nil {
 			return err
 		}
 		sock = append(sock, time.Since(t))
+		settle()
 		t = time.Now()
 		if err := viaFleet(ctx, b.noopJob(sandbox.RuntimeRunc)); err != nil {
 			return err

@@ -236,8 +236,11 @@ func classify(err error) error {
 		errors.Is(err, nats.ErrNoServers), errors.Is(err, jetstream.ErrJetStreamNotEnabled):
 		return fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
+	// 503s, and a cluster still forming or short of peers (10005 "no
+	// suitable peers for placement", 10008 "JetStream cluster not
+	// available"), answer again later.
 	var apiErr *jetstream.APIError
-	if errors.As(err, &apiErr) && apiErr.Code == 503 {
+	if errors.As(err, &apiErr) && (apiErr.Code == 503 || apiErr.ErrorCode == 10005 || apiErr.ErrorCode == 10008) {
 		return fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
 	return err
