@@ -90,6 +90,7 @@ type daemon struct {
 	logs   *syncBuffer
 	client *sbclient.Client
 	keys   sandbox.KeySet
+	killed bool // SIGKILLed at least once
 }
 
 type syncBuffer struct {
@@ -139,6 +140,9 @@ func newDaemon(t *testing.T, flags ...string) *daemon {
 			if f := strings.Fields(l); len(f) > 1 && f[0] == "container" {
 				env.Eng.ContainerRemove(ctx, f[1], client.ContainerRemoveOptions{Force: true})
 			}
+		}
+		if d.killed {
+			d.removeKilledSelfchecks(ctx)
 		}
 		if left := env.Leftovers(ctx, broker.LabelBroker+"="+d.name, broker.LabelJob); len(left) > 0 {
 			t.Errorf("daemon %s left job containers: %v", d.name, left)
@@ -245,6 +249,30 @@ func (d *daemon) kill() {
 	d.cmd.Process.Signal(syscall.SIGKILL)
 	<-d.done
 	d.cmd = nil
+	d.killed = true
+}
+
+// removeKilledSelfchecks removes the isolation selfcheck containers a
+// SIGKILLed process of the daemon left. A selfcheck is never journaled, so
+// no start recovers it; the reaper removes it once its deadline label has
+// passed (until then it may be another process's of the same broker name),
+// a minute and more after the kill, longer than a test waits. One past its
+// deadline was the reaper's to remove, and stays a leftover.
+func (d *daemon) removeKilledSelfchecks(ctx context.Context) {
+	f := make(client.Filters).Add("label", broker.LabelBroker+"="+d.name, broker.LabelJob)
+	cs, err := env.Eng.ContainerList(ctx, client.ContainerListOptions{All: true, Filters: f})
+	if err != nil {
+		d.t.Errorf("list the containers of %s: %v", d.name, err)
+		return
+	}
+	for _, c := range cs.Items {
+		ms, err := strconv.ParseInt(c.Labels[broker.LabelDeadline], 10, 64)
+		if !strings.HasPrefix(c.Labels[broker.LabelJob], "selfcheck-") || err != nil || time.Now().After(time.UnixMilli(ms)) {
+			continue
+		}
+		d.t.Logf("removing selfcheck container %s of a killed daemon (deadline %s)", c.ID[:12], time.UnixMilli(ms).UTC().Format(time.RFC3339))
+		env.Eng.ContainerRemove(ctx, c.ID, client.ContainerRemoveOptions{Force: true})
+	}
 }
 
 // waitExit waits for the daemon to die on its own (an injected fault).
