@@ -290,6 +290,29 @@ func TestEnvironmentIsExactly(t *testing.T) {
 	}
 }
 
+// A job's argv and environment may together be larger than one string
+// the kernel passes at exec (MAX_ARG_STRLEN, 128 KiB): the helper's
+// children once took the job's config as one, and such a job ended error
+// at staging ("argument list too long"). It has an output, so that the
+// collector (a child too) runs.
+func TestLargeEnvironmentRuns(t *testing.T) {
+	t.Parallel()
+	res := runJob(t, newJob(t, sh(`mkdir -p /work/out && printf %s "$PAD_7" | wc -c > /work/out/n && env | grep -c ^PAD_`), func(j *sandbox.Job) {
+		for i := range 12 {
+			j.Env[fmt.Sprintf("PAD_%d", i)] = strings.Repeat("x", 30<<10)
+		}
+	}))
+	if res.Status != sandbox.StatusSucceeded || res.ExitCode != 0 {
+		t.Fatalf("status %s exit %d (%s), want succeeded 0", res.Status, res.ExitCode, res.Cause)
+	}
+	if got := stdout(t, res); got != "12\n" {
+		t.Errorf("stdout %q, want 12 PAD_ variables", got)
+	}
+	if len(res.Artifacts) != 1 || strings.TrimSpace(string(readBlob(t, res.Artifacts[0].Digest))) != fmt.Sprint(30<<10) {
+		t.Errorf("artifacts %+v, want /work/out/n holding %d", res.Artifacts, 30<<10)
+	}
+}
+
 func TestCandidateHasNoPrivileges(t *testing.T) {
 	t.Parallel()
 	res := runJob(t, newJob(t, sh(`

@@ -181,9 +181,8 @@ func runJob(o *out) (*shim.Status, error) {
 		stage.Stdin = os.Stdin
 		stage.Stdout = os.Stderr
 		stage.Stderr = os.Stderr
-		stage.Env = []string{"SANDBOXD_SHIM_CONFIG=" + string(cfgJSON)}
 		stage.SysProcAttr = candidateCred(cfg)
-		if err := stage.Run(); err != nil {
+		if err := runChild(stage, cfgJSON); err != nil {
 			return nil, fmt.Errorf("stage inputs: %w", err)
 		}
 	}
@@ -324,10 +323,9 @@ func runJob(o *out) (*shim.Status, error) {
 	coll := exec.Command(self(), "collect")
 	coll.Stdout = os.Stdout
 	coll.Stderr = os.Stderr
-	coll.Env = []string{"SANDBOXD_SHIM_CONFIG=" + string(cfgJSON)}
 	coll.SysProcAttr = candidateCred(cfg)
 	o.mu.Lock()
-	err = coll.Run()
+	err = runChild(coll, cfgJSON)
 	o.mu.Unlock()
 	if err != nil {
 		return nil, fmt.Errorf("collect outputs: %w", err)
@@ -483,9 +481,60 @@ func anyAlive(uid int) bool {
 	return false
 }
 
+// configFD is the descriptor on which a helper child (stage, collect)
+// reads the job's configuration. It came in an environment variable, one
+// string, which the kernel bounds (MAX_ARG_STRLEN, 128 KiB): a job whose
+// argv and environment alone were larger ended error at staging ("argument
+// list too long").
+const configFD = 3
+
+// maxChildConfig bounds what a child reads there: a job (its argv and
+// environment bounded by sandbox.Job's validation) with the broker's
+// additions.
+const maxChildConfig = 64 << 20
+
+// runChild runs a helper child with cfgJSON on configFD. The child reads
+// it whole before anything else; one that exits first ends the write
+// (EPIPE), so nothing waits on a reader that is gone.
+func runChild(cmd *exec.Cmd, cfgJSON []byte) error {
+	r, w, err := os.Pipe()
+	if err != nil {
+		return err
+	}
+	cmd.Env = []string{}
+	cmd.ExtraFiles = []*os.File{r}
+	err = cmd.Start()
+	r.Close()
+	if err != nil {
+		w.Close()
+		return err
+	}
+	_, werr := w.Write(cfgJSON)
+	w.Close()
+	if err := cmd.Wait(); err != nil {
+		return err
+	}
+	if werr != nil {
+		return fmt.Errorf("send the child its config: %w", werr)
+	}
+	return nil
+}
+
 func childConfig() (*shim.Config, error) {
+	f := os.NewFile(configFD, "config")
+	if f == nil {
+		return nil, errors.New("child config: no descriptor 3")
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, maxChildConfig+1))
+	if err != nil {
+		return nil, fmt.Errorf("child config: %w", err)
+	}
+	if len(b) > maxChildConfig {
+		return nil, fmt.Errorf("child config: over %d bytes", maxChildConfig)
+	}
 	var c shim.Config
-	if err := json.Unmarshal([]byte(os.Getenv("SANDBOXD_SHIM_CONFIG")), &c); err != nil {
+	if err := json.Unmarshal(b, &c); err != nil {
 		return nil, fmt.Errorf("child config: %w", err)
 	}
 	return &c, nil
