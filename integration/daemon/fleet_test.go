@@ -266,7 +266,7 @@ func TestFleetRunsEachJobOnceAcrossHosts(t *testing.T) {
 func waitClaimed(t *testing.T, co fleet.Coordinator, id string) fleet.Record {
 	t.Helper()
 	ctx := ctxFor(t, time.Minute)
-	rec, err := co.Watch(ctx, id, func(r fleet.Record) bool { return len(r.Receipt) > 0 })
+	rec, err := co.Watch(ctx, id, func(r fleet.Record) bool { return r.HasReceipt() })
 	if err != nil {
 		t.Fatalf("job %s never claimed: %v", id, err)
 	}
@@ -592,4 +592,42 @@ func TestFleetSoak(t *testing.T) {
 	for _, d := range ds {
 		d.stop()
 	}
+}
+
+// A job near the fleet's message bound has a receipt (which holds the job)
+// larger than a record may hold: the record names its envelopes by digest
+// in the blob store, and a submitter reads them from there, checked.
+func TestFleetEnvelopesLargerThanARecord(t *testing.T) {
+	c := testharness.StartNATS(t, 3)
+	d := fleetDaemon(t, c)
+	d.start()
+	co := openFleet(t, c, false)
+	r := fleet.NewRunner(co, d.keys)
+	ctx := ctxFor(t, 3*time.Minute)
+	job := env.NewJob(t, testharness.Sh("echo big"), func(j *sandbox.Job) {
+		for i := range 24 {
+			j.Env[fmt.Sprintf("PAD_%d", i)] = strings.Repeat("x", 30<<10)
+		}
+	})
+	if _, err := r.Submit(ctx, job); err != nil {
+		t.Fatalf("submit: %v", err)
+	}
+	sr, err := r.Wait(ctx, job)
+	if err != nil || sr.Result.Status != sandbox.StatusSucceeded {
+		t.Fatalf("wait: %s, %v (%s)", sr.Result.Status, err, sr.Result.Cause)
+	}
+	if len(sr.Receipt.Envelope) <= fleet.InlineEnvelope {
+		t.Fatalf("the receipt is %d bytes: the test needs one over %d", len(sr.Receipt.Envelope), fleet.InlineEnvelope)
+	}
+	rec, err := co.Record(ctx, job.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rec.ReceiptBlob != sandbox.DigestBytes(sr.Receipt.Envelope) || len(rec.Receipt) != 0 {
+		t.Errorf("record: receipt blob %q and %d inline bytes, want the envelope's digest and none", rec.ReceiptBlob, len(rec.Receipt))
+	}
+	if rec.ResultBlob != "" || len(rec.Result) == 0 {
+		t.Errorf("record: result blob %q, want the small result inline", rec.ResultBlob)
+	}
+	d.stop()
 }

@@ -175,7 +175,7 @@ func (a *fleetAgent) giveBack(ctx context.Context, id string) error {
 	if err != nil {
 		return err
 	}
-	if rec.State == fleet.StateClaimed && rec.Host == a.s.cfg.Name && len(rec.Receipt) == 0 {
+	if rec.State == fleet.StateClaimed && rec.Host == a.s.cfg.Name && !rec.HasReceipt() {
 		rec.State, rec.Host, rec.ClaimedAt, rec.WallTime = fleet.StateQueued, "", time.Time{}, 0
 		if _, err := a.co.Update(ctx, rec); err != nil {
 			return err
@@ -350,14 +350,19 @@ func (a *fleetAgent) run(ctx context.Context, d *fleet.Delivery, job sandbox.Job
 		a.endUnrun(ctx, d, job, rec, sandbox.StatusError, fmt.Sprintf("refused by host %s: %v", a.s.cfg.Name, ref.err))
 		return
 	}
-	if len(rec.Receipt) == 0 {
-		if _, err := a.update(ctx, job.ID, func(r *fleet.Record) bool {
-			if r.State != fleet.StateClaimed || r.Host != a.s.cfg.Name {
-				return false
-			}
-			r.Receipt = jrec.Receipt
-			return true
-		}); err != nil {
+	if !rec.HasReceipt() {
+		var held fleet.Record // the envelope, inline or by digest
+		err := fleet.SetReceipt(ctx, a.co, &held, jrec.Receipt)
+		if err == nil {
+			_, err = a.update(ctx, job.ID, func(r *fleet.Record) bool {
+				if r.State != fleet.StateClaimed || r.Host != a.s.cfg.Name {
+					return false
+				}
+				r.Receipt, r.ReceiptBlob = held.Receipt, held.ReceiptBlob
+				return true
+			})
+		}
+		if err != nil {
 			log.Warn("fleet: publish the receipt", "error", err)
 		}
 	}
@@ -492,13 +497,21 @@ func (a *fleetAgent) publish(ctx context.Context, log *slog.Logger, rec journal.
 			return err
 		}
 	}
+	var ended fleet.Record // the envelopes, inline or by digest
+	if err := fleet.SetReceipt(ctx, a.co, &ended, rec.Receipt); err != nil {
+		return err
+	}
+	if err := fleet.SetResult(ctx, a.co, &ended, rec.Result); err != nil {
+		return err
+	}
 	late := false
 	_, err = a.update(ctx, rec.ID, func(r *fleet.Record) bool {
 		if r.State == fleet.StateEnded || r.Host != a.s.cfg.Name || r.Digest != rec.Digest {
 			late = r.State == fleet.StateEnded && r.EndedBy != a.s.cfg.Name
 			return false
 		}
-		r.State, r.Receipt, r.Result, r.EndedBy, r.Status = fleet.StateEnded, rec.Receipt, rec.Result, a.s.cfg.Name, res.Status
+		r.Receipt, r.ReceiptBlob, r.Result, r.ResultBlob = ended.Receipt, ended.ReceiptBlob, ended.Result, ended.ResultBlob
+		r.State, r.EndedBy, r.Status = fleet.StateEnded, a.s.cfg.Name, res.Status
 		return true
 	})
 	if err != nil {
@@ -562,7 +575,12 @@ func (a *fleetAgent) endUnrun(ctx context.Context, d *fleet.Delivery, job sandbo
 	}
 	facts.Runtime = job.Runtime
 	now := time.Now().UTC()
-	receiptEnv := rec.Receipt
+	receiptEnv, _, err := fleet.Envelopes(ctx, a.co, rec)
+	if err != nil {
+		log.Warn("fleet: read the record's receipt", "error", err)
+		d.Later(time.Second)
+		return
+	}
 	if len(receiptEnv) == 0 {
 		if receiptEnv, err = a.s.cfg.Signer.SignAccepted(job, facts, now); err != nil {
 			log.Error("fleet: sign a receipt", "error", err)
@@ -582,7 +600,17 @@ func (a *fleetAgent) endUnrun(ctx context.Context, d *fleet.Delivery, job sandbo
 		return
 	}
 	holder := rec.Host
-	rec.State, rec.Receipt, rec.Result, rec.EndedBy, rec.Status = fleet.StateEnded, receiptEnv, env, a.s.cfg.Name, status
+	if err := fleet.SetReceipt(ctx, a.co, &rec, receiptEnv); err != nil {
+		log.Warn("fleet: store the receipt", "error", err)
+		d.Later(time.Second)
+		return
+	}
+	if err := fleet.SetResult(ctx, a.co, &rec, env); err != nil {
+		log.Warn("fleet: store the result", "error", err)
+		d.Later(time.Second)
+		return
+	}
+	rec.State, rec.EndedBy, rec.Status = fleet.StateEnded, a.s.cfg.Name, status
 	if _, err := a.co.Update(ctx, rec); err != nil {
 		log.Info("fleet: end the job: the record changed or did not answer; read again", "error", err)
 		d.Later(0)
@@ -617,12 +645,16 @@ func (a *fleetAgent) endedRecord(ctx context.Context, id string) (journal.Record
 	if fr.State != fleet.StateEnded {
 		return journal.Record{ID: id, Digest: fr.Digest, State: sandbox.JobAccepted}, nil
 	}
-	att, err := sandbox.VerifyAttestation(a.s.keys, fr.Receipt)
+	receiptEnv, resultEnv, err := fleet.Envelopes(ctx, a.co, fr)
+	if err != nil {
+		return journal.Record{}, err
+	}
+	att, err := sandbox.VerifyAttestation(a.s.keys, receiptEnv)
 	if err != nil || att.Receipt == nil {
 		return journal.Record{}, fmt.Errorf("job %s: the fleet's receipt: %w", id, err)
 	}
 	job := att.Receipt.Job
-	res, err := sandbox.VerifyResult(a.s.keys, fr.Result, job, fr.Receipt)
+	res, err := sandbox.VerifyResult(a.s.keys, resultEnv, job, receiptEnv)
 	if err != nil {
 		return journal.Record{}, fmt.Errorf("job %s: the fleet's result: %w", id, err)
 	}
@@ -654,5 +686,5 @@ func (a *fleetAgent) endedRecord(ctx context.Context, id string) (journal.Record
 	if res.Status == sandbox.StatusUncertain {
 		state = sandbox.JobUncertain
 	}
-	return journal.Record{ID: id, Digest: job.Digest, Job: canon, State: state, Receipt: fr.Receipt, Result: fr.Result, Status: res.Status}, nil
+	return journal.Record{ID: id, Digest: job.Digest, Job: canon, State: state, Receipt: receiptEnv, Result: resultEnv, Status: res.Status}, nil
 }

@@ -1,6 +1,7 @@
 package fleet
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -48,6 +49,11 @@ type Record struct {
 	// Result is the DSSE result envelope; EndedBy the host that signed it.
 	Result  []byte `json:"result,omitempty"`
 	EndedBy string `json:"ended_by,omitempty"`
+	// ReceiptBlob and ResultBlob name an envelope too large for the record
+	// (over InlineEnvelope bytes), kept in the blob store under its digest
+	// instead; the envelope fields are then empty.
+	ReceiptBlob string `json:"receipt_blob,omitempty"`
+	ResultBlob  string `json:"result_blob,omitempty"`
 	// Status is the result's status, for operators (the envelope is the
 	// authority).
 	Status sandbox.Status `json:"status,omitempty"`
@@ -176,4 +182,72 @@ func Expiry(rec Record, h Host) time.Time {
 		at = d
 	}
 	return at.Add(h.Lease)
+}
+
+// InlineEnvelope is the largest envelope a record holds itself: a record
+// is one key-value entry (at most 1 MiB, its envelopes base64 in JSON).
+const InlineEnvelope = 256 << 10
+
+// HasReceipt reports whether the record holds a receipt, inline or not.
+func (r Record) HasReceipt() bool { return len(r.Receipt) > 0 || r.ReceiptBlob != "" }
+
+// SetReceipt and SetResult put an envelope in the record, or, if it is
+// larger than InlineEnvelope, in the blob store with its digest in the
+// record.
+func SetReceipt(ctx context.Context, co Coordinator, r *Record, env []byte) error {
+	return setEnvelope(ctx, co, env, &r.Receipt, &r.ReceiptBlob)
+}
+
+// SetResult: see SetReceipt.
+func SetResult(ctx context.Context, co Coordinator, r *Record, env []byte) error {
+	return setEnvelope(ctx, co, env, &r.Result, &r.ResultBlob)
+}
+
+func setEnvelope(ctx context.Context, co Coordinator, env []byte, inline *[]byte, blob *string) error {
+	if len(env) <= InlineEnvelope {
+		*inline, *blob = env, ""
+		return nil
+	}
+	d := sandbox.DigestBytes(env)
+	if err := co.PutBlob(ctx, d, int64(len(env)), bytes.NewReader(env)); err != nil {
+		return err
+	}
+	*inline, *blob = nil, d
+	return nil
+}
+
+// Envelopes returns the record's receipt and result envelopes (nil if it
+// has none yet), reading from the blob store those kept there, each
+// checked against its digest.
+func Envelopes(ctx context.Context, co Coordinator, r Record) (receipt, result []byte, err error) {
+	if receipt, err = envelope(ctx, co, r.Receipt, r.ReceiptBlob); err != nil {
+		return nil, nil, fmt.Errorf("job %s: receipt: %w", r.ID, err)
+	}
+	if result, err = envelope(ctx, co, r.Result, r.ResultBlob); err != nil {
+		return nil, nil, fmt.Errorf("job %s: result: %w", r.ID, err)
+	}
+	return receipt, result, nil
+}
+
+// maxEnvelope bounds an envelope read from the blob store (a result is
+// bounded by sandbox.MaxResultBytes).
+const maxEnvelope = 128 << 20
+
+func envelope(ctx context.Context, co Coordinator, inline []byte, blob string) ([]byte, error) {
+	if blob == "" {
+		return inline, nil
+	}
+	rc, err := co.Blob(ctx, blob)
+	if err != nil {
+		return nil, err
+	}
+	defer rc.Close()
+	b, err := io.ReadAll(io.LimitReader(rc, maxEnvelope+1))
+	if err != nil {
+		return nil, err
+	}
+	if len(b) > maxEnvelope {
+		return nil, fmt.Errorf("envelope %s is over %d bytes: %w", blob, maxEnvelope, sandbox.ErrTooLarge)
+	}
+	return b, nil
 }

@@ -56,24 +56,28 @@ func (r *Runner) Submit(ctx context.Context, job sandbox.Job) (sandbox.SignedRec
 	case err != nil:
 		return sandbox.SignedReceipt{}, fmt.Errorf("submit job %s: %w: the fleet may have queued it; reconcile with the same job: %w", job.ID, sandbox.ErrUncertain, err)
 	}
-	if len(rec.Receipt) == 0 {
-		rec, err = r.co.Watch(ctx, job.ID, func(rec Record) bool { return len(rec.Receipt) > 0 || rec.Digest != job.Digest })
+	if !rec.HasReceipt() {
+		rec, err = r.co.Watch(ctx, job.ID, func(rec Record) bool { return rec.HasReceipt() || rec.Digest != job.Digest })
 		if err != nil {
 			return sandbox.SignedReceipt{}, fmt.Errorf("submit job %s: %w: queued in the fleet, no host has accepted it yet: %w", job.ID, sandbox.ErrUncertain, err)
 		}
 	}
-	return r.verifyReceipt(job, rec)
+	return r.verifyReceipt(ctx, job, rec)
 }
 
-func (r *Runner) verifyReceipt(job sandbox.Job, rec Record) (sandbox.SignedReceipt, error) {
+func (r *Runner) verifyReceipt(ctx context.Context, job sandbox.Job, rec Record) (sandbox.SignedReceipt, error) {
 	if rec.Digest != job.Digest {
 		return sandbox.SignedReceipt{}, fmt.Errorf("job %s: the fleet holds digest %s, not %s: %w", job.ID, rec.Digest, job.Digest, sandbox.ErrConflict)
 	}
-	rc, err := sandbox.VerifyReceipt(r.keys, rec.Receipt, job)
+	receipt, err := envelope(ctx, r.co, rec.Receipt, rec.ReceiptBlob)
 	if err != nil {
 		return sandbox.SignedReceipt{}, fmt.Errorf("job %s: receipt: %w", job.ID, err)
 	}
-	return sandbox.SignedReceipt{Receipt: rc, Envelope: bytes.Clone(rec.Receipt)}, nil
+	rc, err := sandbox.VerifyReceipt(r.keys, receipt, job)
+	if err != nil {
+		return sandbox.SignedReceipt{}, fmt.Errorf("job %s: receipt: %w", job.ID, err)
+	}
+	return sandbox.SignedReceipt{Receipt: rc, Envelope: bytes.Clone(receipt)}, nil
 }
 
 // Wait blocks until the job has ended and returns its verified result.
@@ -82,7 +86,7 @@ func (r *Runner) Wait(ctx context.Context, job sandbox.Job) (sandbox.SignedResul
 	if err != nil {
 		return sandbox.SignedResult{}, fmt.Errorf("wait for job %s: %w: %w", job.ID, sandbox.ErrUncertain, err)
 	}
-	return r.verifyResult(job, rec)
+	return r.verifyResult(ctx, job, rec)
 }
 
 // Result returns the verified result of an ended job; one that has not
@@ -95,19 +99,23 @@ func (r *Runner) Result(ctx context.Context, job sandbox.Job) (sandbox.SignedRes
 	if rec.State != StateEnded {
 		return sandbox.SignedResult{}, fmt.Errorf("job %s is %s in the fleet: %w", job.ID, rec.State, sandbox.ErrNotFound)
 	}
-	return r.verifyResult(job, rec)
+	return r.verifyResult(ctx, job, rec)
 }
 
-func (r *Runner) verifyResult(job sandbox.Job, rec Record) (sandbox.SignedResult, error) {
-	rc, err := r.verifyReceipt(job, rec)
+func (r *Runner) verifyResult(ctx context.Context, job sandbox.Job, rec Record) (sandbox.SignedResult, error) {
+	rc, err := r.verifyReceipt(ctx, job, rec)
 	if err != nil {
 		return sandbox.SignedResult{}, err
 	}
-	res, err := sandbox.VerifyResult(r.keys, rec.Result, job, rec.Receipt)
+	result, err := envelope(ctx, r.co, rec.Result, rec.ResultBlob)
 	if err != nil {
 		return sandbox.SignedResult{}, fmt.Errorf("job %s: result: %w", job.ID, err)
 	}
-	sr := sandbox.SignedResult{Result: res, Envelope: bytes.Clone(rec.Result), Receipt: rc}
+	res, err := sandbox.VerifyResult(r.keys, result, job, rc.Envelope)
+	if err != nil {
+		return sandbox.SignedResult{}, fmt.Errorf("job %s: result: %w", job.ID, err)
+	}
+	sr := sandbox.SignedResult{Result: res, Envelope: result, Receipt: rc}
 	if res.Status == sandbox.StatusUncertain {
 		return sr, fmt.Errorf("job %s: %w: %s", job.ID, sandbox.ErrUncertain, res.Cause)
 	}
