@@ -54,8 +54,11 @@ const maxExecInFlight = 64
 // program's session, so a hung program cannot hold the client's pipes open
 // until the job's wall time; and when the program exits, what it left
 // running in its session is killed too. A process that starts a session of
-// its own escapes this; the kill of the code uid at the job's end does not
-// spare it.
+// its own escapes that, not the end of the last program in flight: then
+// every process of the code uid is killed before the call returns, so no
+// program, however it detached, outlives the calls of a grader that runs
+// one at a time (and none outlives the job: the kill of the code uid at
+// its end).
 type execService struct {
 	cfg  *shim.Config
 	ln   *net.UnixListener
@@ -63,9 +66,10 @@ type execService struct {
 	sem  chan struct{}
 	done chan struct{}
 
-	mu      sync.Mutex
-	stopped bool // no program starts any more
-	started bool // some program was (or is being) started as the code uid
+	mu       sync.Mutex
+	stopped  bool // no program starts any more
+	started  bool // some program was (or is being) started as the code uid
+	inFlight int  // programs started (or being started) whose call has not ended
 }
 
 func startExecService(cfg *shim.Config) (*execService, error) {
@@ -172,8 +176,10 @@ func (s *execService) serve(c *net.UnixConn) {
 		return
 	}
 	s.started = true
+	s.inFlight++
 	s.mu.Unlock()
 	if err := cmd.Start(); err != nil {
+		s.callEnded()
 		reply(ExecReply{ExitCode: 127, Error: err.Error()})
 		return
 	}
@@ -200,7 +206,30 @@ func (s *execService) serve(c *net.UnixConn) {
 	s.endSession(pid)
 	werr := cmd.Wait()
 	code, _ := exitStatus(cmd.ProcessState, werr)
+	s.callEnded()
 	reply(ExecReply{ExitCode: code})
+}
+
+// callEnded ends a call; the last one in flight kills every process of the
+// code uid (what escaped its session) before its reply. It holds the lock
+// a start takes, so no program of a new call starts during the kill.
+func (s *execService) callEnded() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.inFlight--
+	if s.inFlight > 0 || s.stopped {
+		return // the job's end kills the code uid
+	}
+	for range 100 {
+		if !anyAlive(s.cfg.CodeUID) {
+			return
+		}
+		asUID(s.cfg.CodeUID, func() {
+			for _, pid := range pidsOf(s.cfg.CodeUID) {
+				unix.Kill(pid, unix.SIGKILL)
+			}
+		})
+	}
 }
 
 // waitExited waits until process pid has exited, without reaping it.
