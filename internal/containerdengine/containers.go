@@ -73,15 +73,7 @@ func (e *Engine) ContainerCreate(ctx context.Context, opts client.ContainerCreat
 	if err != nil {
 		return client.ContainerCreateResult{}, err
 	}
-	var targets []string
-	for _, m := range spec.Mounts {
-		targets = append(targets, m.Destination)
-	}
-	resolver := ""
-	if len(opts.HostConfig.DNS) == 1 {
-		resolver = opts.HostConfig.DNS[0].String()
-	}
-	view, err := e.imports.rootfsFor(ctx, img, targets, resolver)
+	view, err := e.imports.rootfsFor(ctx, img, mountTargets(spec), resolverOf(opts.HostConfig))
 	if err != nil {
 		return client.ContainerCreateResult{}, err
 	}
@@ -115,8 +107,8 @@ func (e *Engine) ContainerCreate(ctx context.Context, opts client.ContainerCreat
 	labels[labelImage] = img.id
 	labels[labelRuntime] = rt
 	labels[labelLog] = string(logCfg)
-	if len(opts.HostConfig.DNS) == 1 {
-		labels[labelDNS] = opts.HostConfig.DNS[0].String()
+	if r := resolverOf(opts.HostConfig); r != "" {
+		labels[labelDNS] = r
 	}
 	if opts.Config.OpenStdin {
 		labels[labelStdin] = "open"
@@ -130,6 +122,13 @@ func (e *Engine) ContainerCreate(ctx context.Context, opts client.ContainerCreat
 	}
 	if err := e.makeIO(name); err != nil {
 		e.releaseNames(ctx, name)
+		return client.ContainerCreateResult{}, err
+	}
+	// What the spec is made from stays with the engine: every task and
+	// update is checked against the spec made again from it.
+	if err := e.keepInputs(name, createInputs{Config: opts.Config, HostConfig: opts.HostConfig, ImageEnv: img.env}); err != nil {
+		e.releaseNames(ctx, name)
+		os.RemoveAll(e.ioDir(name))
 		return client.ContainerCreateResult{}, err
 	}
 	// Under the name's lease, the client makes no lease of its own (two
@@ -153,6 +152,24 @@ func (e *Engine) ContainerCreate(ctx context.Context, opts client.ContainerCreat
 		return client.ContainerCreateResult{}, err
 	}
 	return client.ContainerCreateResult{ID: name}, nil
+}
+
+// mountTargets are the destinations of a spec's mounts: the mount points
+// its root view holds.
+func mountTargets(s *specs.Spec) []string {
+	var targets []string
+	for _, m := range s.Mounts {
+		targets = append(targets, m.Destination)
+	}
+	return targets
+}
+
+// resolverOf is the one resolver address asked for, or "".
+func resolverOf(hc *container.HostConfig) string {
+	if len(hc.DNS) == 1 {
+		return hc.DNS[0].String()
+	}
+	return ""
 }
 
 // reserveName takes a container name for id: a lease of that ID exists
@@ -315,17 +332,16 @@ func (e *Engine) ContainerStart(ctx context.Context, id string, _ client.Contain
 	return client.ContainerStartResult{}, nil
 }
 
-// newTask checks the container's spec, as its record holds it, and
-// creates its task (the runtime's create: namespaces, mounts, seccomp)
-// with that record's root filesystem and its stdio on the engine's files.
-// containerd takes the spec from its own store: every spec this engine
-// writes there (create, update) has passed the same check.
+// newTask checks the container's record (checkRecord: its spec, as the
+// record holds it, row by row and against the spec made again from its
+// kept create options) and creates its task (the runtime's create:
+// namespaces, mounts, seccomp) with that record's root filesystem and its
+// stdio on the engine's files. containerd takes the spec from its own
+// store: every spec this engine writes there (create, update) has passed
+// the same check.
 func (e *Engine) newTask(ctx context.Context, info containers.Container, stdin bool) error {
-	spec, err := specOf(info)
+	spec, _, err := e.checkRecord(info)
 	if err != nil {
-		return err
-	}
-	if err := checkSandboxSpec(e, spec); err != nil {
 		return fmt.Errorf("container %s: %w", info.ID, err)
 	}
 	if info.Snapshotter == "" || info.SnapshotKey == "" {

@@ -27,8 +27,9 @@ type Config struct {
 	// makes. It is never "moby" (dockerd's own).
 	Namespace string
 	// StateDir holds what the engine keeps on the host: volume
-	// directories, the containers' stdio logs and stdin FIFOs. It must be
-	// private to root.
+	// directories, the containers' stdio logs and stdin FIFOs, and the
+	// create options each container's spec is checked against. It must
+	// be private to root.
 	StateDir string
 	// HookPath is the sandboxd-hook binary, run as the prestart hook that
 	// brings up lo in the sandbox's new network namespace.

@@ -173,6 +173,22 @@ func (im *importer) prepare(ctx context.Context, img containerd.Image, id string
 	return imageInfo{id: id, env: oc.Config.Env, chainID: chainID}, nil
 }
 
+// rootfsView names the shared view of an image for a set of mount points
+// and a resolver address, with what its layer holds: the mount points,
+// sorted once each, and the resolv.conf ("" for none).
+func rootfsView(imageID string, targets []string, resolver string) (key string, dirs []string, resolv string) {
+	dirs = slices.Clone(targets)
+	slices.Sort(dirs)
+	dirs = slices.Compact(dirs)
+	if resolver != "" {
+		resolv = "nameserver " + resolver + "\n"
+	}
+	h := sha256.Sum256([]byte(strings.Join(dirs, "\n") + "\x00" + resolv))
+	id := strings.TrimPrefix(imageID, "sha256:")
+	id = id[:min(len(id), 32)]
+	return "sandboxd-rootfs-" + id + "-" + hex.EncodeToString(h[:16]), dirs, resolv
+}
+
 // rootfsFor returns the read-only view jobs of the image share for a set
 // of mount points: the image with those directories made (root-owned,
 // 0755) in one committed layer on top, as Docker's init layer makes them
@@ -180,15 +196,7 @@ func (im *importer) prepare(ctx context.Context, img containerd.Image, id string
 // address, the layer's /etc/resolv.conf names only it, as Docker's
 // --dns writes it, but as a file of the layer, not a mount of a host file.
 func (im *importer) rootfsFor(ctx context.Context, info imageInfo, targets []string, resolver string) (string, error) {
-	targets = slices.Clone(targets)
-	slices.Sort(targets)
-	targets = slices.Compact(targets)
-	resolv := ""
-	if resolver != "" {
-		resolv = "nameserver " + resolver + "\n"
-	}
-	h := sha256.Sum256([]byte(strings.Join(targets, "\n") + "\x00" + resolv))
-	key := "sandboxd-rootfs-" + strings.TrimPrefix(info.id, "sha256:")[:32] + "-" + hex.EncodeToString(h[:16])
+	key, targets, resolv := rootfsView(info.id, targets, resolver)
 	im.mu.Lock()
 	l := im.locks[key]
 	if l == nil {

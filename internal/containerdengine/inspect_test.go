@@ -21,7 +21,8 @@ import (
 
 // recordFor is the containerd record ContainerCreate writes for o: the
 // spec as containerd stores it (typeurl, JSON), the engine's labels beside
-// the broker's, and the runc shim's options selecting the runtime's binary.
+// the broker's, the runc shim's options selecting the runtime's binary,
+// and the image's shared root view.
 func recordFor(t *testing.T, e *Engine, o client.ContainerCreateOptions) containers.Container {
 	t.Helper()
 	name := strings.TrimPrefix(o.Name, "/")
@@ -59,7 +60,9 @@ func recordFor(t *testing.T, e *Engine, o client.ContainerCreateOptions) contain
 	if o.Config.OpenStdin {
 		labels[labelStdin] = "open"
 	}
-	return containers.Container{ID: name, Labels: labels, Spec: spec, Runtime: containers.RuntimeInfo{Name: runcShim, Options: shimOpts}}
+	view, _, _ := rootfsView(o.Config.Image, mountTargets(s), resolverOf(o.HostConfig))
+	return containers.Container{ID: name, Labels: labels, Spec: spec, Runtime: containers.RuntimeInfo{Name: runcShim, Options: shimOpts},
+		Snapshotter: e.cfg.Snapshotter, SnapshotKey: view}
 }
 
 // inspectRecord is ContainerInspect's translation of a record, without the

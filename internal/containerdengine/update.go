@@ -27,16 +27,21 @@ func (e *Engine) ContainerUpdate(ctx context.Context, id string, opts client.Con
 	if r == nil || r.Memory <= 0 {
 		return client.ContainerUpdateResult{}, fmt.Errorf("update %s: only Memory and MemorySwap can be updated: %w", id, errdefs.ErrNotImplemented)
 	}
-	spec, err := c.Spec(ctx)
+	info, err := infoOf(ctx, c)
 	if err != nil {
 		return client.ContainerUpdateResult{}, err
 	}
-	mem := &specs.LinuxMemory{Limit: i64(r.Memory), Swap: i64(r.MemorySwap)}
-	spec.Linux.Resources.Memory = mem
 	// containerd creates a task from the spec it stores, not from the
-	// one this engine checked when it read the record: every spec it
-	// writes passes the same check first.
-	if err := checkSandboxSpec(e, spec); err != nil {
+	// one this engine checked when it read the record: the spec it holds
+	// must be this engine's, and the one written in its place is made,
+	// as at create, from the kept create options with the new limits,
+	// and passes the same rows.
+	_, in, err := e.checkRecord(info)
+	if err != nil {
+		return client.ContainerUpdateResult{}, fmt.Errorf("update %s: %w", id, err)
+	}
+	next, spec, err := e.updated(in, info.ID, r)
+	if err != nil {
 		return client.ContainerUpdateResult{}, fmt.Errorf("update %s: %w", id, err)
 	}
 	err = c.Update(ctx, func(ctx context.Context, _ *containerd.Client, c *containers.Container) error {
@@ -50,8 +55,13 @@ func (e *Engine) ContainerUpdate(ctx context.Context, id string, opts client.Con
 	if err != nil {
 		return client.ContainerUpdateResult{}, err
 	}
+	// Should this fail, the record's spec is one the kept options do not
+	// make: the container gets no new task, and no further update.
+	if err := e.keepInputs(info.ID, next); err != nil {
+		return client.ContainerUpdateResult{}, fmt.Errorf("update %s: %w", id, err)
+	}
 	if t, err := c.Task(ctx, nil); err == nil {
-		if err := t.Update(ctx, containerd.WithResources(&specs.LinuxResources{Memory: mem})); err != nil {
+		if err := t.Update(ctx, containerd.WithResources(&specs.LinuxResources{Memory: spec.Linux.Resources.Memory})); err != nil {
 			return client.ContainerUpdateResult{}, err
 		}
 	}
