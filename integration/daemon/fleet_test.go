@@ -631,3 +631,44 @@ func TestFleetEnvelopesLargerThanARecord(t *testing.T) {
 	}
 	d.stop()
 }
+
+// A quorum loss longer than a lease is no host's loss: no host can say it
+// is alive meanwhile, and none can tell another's silence from the outage.
+// A job held through it ends as it ran, not uncertain.
+func TestFleetQuorumLossLongerThanALease(t *testing.T) {
+	c := testharness.StartNATS(t, 3)
+	ds := []*daemon{fleetDaemon(t, c, "--fleet-lease", "6s"), fleetDaemon(t, c, "--fleet-lease", "6s")}
+	for _, d := range ds {
+		d.start()
+	}
+	co := openFleet(t, c, false)
+	r := fleet.NewRunner(co, ds[0].keys)
+	ctx := ctxFor(t, 4*time.Minute)
+	var jobs []sandbox.Job
+	for range 2 {
+		j := env.NewJob(t, testharness.Sh("sleep 3; echo ok"), func(j *sandbox.Job) { j.Limits.WallTimeMS = 5_000 })
+		if _, err := r.Submit(ctx, j); err != nil {
+			t.Fatalf("submit %s: %v", j.ID, err)
+		}
+		jobs = append(jobs, j)
+	}
+	// Two of three nodes down for longer than a claim's lease (its wall
+	// time and the lease: 11 s).
+	c.Kill(1)
+	c.Kill(2)
+	time.Sleep(20 * time.Second)
+	c.Start(1)
+	c.Start(2)
+	for i := range 3 {
+		c.WaitHealthy(i, time.Minute)
+	}
+	for _, j := range jobs {
+		sr, err := r.Wait(ctx, j)
+		if err != nil || sr.Result.Status != sandbox.StatusSucceeded {
+			t.Errorf("%s: %s, %v (%s)", j.ID, sr.Result.Status, err, sr.Result.Cause)
+		}
+	}
+	for _, d := range ds {
+		d.stop()
+	}
+}

@@ -70,6 +70,9 @@ type fleetAgent struct {
 	// following are the jobs whose outcome this host is to publish, with
 	// the message of each if this process holds it.
 	following map[string]*fleet.Delivery
+	// reachedSince is when this host's heartbeats began to go through
+	// without a failure since (zero: the last one failed, or none went).
+	reachedSince time.Time
 	// counters for /metrics
 	claimed, published, expired, late, refused int
 }
@@ -110,7 +113,16 @@ func (a *fleetAgent) heartbeatLoop(ctx context.Context) {
 		a.s.mu.Unlock()
 		h := fleet.Host{Name: a.s.cfg.Name, Version: a.s.cfg.Version, KeyID: a.s.cfg.Signer.KeyID(),
 			Concurrency: a.s.cfg.Concurrency, Running: running, At: time.Now().UTC(), Lease: a.cfg.Lease}
-		if err := a.co.Heartbeat(ctx, h); err != nil && ctx.Err() == nil {
+		err := a.co.Heartbeat(ctx, h)
+		a.mu.Lock()
+		switch {
+		case err != nil:
+			a.reachedSince = time.Time{}
+		case a.reachedSince.IsZero():
+			a.reachedSince = h.At
+		}
+		a.mu.Unlock()
+		if err != nil && ctx.Err() == nil {
 			a.log.Warn("fleet heartbeat", "error", err)
 		}
 		select {
@@ -554,6 +566,21 @@ func (a *fleetAgent) checkLease(ctx context.Context, d *fleet.Delivery, job sand
 		if h.Name == rec.Host {
 			expiry = fleet.Expiry(rec, h)
 		}
+	}
+	// A host that could not reach the fleet itself cannot tell another
+	// host's silence from the same outage (a quorum lost, a node stopped):
+	// no lease lapses before this host's own heartbeats have gone through
+	// for a whole lease, time in which the other's would have too. A
+	// quorum loss longer than a lease ended every job held uncertain.
+	a.mu.Lock()
+	since := a.reachedSince
+	a.mu.Unlock()
+	if since.IsZero() {
+		d.Later(time.Second)
+		return
+	}
+	if own := since.Add(a.cfg.Lease); own.After(expiry) {
+		expiry = own
 	}
 	if wait := time.Until(expiry); wait > 0 {
 		d.Later(min(max(wait, time.Second), 30*time.Second))

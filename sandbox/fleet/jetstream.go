@@ -104,6 +104,12 @@ func Open(ctx context.Context, opt Options) (*JetStream, error) {
 		nats.Name(opt.Name), nats.Timeout(opt.CallTimeout),
 		nats.MaxReconnects(-1), nats.ReconnectWait(250 * time.Millisecond),
 		nats.RetryOnFailedConnect(false),
+		// A server that stops answering without closing the connection (a
+		// stopped process, a partition) is found by pings: with the
+		// client's default (every 2 minutes, 2 unanswered) a host bound
+		// to one waited minutes before it tried another server, every
+		// call timing out meanwhile.
+		nats.PingInterval(opt.CallTimeout), nats.MaxPingsOutstanding(2),
 	}
 	if opt.Creds != "" {
 		nopts = append(nopts, nats.UserCredentials(opt.Creds))
