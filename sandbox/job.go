@@ -117,9 +117,14 @@ var limitRanges = []struct {
 	{"disk_bytes", func(l Limits) int64 { return l.DiskBytes }, 64 * kib, 256 * gib},
 	{"output_bytes", func(l Limits) int64 { return l.OutputBytes }, 0, 64 * gib},
 	{"log_bytes", func(l Limits) int64 { return l.LogBytes }, 0, 1 * gib},
-	{"file_count", func(l Limits) int64 { return l.FileCount }, 0, 1_000_000},
+	{"file_count", func(l Limits) int64 { return l.FileCount }, 0, MaxFileCount},
 	{"open_files", func(l Limits) int64 { return l.OpenFiles }, 16, 1 << 20},
 	{"file_size_bytes", func(l Limits) int64 { return l.FileSize }, 1 * kib, 256 * gib},
+}
+
+// limitWhy says why a limit's bound is what it is, where that is not plain.
+var limitWhy = map[string]string{
+	"file_count": fmt.Sprintf("a signed result lists every artifact and is at most %d bytes (sandbox.MaxResultBytes)", MaxResultBytes),
 }
 
 // DefaultLimits are conservative limits for a test run.
@@ -143,6 +148,9 @@ func (l Limits) Validate(prefix string) error {
 	for _, r := range limitRanges {
 		v := r.get(l)
 		if v < r.min || v > r.max {
+			if why := limitWhy[r.name]; why != "" {
+				return fieldErr(prefix+"."+r.name, "%d is out of range [%d, %d]: %s", v, r.min, r.max, why)
+			}
 			return fieldErr(prefix+"."+r.name, "%d is out of range [%d, %d]", v, r.min, r.max)
 		}
 	}
@@ -233,6 +241,11 @@ func (j *Job) Validate() error {
 		if (!under(o, WorkPath) && !under(o, TmpPath)) || o == WorkPath || o == TmpPath {
 			return fieldErr(f, "%q must be a directory below %s or %s", o, WorkPath, TmpPath)
 		}
+		if strings.ContainsFunc(o, isControl) {
+			// It would start every artifact path below it, and a signed
+			// result lists none with a control character (ResultBound).
+			return fieldErr(f, "%q contains a control character", o)
+		}
 		if seenOut[o] {
 			return fieldErr(f, "duplicate output %q", o)
 		}
@@ -307,6 +320,9 @@ func checkAbs(field, p string) error {
 	}
 	return nil
 }
+
+// isControl reports C0 (NUL and newline included), DEL and C1 controls.
+func isControl(r rune) bool { return r < 0x20 || (r >= 0x7f && r <= 0x9f) }
 
 // under reports whether p is dir or inside it (both clean and absolute).
 func under(p, dir string) bool {

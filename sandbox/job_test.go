@@ -44,6 +44,8 @@ func TestJobValidateNamesTheField(t *testing.T) {
 		{"output duplicate", func(j *Job) { j.Outputs = []string{"/work/o", "/work/o"} }, "job.outputs[1]"},
 		{"output nested", func(j *Job) { j.Outputs = []string{"/work/o", "/work/o/sub"} }, "job.outputs[1]"},
 		{"output nesting", func(j *Job) { j.Outputs = []string{"/work/o/sub", "/work/o"} }, "job.outputs[1]"},
+		{"output control character", func(j *Job) { j.Outputs = []string{"/work/o\x1b[2J"} }, "job.outputs[0]"},
+		{"output C1 control", func(j *Job) { j.Outputs = []string{"/work/o", "/tmp/\u0085"} }, "job.outputs[1]"},
 		{"input name", func(j *Job) { j.Inputs[0].Name = "Bundle" }, "job.inputs[0].name"},
 		{"input digest", func(j *Job) { j.Inputs[0].Digest = "md5:00" }, "job.inputs[0].digest"},
 		{"input ro under work", func(j *Job) { j.Inputs[0].Path = "/work/b" }, "job.inputs[0].path"},

@@ -251,6 +251,7 @@ func (b *Broker) RunWithHooks(ctx context.Context, job sandbox.Job, hooks Hooks)
 	if r.res.StartedAt.IsZero() {
 		r.res.StartedAt = r.res.EndedAt
 	}
+	r.bound()
 	if hooks.OnFinished != nil && r.containerID != "" {
 		if err := hooks.OnFinished(ctx, r.res); err != nil {
 			keep = true

@@ -10,6 +10,7 @@ import (
 	"io"
 	"path"
 	"slices"
+	"sort"
 	"strings"
 	"unicode/utf8"
 
@@ -207,7 +208,11 @@ func (c *collector) beginFile(p []byte) error {
 	}
 	j := c.r.job
 	switch {
-	case !utf8.ValidString(h.Path) || strings.ContainsAny(h.Path, "\x00\n") || path.Clean(h.Path) != h.Path || !path.IsAbs(h.Path):
+	case len(h.Path) > shim.MaxArtifactPath:
+		// The helper rejects such a file; listed, it could take the
+		// signed result past its bound (sandbox.ResultBound).
+		return fmt.Errorf("artifact path of %d bytes (at most %d): %w", len(h.Path), shim.MaxArtifactPath, errProtocol)
+	case !utf8.ValidString(h.Path) || strings.ContainsFunc(h.Path, isControl) || path.Clean(h.Path) != h.Path || !path.IsAbs(h.Path):
 		return fmt.Errorf("artifact path %q is not clean: %w", h.Path, errProtocol)
 	case !slices.ContainsFunc(j.Outputs, func(o string) bool { return strings.HasPrefix(h.Path, o+"/") }):
 		return fmt.Errorf("artifact %s is outside the job's outputs: %w", h.Path, errProtocol)
@@ -381,11 +386,80 @@ func mediaType(p string) string {
 	return "application/octet-stream"
 }
 
-// sanitize bounds text that came from inside the sandbox.
-func sanitize(s string) string {
+// sanitize bounds text that came from inside the sandbox (a rejected
+// entry's path and reason, the helper's error) to 1024 bytes and an
+// ellipsis: see clip.
+func sanitize(s string) string { return clip(s, 1024) }
+
+// clip makes text fit a result: valid UTF-8 with no control character but
+// tab and newline (JSON escapes the others to six bytes each; what is left
+// takes at most twice its length), cut to at most max bytes on a character
+// boundary and marked by an ellipsis where it was cut.
+func clip(s string, max int) string {
 	s = strings.ToValidUTF8(s, "\uFFFD")
-	if len(s) > 1024 {
-		s = s[:1024] + "…"
+	s = strings.Map(func(r rune) rune {
+		if r < 0x20 && r != '\t' && r != '\n' {
+			return '\uFFFD'
+		}
+		return r
+	}, s)
+	if len(s) > max {
+		cut := max
+		for cut > 0 && !utf8.RuneStart(s[cut]) {
+			cut--
+		}
+		s = s[:cut] + "…"
 	}
 	return s
+}
+
+// isControl reports the characters the helper never sends in a path: C0
+// (NUL and newline included), DEL and C1.
+func isControl(r rune) bool { return r < 0x20 || (r >= 0x7f && r <= 0x9f) }
+
+// fitResult keeps the signed result of res within max bytes
+// (sandbox.MaxResultBytes): it drops the artifacts that would take it
+// over, last by path first, and says so as the helper does when it stops
+// at file_count: a rejected entry with their number, file_count among the
+// limits hit, and a status of limit_exceeded where the command's exit
+// decided it. A job admitted within its limits never gets here
+// (sandbox.ResultBound); this is the broker's own guard, on the result as
+// it is about to be signed. It returns how many artifacts it dropped, and
+// an error if even none would be small enough.
+func fitResult(res *sandbox.Result, max int64) (int, error) {
+	size, err := sandbox.ResultSize(*res)
+	if err != nil {
+		return 0, fmt.Errorf("size of the result: %w", err)
+	}
+	if size <= max {
+		return 0, nil
+	}
+	note := func(n int) string {
+		return fmt.Sprintf("%d regular files not listed: file_count limit reached (the signed result would be over %d bytes)", n, max)
+	}
+	arts := res.Artifacts
+	// Everything but the artifacts as it will be signed; the note counts
+	// as many files as it can name, so it only gets shorter.
+	res.Rejected = append(res.Rejected, sandbox.Rejected{Reason: note(len(arts))})
+	addLimit(res, "file_count")
+	sort.Strings(res.LimitsHit)
+	switch res.Status {
+	case sandbox.StatusSucceeded, sandbox.StatusFailed, sandbox.StatusLimitExceeded:
+		l := decidingLimit(res.LimitsHit)
+		res.Status, res.Limit, res.Cause = sandbox.StatusLimitExceeded, l, "limit reached: "+l
+	}
+	// The longest prefix that fits.
+	keep := sort.Search(len(arts)+1, func(k int) bool {
+		trial := *res
+		trial.Artifacts = arts[:k]
+		n, err := sandbox.ResultSize(trial)
+		return err != nil || n > max
+	}) - 1
+	if keep < 0 {
+		res.Artifacts = []sandbox.Artifact{}
+		return len(arts), fmt.Errorf("the result is over %d bytes without its artifacts", max)
+	}
+	res.Artifacts = arts[:keep]
+	res.Rejected[len(res.Rejected)-1].Reason = note(len(arts) - keep)
+	return len(arts) - keep, nil
 }

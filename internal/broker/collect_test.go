@@ -5,6 +5,9 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
 	"strings"
 	"testing"
 
@@ -103,6 +106,9 @@ func TestCollectorRefusesProtocolViolations(t *testing.T) {
 		{"dot dot", new(stream).hello().file("/work/out/../../etc/passwd", "x"), "not clean"},
 		{"relative", new(stream).hello().file("work/out/a", "x"), "not clean"},
 		{"newline", new(stream).hello().file("/work/out/a\nb", "x"), "not clean"},
+		{"control character", new(stream).hello().file("/work/out/a\x1bb", "x"), "not clean"},
+		{"C1 control", new(stream).hello().file("/work/out/a\u0085b", "x"), "not clean"},
+		{"path over the artifact bound", new(stream).hello().file(longPath(shim.MaxArtifactPath+1), "x"), "at most 1024"},
 		{"duplicate", new(stream).hello().file("/work/out/a", "x").file("/work/out/a", "y"), "sent twice"},
 		{"over file count", new(stream).hello().file("/work/out/a", "").file("/work/out/b", "").file("/work/out/c", ""), "file_count"},
 		{"over output bytes", new(stream).hello().file("/work/out/a", "0123456789x"), "output_bytes"},
@@ -210,5 +216,180 @@ func TestCollectorDrainsABrokenStream(t *testing.T) {
 	}
 	if r.Len() != 0 {
 		t.Fatalf("%d bytes of the stream left unread", r.Len())
+	}
+}
+
+// longPath is a clean artifact path of n bytes below /work/out.
+func longPath(n int) string {
+	p := "/work/out/"
+	for len(p)+255 < n {
+		p += strings.Repeat("d", 254) + "/"
+	}
+	return p + strings.Repeat("f", n-len(p))
+}
+
+// The path bound the helper keeps and the broker enforces is the one the
+// signed result's bound is computed with.
+func TestArtifactPathBoundIsTheResults(t *testing.T) {
+	if shim.MaxArtifactPath != sandbox.MaxArtifactPathBytes {
+		t.Fatalf("shim.MaxArtifactPath = %d, sandbox.MaxArtifactPathBytes = %d", shim.MaxArtifactPath, sandbox.MaxArtifactPathBytes)
+	}
+	c := newCollector(testRun(t))
+	p := longPath(shim.MaxArtifactPath)
+	if err := c.consume(new(stream).hello().file(p, "x").end(1, 1)); err != nil {
+		t.Fatalf("a path of exactly %d bytes: %v", len(p), err)
+	}
+}
+
+// Text from inside the sandbox reaches a result valid, without the
+// control characters JSON escapes to six bytes, and cut on a character
+// boundary.
+func TestClip(t *testing.T) {
+	for _, tc := range []struct {
+		name, in string
+		max      int
+		want     string
+	}{
+		{"short", "hello", 8, "hello"},
+		{"tab and newline kept", "a\tb\nc", 8, "a\tb\nc"},
+		{"controls replaced", "a\x1b[2J\x00b", 16, "a\uFFFD[2J\uFFFDb"},
+		{"invalid UTF-8 replaced", "a\xffb", 8, "a\uFFFDb"},
+		{"cut", "abcdef", 4, "abcd…"},
+		{"cut before a character it would split", "abcé", 4, "abc…"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := clip(tc.in, tc.max); got != tc.want {
+				t.Errorf("clip(%q, %d) = %q, want %q", tc.in, tc.max, got, tc.want)
+			}
+		})
+	}
+}
+
+// What the sandbox's status frame says reaches the result only within
+// bounds: unknown limit names are dropped, the signal and the error are
+// clipped.
+func TestDecideBoundsTheStatusFrame(t *testing.T) {
+	huge := strings.Repeat("\x01", 100<<10) // 600 KB in the frame
+	for _, tc := range []struct {
+		name  string
+		st    shim.Status
+		check func(t *testing.T, res sandbox.Result)
+	}{
+		{"unknown limits", shim.Status{LimitsHit: []string{"pids", huge, "no_such_limit"}}, func(t *testing.T, res sandbox.Result) {
+			if strings.Join(res.LimitsHit, ",") != "pids" {
+				t.Errorf("got limits hit %.80q, want only pids", res.LimitsHit)
+			}
+		}},
+		{"signal", shim.Status{ExitCode: 137, Signal: huge}, func(t *testing.T, res sandbox.Result) {
+			if len(res.Cause) > 100 || strings.ContainsRune(res.Cause, 1) {
+				t.Errorf("got a cause of %d bytes (%.40q…), want the signal clipped", len(res.Cause), res.Cause)
+			}
+		}},
+		{"leftover error", shim.Status{Leftover: true, Error: huge}, func(t *testing.T, res sandbox.Result) {
+			if len(res.Cause) > maxCauseBytes+3 || strings.ContainsRune(res.Cause, 1) {
+				t.Errorf("got a cause of %d bytes, want at most %d", len(res.Cause), maxCauseBytes+3)
+			}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := testRun(t)
+			c := newCollector(r)
+			tc.st.ScratchUsed = map[string]int64{}
+			s := new(stream).hello().json(shim.FrameCollected, shim.CollectSummary{LimitsHit: []string{}}).json(shim.FrameStatus, tc.st)
+			r.decide(context.Background(), c, false, false, nil, c.consume(s), "")
+			tc.check(t, r.res)
+		})
+	}
+}
+
+// The broker's own guard: a result that would be over its bound when
+// signed loses the artifacts that take it over, and says so, instead of
+// being signed over the bound; whatever decided the status before is kept
+// where it outranks the file count.
+func TestResultIsKeptWithinItsBound(t *testing.T) {
+	const files = 40
+	collected := func(st shim.Status) *stream {
+		s := new(stream).hello()
+		for i := range files {
+			s.file(fmt.Sprintf("/work/out/%03d-%s", i, strings.Repeat(`"`, 1000)), "")
+		}
+		st.LimitsHit, st.ScratchUsed = append([]string{}, st.LimitsHit...), map[string]int64{}
+		s.json(shim.FrameCollected, shim.CollectSummary{Files: files, LimitsHit: []string{}})
+		return s.json(shim.FrameStatus, st)
+	}
+	for _, tc := range []struct {
+		name       string
+		st         shim.Status
+		hard       bool
+		max        int64 // 0: what the whole result takes
+		wantStatus sandbox.Status
+		wantLimit  string
+		wantKept   int // -1: some, not all
+	}{
+		{"within the bound", shim.Status{}, false, 0, sandbox.StatusSucceeded, "", files},
+		{"over, exit 0", shim.Status{}, false, 60 << 10, sandbox.StatusLimitExceeded, "file_count", -1},
+		{"over, exit 3", shim.Status{ExitCode: 3}, false, 60 << 10, sandbox.StatusLimitExceeded, "file_count", -1},
+		{"over, disk full first", shim.Status{LimitsHit: []string{"disk_bytes"}}, false, 60 << 10, sandbox.StatusLimitExceeded, "disk_bytes", -1},
+		{"over, timed out", shim.Status{}, true, 60 << 10, sandbox.StatusTimedOut, "", -1},
+		{"over even without its artifacts", shim.Status{}, false, 1 << 10, sandbox.StatusError, "", 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := testRun(t)
+			r.job.Limits.FileCount = files
+			r.log = slog.New(slog.DiscardHandler)
+			r.res = sandbox.Result{Schema: sandbox.ResultSchema, JobID: "j", JobDigest: "sha256:" + strings.Repeat("a", 64),
+				LimitsHit: []string{}, Artifacts: []sandbox.Artifact{}, Rejected: []sandbox.Rejected{}}
+			c := newCollector(r)
+			r.decide(context.Background(), c, false, tc.hard, nil, c.consume(collected(tc.st)), "")
+			if len(r.res.Artifacts) != files {
+				t.Fatalf("collected %d artifacts (%s: %s), want %d", len(r.res.Artifacts), r.res.Status, r.res.Cause, files)
+			}
+			whole, err := sandbox.ResultSize(r.res)
+			if err != nil {
+				t.Fatal(err)
+			}
+			r.maxResult = tc.max
+			if tc.max == 0 {
+				r.maxResult = whole
+			}
+			r.bound()
+			res := r.res
+			if res.Status != tc.wantStatus || res.Limit != tc.wantLimit {
+				t.Errorf("got %s/%q (%s), want %s/%q", res.Status, res.Limit, res.Cause, tc.wantStatus, tc.wantLimit)
+			}
+			size, err := sandbox.ResultSize(res)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if size > r.maxResult && tc.wantStatus != sandbox.StatusError {
+				t.Errorf("the result takes %d bytes, over the bound of %d", size, r.maxResult)
+			}
+			kept := len(res.Artifacts)
+			switch {
+			case tc.wantKept >= 0 && kept != tc.wantKept, tc.wantKept < 0 && (kept == 0 || kept == files):
+				t.Fatalf("kept %d of %d artifacts, want %d (-1: some)", kept, files, tc.wantKept)
+			case kept == files:
+				return
+			}
+			if tc.wantStatus == sandbox.StatusError && !strings.Contains(res.Cause, "bound") {
+				t.Errorf("got cause %q, want it to say the result is over its bound", res.Cause)
+			}
+			if tc.wantStatus != sandbox.StatusError {
+				// The longest prefix that fits: one more would not.
+				if !slices.Contains(res.LimitsHit, "file_count") {
+					t.Errorf("limits hit %v, want file_count among them", res.LimitsHit)
+				}
+				note := res.Rejected[len(res.Rejected)-1].Reason
+				if want := fmt.Sprintf("%d regular files not listed", files-kept); !strings.HasPrefix(note, want) || !strings.Contains(note, fmt.Sprint(r.maxResult)) {
+					t.Errorf("last rejected entry %q, want it to start %q and name the bound", note, want)
+				}
+				more := res
+				more.Artifacts = r.res.Artifacts[:kept:kept]
+				more.Artifacts = append(more.Artifacts, sandbox.Artifact{Path: fmt.Sprintf("/work/out/%03d-%s", kept, strings.Repeat(`"`, 1000)), Digest: res.Artifacts[0].Digest, MediaType: "application/octet-stream"})
+				if n, _ := sandbox.ResultSize(more); n <= r.maxResult {
+					t.Errorf("%d artifacts kept, but %d would fit (%d bytes of %d)", kept, kept+1, n, r.maxResult)
+				}
+			}
+		})
 	}
 }

@@ -24,7 +24,10 @@
 //     capabilities and never holds the container's stdout.
 //   - Everything the helper sends is untrusted: the broker re-checks each
 //     path, type, count and size against the job's limits and computes
-//     every digest itself while streaming into the blob store.
+//     every digest itself while streaming into the blob store. What it
+//     quotes of it in a result is bounded, and a result that would be
+//     signed over sandbox.MaxResultBytes loses the artifacts that take it
+//     over (fitResult): the job's limits should already prevent that.
 //
 // # Authority
 //

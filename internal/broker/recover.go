@@ -157,6 +157,7 @@ func (b *Broker) RecoverWithHooks(ctx context.Context, job sandbox.Job, bind Bin
 	if r.res.StartedAt.IsZero() {
 		r.res.StartedAt = r.res.EndedAt
 	}
+	r.bound()
 	if hooks.OnFinished != nil {
 		if err := hooks.OnFinished(ctx, r.res); err != nil {
 			keep = true

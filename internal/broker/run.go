@@ -41,6 +41,9 @@ type run struct {
 	pooled      bool   // the container came from the pool
 	res         sandbox.Result
 	failed      bool
+	// maxResult bounds the signed result (0: sandbox.MaxResultBytes);
+	// tests lower it.
+	maxResult int64
 
 	mu         sync.Mutex
 	hardKilled bool
@@ -52,8 +55,32 @@ func (r *run) fail(status sandbox.Status, cause string) {
 	}
 	r.failed = true
 	r.res.Status = status
-	r.res.Cause = cause
+	r.res.Cause = clip(cause, maxCauseBytes)
 	r.res.Limit = ""
+}
+
+// maxCauseBytes bounds a result's cause, which may quote what the sandbox
+// wrote (the helper's error and stderr, a path in a broken stream).
+const maxCauseBytes = 32 << 10
+
+// bound keeps the result within the signed result's bound (fitResult)
+// before anyone records it.
+func (r *run) bound() {
+	max := r.maxResult
+	if max == 0 {
+		max = sandbox.MaxResultBytes
+	}
+	dropped, err := fitResult(&r.res, max)
+	switch {
+	case err != nil:
+		// Only a broker bug gets here: what is left is its own account.
+		r.log.Error("result over its bound", "error", err)
+		r.res.Artifacts, r.res.Rejected = []sandbox.Artifact{}, []sandbox.Rejected{}
+		r.res.Status, r.res.Limit = sandbox.StatusError, ""
+		r.res.Cause = "the result could not be kept within its bound: " + err.Error()
+	case dropped > 0:
+		r.log.Error("artifacts dropped from a result over its bound", "dropped", dropped, "max_bytes", max)
+	}
 }
 
 func (r *run) cleanup() {
@@ -407,7 +434,9 @@ func (r *run) decide(ctx context.Context, col *collector, oomKilled, hardKilled 
 		res.Stdout.Truncated = res.Stdout.Total > res.Stdout.Bytes
 		res.Stderr.Truncated = res.Stderr.Total > res.Stderr.Bytes
 		for _, l := range st.LimitsHit {
-			addLimit(res, l)
+			if knownLimit(l) {
+				addLimit(res, l)
+			}
 		}
 	}
 	if res.Stdout.Truncated || res.Stderr.Truncated {
@@ -443,7 +472,7 @@ func (r *run) decide(ctx context.Context, col *collector, oomKilled, hardKilled 
 		} else {
 			res.Status = sandbox.StatusFailed
 			if st.Signal != "" {
-				res.Cause = "killed by " + st.Signal
+				res.Cause = "killed by " + clip(st.Signal, 64)
 			}
 		}
 	}
@@ -459,6 +488,17 @@ func decidingLimit(hit []string) string {
 		}
 	}
 	return ""
+}
+
+// knownLimit reports whether l is the JSON name of a limit: the only
+// names a result lists as hit, whatever the sandbox's stream says.
+func knownLimit(l string) bool {
+	switch l {
+	case "wall_time_ms", "cpu_millis", "memory_bytes", "pids", "disk_bytes",
+		"output_bytes", "log_bytes", "file_count", "open_files", "file_size_bytes":
+		return true
+	}
+	return false
 }
 
 func addLimit(res *sandbox.Result, l string) {

@@ -5,8 +5,8 @@
 // verification live in the public sandbox package, which uses only the
 // standard library; this package only produces what sandbox verifies.
 //
-// It must never sign a job that is not sealed or a result without the
-// receipt it is chained to, never write or read an unencrypted private key,
-// and never read a password itself (from the environment or a terminal):
-// cmd/ passes the bytes in.
+// It must never sign a job that is not sealed, a result without the
+// receipt it is chained to or one over sandbox.MaxResultBytes, never write
+// or read an unencrypted private key, and never read a password itself
+// (from the environment or a terminal): cmd/ passes the bytes in.
 package receipt

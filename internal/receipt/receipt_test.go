@@ -12,6 +12,7 @@ import (
 	"encoding/json"
 	"encoding/pem"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -611,5 +612,57 @@ func TestNoEngineClient(t *testing.T) {
 				t.Errorf("internal/receipt depends on %s", d)
 			}
 		}
+	}
+}
+
+// What the signer makes of a result is never more than sandbox.ResultSize
+// says, nor more than the worst case for its number of artifacts, signed
+// by two keys as during a rotation; and it never signs more than
+// sandbox.MaxResultBytes.
+func TestSignCompletedStaysWithinTheBound(t *testing.T) {
+	other, err := NewEphemeralSigner()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := signer(t).WithName(strings.Repeat("n", 64)).AlsoSignWith(other)
+	if err != nil {
+		t.Fatal(err)
+	}
+	job := testJob(t, "job-1")
+	acc, err := s.SignAccepted(job, testFacts, testAt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := testResult(job)
+	res.ReceiptDigest = sandbox.DigestBytes(acc)
+	res.Artifacts = nil
+	for i := range 300 {
+		prefix := fmt.Sprintf("/work/out/%03d/", i)
+		res.Artifacts = append(res.Artifacts, sandbox.Artifact{
+			Path:   prefix + strings.Repeat(`"`, sandbox.MaxArtifactPathBytes-len(prefix)),
+			Digest: sandbox.DigestBytes([]byte{byte(i)}), Size: 1<<63 - 1, MediaType: "application/octet-stream",
+		})
+	}
+	env, err := s.SignCompleted(res, acc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	size, err := sandbox.ResultSize(res)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bound := sandbox.ResultBound(sandbox.Limits{FileCount: int64(len(res.Artifacts))})
+	if int64(len(env)) > size || size > bound {
+		t.Errorf("%d artifacts: signed %d bytes, ResultSize %d, ResultBound %d: want each at most the next", len(res.Artifacts), len(env), size, bound)
+	}
+
+	low := *s
+	low.maxResult = len(env) - 1 // the same result, over a bound just below it
+	if env, err := low.SignCompleted(res, acc); !errors.Is(err, sandbox.ErrTooLarge) {
+		t.Fatalf("a result over the bound: got %d bytes and %v, want an error matching sandbox.ErrTooLarge", len(env), err)
+	}
+	low.maxResult = len(env)
+	if _, err := low.SignCompleted(res, acc); err != nil {
+		t.Fatalf("a result at the bound: %v", err)
 	}
 }

@@ -28,6 +28,9 @@ type Signer struct {
 	name string
 	keys []signingKey // keys[0] is the primary: its id and kind go in the predicate
 	dsse signature.Signer
+	// maxResult bounds a signed result (0: sandbox.MaxResultBytes); tests
+	// lower it.
+	maxResult int
 }
 
 type signingKey struct {
@@ -145,8 +148,10 @@ func (s *Signer) SignAccepted(job sandbox.Job, facts sandbox.RuntimeFacts, at ti
 // SignCompleted signs the result of the job whose receipt is
 // receiptEnvelope. It sets res.ReceiptDigest to the receipt's
 // EnvelopeDigest (a different non-empty value is an error) and refuses a
-// receipt that is not the accepted statement of res's job. The receipt's
-// signatures are not checked here: the broker signed it itself.
+// receipt that is not the accepted statement of res's job, and a result
+// whose envelope would be over sandbox.MaxResultBytes (sandbox.ErrTooLarge).
+// The receipt's signatures are not checked here: the broker signed it
+// itself.
 func (s *Signer) SignCompleted(res sandbox.Result, receiptEnvelope []byte) ([]byte, error) {
 	digest, err := sandbox.EnvelopeDigest(receiptEnvelope)
 	if err != nil {
@@ -167,7 +172,20 @@ func (s *Signer) SignCompleted(res sandbox.Result, receiptEnvelope []byte) ([]by
 		return nil, fmt.Errorf("sign completed: %w", err)
 	}
 	pred := sandbox.Completion{Result: res, ReceiptDigest: digest, Broker: s.broker(res.Runtime.BrokerVersion)}
-	return s.signStatement(sandbox.PredicateCompleted, subjects, pred)
+	env, err := s.signStatement(sandbox.PredicateCompleted, subjects, pred)
+	if err != nil {
+		return nil, err
+	}
+	// The broker keeps results within the bound (its jobs' limits, and
+	// its own guard): a larger one is a bug, never handed to anyone.
+	max := s.maxResult
+	if max == 0 {
+		max = sandbox.MaxResultBytes
+	}
+	if len(env) > max {
+		return nil, fmt.Errorf("sign completed: result of job %s: %w: %d bytes signed, more than the %d of any result (sandbox.MaxResultBytes)", res.JobID, sandbox.ErrTooLarge, len(env), max)
+	}
+	return env, nil
 }
 
 func receiptIsFor(receiptEnvelope []byte, res sandbox.Result) error {

@@ -181,3 +181,25 @@ func TestResponsesMatchOpenAPI(t *testing.T) {
 	call("/v1/assess", "POST", "/v1/assess", []byte(`{"grader_job_id":"absent"}`))
 	call("/v1/assess", "POST", "/v1/assess", []byte(`{"unknown":1}`))
 }
+
+// The document bounds file_count where jobs are validated: at
+// sandbox.MaxFileCount, from the signed result's bound.
+func TestOpenAPIFileCountIsTheValidatedOne(t *testing.T) {
+	sch, err := loadOpenAPI(t).c.Compile("openapi.json#/components/schemas/Limits")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range []int64{0, sandbox.DefaultLimits().FileCount, sandbox.MaxFileCount, sandbox.MaxFileCount + 1, 1_000_000} {
+		l := sandbox.DefaultLimits()
+		l.FileCount = n
+		b, _ := json.Marshal(l)
+		var v any
+		if err := json.Unmarshal(b, &v); err != nil {
+			t.Fatal(err)
+		}
+		doc, valid := sch.Validate(v) == nil, l.Validate("limits") == nil
+		if doc != valid {
+			t.Errorf("file_count %d: the document accepts it: %v, Validate: %v", n, doc, valid)
+		}
+	}
+}

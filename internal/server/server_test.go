@@ -336,6 +336,16 @@ func TestRefusedSubmissionsChangeNothing(t *testing.T) {
 	noImage.Seal()
 	noImageJSON, _ := json.Marshal(noImage)
 	tampered := bytes.Replace(goodJSON, []byte(`"true"`), []byte(`"false"`), 1)
+	// Sealed as a client could seal it without validating: its digest
+	// matches, only its file_count is over what a signed result can list.
+	manyFiles := newJob(t, "many-files", "true")
+	manyFiles.Limits.FileCount = sandbox.MaxFileCount + 1
+	manyFiles.Digest = ""
+	var err error
+	if manyFiles.Digest, err = sandbox.SealedDigest(&manyFiles); err != nil {
+		t.Fatal(err)
+	}
+	manyFilesJSON, _ := json.Marshal(manyFiles)
 	blob := []byte("hello")
 	tests := []struct {
 		name, method, path string
@@ -347,6 +357,7 @@ func TestRefusedSubmissionsChangeNothing(t *testing.T) {
 		{"unknown field", "POST", "/v1/jobs", unknownJSON, 400, `unknown field "extra"`},
 		{"oversize body", "POST", "/v1/jobs", bytes.Repeat([]byte(" "), 4096), 413, "larger than 2048 bytes"},
 		{"digest does not match", "POST", "/v1/jobs", tampered, 400, "job.digest"},
+		{"file_count over the result's bound", "POST", "/v1/jobs", manyFilesJSON, 400, fmt.Sprintf("job.limits.file_count: %d is out of range [0, %d]", sandbox.MaxFileCount+1, sandbox.MaxFileCount)},
 		{"missing image", "POST", "/v1/jobs", noImageJSON, 422, "not present in the engine"},
 		{"wrong blob digest claim", "PUT", "/v1/blobs/" + sandbox.DigestBytes([]byte("other")), blob, 400, "digest mismatch"},
 		{"malformed blob digest", "PUT", "/v1/blobs/sha256:xyz", blob, 400, "sha256:<64 lowercase hex>"},

@@ -71,6 +71,12 @@ type Config struct {
 	MaxInput int64 `json:"max_input_bytes"`
 }
 
+// MaxArtifactPath bounds the path in a FileHeader: the collector rejects a
+// file whose path is longer (its Rejected frame names it), and the broker
+// refuses a header with a longer one. It is sandbox.MaxArtifactPathBytes
+// (this package links nothing outside the standard library).
+const MaxArtifactPath = 1024
+
 // FileHeader announces one artifact.
 type FileHeader struct {
 	Path string `json:"path"`

@@ -87,8 +87,19 @@ func (e *APIError) Unwrap() []error {
 	return nil
 }
 
+// maxAnswerBytes bounds an answer the client reads into memory. The
+// largest is a job's view: its signed result, at most
+// sandbox.MaxResultBytes, and its receipt, which carries the job (a daemon
+// takes in at most 1 MiB of a job's JSON: a receipt of a few MiB); 16 MiB
+// more covers the receipt and the view's other fields with room.
+const maxAnswerBytes = sandbox.MaxResultBytes + 16<<20
+
+// maxErrorBytes bounds an error answer the client reads.
+const maxErrorBytes = 1 << 20
+
 // do sends one request and decodes a JSON answer into out. A transport
-// error is returned as is; an error status as *APIError.
+// error is returned as is; an error status as *APIError; an answer over
+// maxAnswerBytes as an error wrapping sandbox.ErrTooLarge, never cut short.
 func (c *Client) do(ctx context.Context, method, path string, body []byte, out any) error {
 	var rd io.Reader
 	if body != nil {
@@ -106,9 +117,18 @@ func (c *Client) do(ctx context.Context, method, path string, body []byte, out a
 		return err
 	}
 	defer resp.Body.Close()
-	data, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
+	limit := int64(maxAnswerBytes)
+	if resp.StatusCode >= 300 {
+		limit = maxErrorBytes // a message: cut, it still says what failed
+	} else if resp.ContentLength > limit {
+		return tooLarge(method, path, resp.ContentLength)
+	}
+	data, err := io.ReadAll(io.LimitReader(resp.Body, limit+1))
 	if err != nil {
 		return err
+	}
+	if resp.StatusCode < 300 && int64(len(data)) > limit {
+		return tooLarge(method, path, -1)
 	}
 	if resp.StatusCode >= 300 {
 		ae := &APIError{StatusCode: resp.StatusCode}
@@ -126,6 +146,17 @@ func (c *Client) do(ctx context.Context, method, path string, body []byte, out a
 		}
 	}
 	return nil
+}
+
+// tooLarge is the error for an answer over maxAnswerBytes (of n bytes, if
+// the answer said).
+func tooLarge(method, path string, n int64) error {
+	size := fmt.Sprintf("more than %d bytes", maxAnswerBytes)
+	if n >= 0 {
+		size = fmt.Sprintf("%d bytes, more than %d", n, maxAnswerBytes)
+	}
+	return fmt.Errorf("sandboxd: %s %s: %w: the answer takes %s (a signed result is at most %d bytes, sandbox.MaxResultBytes)",
+		method, path, sandbox.ErrTooLarge, size, sandbox.MaxResultBytes)
 }
 
 // Submit dispatches job under its reserved id and returns its verified
@@ -157,7 +188,7 @@ func (c *Client) Submit(ctx context.Context, job sandbox.Job) (sandbox.SignedRec
 				}
 				return sandbox.SignedReceipt{}, fmt.Errorf("submit job %s: %w: %w", job.ID, ErrBusy, ctx.Err())
 			}
-		case errors.As(err, &ae) && ae.StatusCode < 500:
+		case errors.As(err, &ae) && ae.StatusCode < 500, errors.Is(err, sandbox.ErrTooLarge):
 			return sandbox.SignedReceipt{}, fmt.Errorf("submit job %s: %w", job.ID, err)
 		default:
 			// A transport error or a 5xx: the daemon may have accepted
@@ -249,7 +280,8 @@ func (c *Client) Wait(ctx context.Context, job sandbox.Job) (sandbox.SignedResul
 				return sandbox.SignedResult{}, fmt.Errorf("wait for job %s: %w: %w", job.ID, sandbox.ErrUncertain, ctx.Err())
 			}
 			continue
-		case errors.As(err, &ae) && ae.StatusCode < 500:
+		case errors.As(err, &ae) && ae.StatusCode < 500, errors.Is(err, sandbox.ErrTooLarge):
+			// An answer over the bound comes back the same if asked again.
 			return sandbox.SignedResult{}, fmt.Errorf("wait for job %s: %w", job.ID, err)
 		}
 		if !sleep(ctx, backoff) {

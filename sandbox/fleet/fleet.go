@@ -231,7 +231,7 @@ func Envelopes(ctx context.Context, co Coordinator, r Record) (receipt, result [
 
 // maxEnvelope bounds an envelope read from the blob store (a result is
 // bounded by sandbox.MaxResultBytes).
-const maxEnvelope = 128 << 20
+const maxEnvelope = sandbox.MaxResultBytes
 
 func envelope(ctx context.Context, co Coordinator, inline []byte, blob string) ([]byte, error) {
 	if blob == "" {

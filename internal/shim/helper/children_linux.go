@@ -240,8 +240,14 @@ func (c *collector) walk(dirfd int, dir string, depth int) error {
 	sort.Strings(names)
 	for _, name := range names {
 		p := dir + "/" + name
-		if len(p) > 4096 || !acceptableName(name) {
+		if !acceptableName(name) {
 			c.reject(sanitizeName(p), "unacceptable name (control character or invalid UTF-8)")
+			continue
+		}
+		if len(p) > shim.MaxArtifactPath {
+			// Nothing below it could be collected either: the signed
+			// result bounds each artifact's path (sandbox.MaxResultBytes).
+			c.reject(p, fmt.Sprintf("path longer than %d bytes", shim.MaxArtifactPath))
 			continue
 		}
 		var st unix.Stat_t

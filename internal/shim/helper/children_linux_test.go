@@ -184,6 +184,38 @@ func TestCollectRegularFilesOnly(t *testing.T) {
 	}
 }
 
+// A file whose path is longer than the signed result allows an artifact's
+// is rejected, not collected, and so is a directory whose path already is:
+// once, without what is below it.
+func TestCollectRejectsPathsOverTheBound(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "out")
+	// name is a path below out that makes out+"/"+name n bytes long.
+	name := func(n int, last string) string {
+		rest := n - len(out) - 1
+		var parts []string
+		for rest > 255 {
+			parts = append(parts, strings.Repeat("d", 200))
+			rest -= 201
+		}
+		return strings.Join(append(parts, strings.Repeat(last, rest)), "/")
+	}
+	at, over, dir := name(shim.MaxArtifactPath, "f"), name(shim.MaxArtifactPath+1, "f"), name(shim.MaxArtifactPath+1, "g")
+	tree(t, out, map[string]string{at: "at the bound", over: "over it", dir + "/f": "below a directory over it"})
+
+	got := collect(t, &shim.Config{Outputs: []string{out}, OutputBytes: 1 << 20, FileCount: 100})
+
+	if want := map[string]string{out + "/" + at: "at the bound"}; !reflect.DeepEqual(got.files, want) {
+		t.Errorf("collected files %v, want only the one at the bound", got.files)
+	}
+	wantRejected := map[string]string{
+		out + "/" + over: "path longer than 1024 bytes",
+		out + "/" + dir:  "path longer than 1024 bytes",
+	}
+	if r := reasons(got.rejected); !reflect.DeepEqual(r, wantRejected) {
+		t.Errorf("rejected:\n got %v\nwant %v", r, wantRejected)
+	}
+}
+
 // No component of an output directory's path may be a link.
 func TestCollectRefusesLinkedOutputDirectories(t *testing.T) {
 	root := t.TempDir()
