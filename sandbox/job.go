@@ -167,6 +167,11 @@ const (
 	maxArgs     = 4096
 	maxArgBytes = 128 * 1024
 	maxEnvVars  = 256
+	// maxEnvBytes bounds the environment as exec passes it (NAME=value
+	// and a NUL each): with argv it must fit what the kernel takes at
+	// exec (a quarter of the stack limit: 2 MiB under the usual 8 MiB),
+	// or the job's command could never start.
+	maxEnvBytes = 1 << 20
 	maxInputs   = 32
 	maxOutputs  = 16
 	maxPathLen  = 1024
@@ -211,6 +216,13 @@ func (j *Job) Validate() error {
 	}
 	if len(j.Env) > maxEnvVars {
 		return fieldErr("job.env", "%d variables (at most %d)", len(j.Env), maxEnvVars)
+	}
+	envBytes := 0
+	for k, v := range j.Env {
+		envBytes += len(k) + len(v) + 2
+	}
+	if envBytes > maxEnvBytes {
+		return fieldErr("job.env", "%d bytes (at most %d)", envBytes, maxEnvBytes)
 	}
 	for k, v := range j.Env {
 		if !envKeyRE.MatchString(k) {

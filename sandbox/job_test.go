@@ -2,6 +2,7 @@ package sandbox
 
 import (
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 )
@@ -36,6 +37,12 @@ func TestJobValidateNamesTheField(t *testing.T) {
 		{"argv NUL", func(j *Job) { j.Argv = []string{"a", "b\x00"} }, "job.argv[1]"},
 		{"env name", func(j *Job) { j.Env = map[string]string{"A=B": "x"} }, "job.env"},
 		{"env hostname", func(j *Job) { j.Env = map[string]string{"HOSTNAME": "x"} }, "job.env.HOSTNAME"},
+		{"env over exec's bound", func(j *Job) {
+			j.Env = map[string]string{}
+			for i := range 40 {
+				j.Env[fmt.Sprintf("PAD_%d", i)] = strings.Repeat("x", 32<<10)
+			}
+		}, "job.env"},
 		{"workdir relative", func(j *Job) { j.WorkDir = "work" }, "job.workdir"},
 		{"workdir outside", func(j *Job) { j.WorkDir = "/etc" }, "job.workdir"},
 		{"workdir unclean", func(j *Job) { j.WorkDir = "/work/../etc" }, "job.workdir"},
