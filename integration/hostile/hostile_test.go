@@ -290,6 +290,19 @@ func hostileCases() []hostile {
 			},
 		},
 		{
+			// The candidate's program, run through the exec service,
+			// detaches (a session of its own) keeping the grader's pipe:
+			// the end of the call kills it, so the grader's pipe ends and
+			// the grader's outcome stands. It held the grader until wall
+			// time (timed_out: inconclusive, the candidate's choice).
+			name: "exec-detach-holds-pipe", argv: sh(`/.sandboxd/shim exec /bin/sh -c 'setsid /bin/sh -c "sleep 1000" & echo started' | cat; echo "left=$(grep -l '^Uid:[[:space:]]*65533[[:space:]]' /proc/[0-9]*/status 2>/dev/null | wc -l)"; exit 3`),
+			mod: func(t *testing.T, j *sandbox.Job) { j.Limits.WallTimeMS = 15_000 },
+			check: func(t *testing.T, r sandbox.Result) {
+				want(t, r, sandbox.StatusFailed, 3)
+				wantStdout(t, r, "started\nleft=0\n")
+			},
+		},
+		{
 			name: "fd-bomb", probe: true, argv: []string{probePath, "fdbomb"},
 			mod: func(t *testing.T, j *sandbox.Job) { j.Limits.OpenFiles = 64 },
 			check: func(t *testing.T, r sandbox.Result) {
