@@ -56,14 +56,22 @@ func NATSServer(t testing.TB) string {
 	return bin
 }
 
-func freePort(t testing.TB) int {
+// freePorts returns n distinct loopback ports free now. Every listener is
+// held until all are picked: closed one by one, the kernel may hand the
+// same port out again (CI once gave a node's route port to another's
+// monitoring server, and the cluster never formed).
+func freePorts(t testing.TB, n int) []int {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+	var ports []int
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer l.Close()
+		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	return ports
 }
 
 // StartNATS starts an n-node cluster (1 is a single server) and waits
@@ -71,8 +79,9 @@ func freePort(t testing.TB) int {
 func StartNATS(t testing.TB, n int) *NATSCluster {
 	t.Helper()
 	c := &NATSCluster{t: t, bin: NATSServer(t), dir: t.TempDir()}
+	ports := freePorts(t, 3*n)
 	for i := range n {
-		c.Nodes = append(c.Nodes, &NATSNode{Name: fmt.Sprintf("n%d", i+1), ClientPort: freePort(t), RoutePort: freePort(t), HTTP: freePort(t)})
+		c.Nodes = append(c.Nodes, &NATSNode{Name: fmt.Sprintf("n%d", i+1), ClientPort: ports[3*i], RoutePort: ports[3*i+1], HTTP: ports[3*i+2]})
 	}
 	for _, node := range c.Nodes {
 		var routes []string
