@@ -253,11 +253,9 @@ func (d *daemon) kill() {
 }
 
 // removeKilledSelfchecks removes the isolation selfcheck containers a
-// SIGKILLed process of the daemon left. A selfcheck is never journaled, so
-// no start recovers it; the reaper removes it once its deadline label has
-// passed (until then it may be another process's of the same broker name),
-// a minute and more after the kill, longer than a test waits. One past its
-// deadline was the reaper's to remove, and stays a leftover.
+// SIGKILLed process of the daemon left with no start after it (the test's
+// last kill): a start removes them (TestStartRemovesWhatAKilledProcessLeft).
+// One past its deadline was the reaper's to remove, and stays a leftover.
 func (d *daemon) removeKilledSelfchecks(ctx context.Context) {
 	f := make(client.Filters).Add("label", broker.LabelBroker+"="+d.name, broker.LabelJob)
 	cs, err := env.Eng.ContainerList(ctx, client.ContainerListOptions{All: true, Filters: f})

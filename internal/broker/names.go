@@ -17,6 +17,11 @@ const (
 	LabelStream    = "sandboxd.stream"     // a job container's stream nonce (see shim.Hello)
 )
 
+// SelfcheckJobPrefix starts the id of every isolation selfcheck job
+// (internal/selfcheck): jobs no journal holds, so that a daemon can tell
+// the ones an earlier process of its name left.
+const SelfcheckJobPrefix = "selfcheck-"
+
 // Roles.
 const (
 	roleJob      = "job"

@@ -300,7 +300,7 @@ func (o Options) run(ctx context.Context, key Key) (*Report, error) {
 
 	env := map[string]string{"SANDBOXD_SELFCHECK": "1"}
 	job := sandbox.Job{
-		Schema: sandbox.JobSchema, ID: "selfcheck-" + randHex(6), Image: o.Image,
+		Schema: sandbox.JobSchema, ID: broker.SelfcheckJobPrefix + randHex(6), Image: o.Image,
 		Inputs: []sandbox.Input{
 			{Name: "probe", Digest: probeDigest, Path: probeDir},
 			{Name: "bundle", Digest: bundleDigest, Path: sandbox.BundlePath},

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/sandboxd/sandboxd/internal/broker"
@@ -36,13 +37,18 @@ func (s *Server) recover(ctx context.Context) error {
 	s.sweepOrphans(recs)
 	var open []journal.Record
 	bound := map[string]bool{}
+	openIDs := map[string]bool{}
 	for _, r := range recs {
 		if !r.State.Terminal() {
 			open = append(open, r)
+			openIDs[r.ID] = true
 			if r.ContainerID != "" {
 				bound[r.ContainerID] = true
 			}
 		}
+	}
+	if err := s.removeLeftovers(ctx, openIDs); err != nil {
+		return fmt.Errorf("recover: %w", err)
 	}
 	s.mu.Lock()
 	s.bound = bound
@@ -112,6 +118,37 @@ func (s *Server) recover(ctx context.Context) error {
 		s.m.reconcile.WithLabelValues("requeued").Inc()
 		s.log.Info("requeued accepted job", "job_id", rec.ID)
 		s.enqueue(rec.ID, false)
+	}
+	return nil
+}
+
+// removeLeftovers removes, before this process runs anything, what only a
+// live process of this broker uses and no journal record names: the
+// containers filling cache volumes and the isolation selfcheck's job
+// containers (never journaled), each left by an earlier process killed
+// mid-way (a daemon owns its broker name). The reaper would take a
+// selfcheck's only past its deadline, and a populate container never:
+// meanwhile each held the volumes it mounts, a half-filled one could not
+// be filled again, and the selfcheck (and every job needing the volume)
+// ended error.
+func (s *Server) removeLeftovers(ctx context.Context, open map[string]bool) error {
+	n, err := s.cfg.Broker.RemovePopulateContainers(ctx)
+	if err != nil {
+		return err
+	}
+	cs, err := s.cfg.Broker.ListJobContainers(ctx)
+	if err != nil {
+		return err
+	}
+	for _, c := range cs {
+		if strings.HasPrefix(c.JobID, broker.SelfcheckJobPrefix) && !open[c.JobID] {
+			s.cfg.Broker.RemoveJobContainer(c.ID)
+			n++
+		}
+	}
+	if n > 0 {
+		s.m.reconcile.WithLabelValues("reaped").Add(float64(n))
+		s.log.Info("removed what an earlier process left running (populate, selfcheck)", "containers", n)
 	}
 	return nil
 }

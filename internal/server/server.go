@@ -26,6 +26,7 @@ type Broker interface {
 	ListStalePoolContainers(ctx context.Context) ([]broker.JobContainer, error)
 	RemoveJobContainer(id string)
 	RemoveUnboundContainer(job sandbox.Job) error
+	RemovePopulateContainers(ctx context.Context) (int, error)
 }
 
 var _ Broker = (*broker.Broker)(nil)

@@ -38,6 +38,8 @@ type fakeBroker struct {
 	existing  []broker.JobContainer
 	stale     []broker.JobContainer // pooled containers of an earlier process
 	removed   []string
+	// populating counts the populate containers an earlier process left.
+	populating int
 	// removeUnboundErr is what RemoveUnboundContainer answers.
 	removeUnboundErr error
 	bindings         map[string]broker.Binding
@@ -161,6 +163,14 @@ func (f *fakeBroker) RemoveUnboundContainer(job sandbox.Job) error {
 	defer f.mu.Unlock()
 	f.removed = append(f.removed, "name:"+job.ID)
 	return f.removeUnboundErr
+}
+
+func (f *fakeBroker) RemovePopulateContainers(context.Context) (int, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	n := f.populating
+	f.populating = 0
+	return n, nil
 }
 
 func (f *fakeBroker) RemoveJobContainer(id string) {
@@ -563,6 +573,46 @@ func TestReapRemovesOnlyUnknownContainers(t *testing.T) {
 	defer f.fb.mu.Unlock()
 	if !slices.Equal(f.fb.removed, []string{"c-unknown"}) {
 		t.Errorf("got removed %v, want [c-unknown]", f.fb.removed)
+	}
+}
+
+// At start, before anything runs, the daemon removes what only a live
+// process of its name uses: populate containers and selfcheck job
+// containers (never journaled) an earlier, killed process left. A journaled
+// job's container is recovered, never removed, whatever its id.
+func TestStartRemovesAKilledProcesssSelfchecksAndPopulates(t *testing.T) {
+	signer, _ := receipt.NewEphemeralSigner()
+	var user sandbox.Job
+	seed := func(jr *journal.Journal) {
+		user = newJob(t, broker.SelfcheckJobPrefix+"user", "true") // a caller may name a job so
+		canon, _ := user.CanonicalJSON()
+		env, _ := signer.SignAccepted(user, sandbox.RuntimeFacts{}, time.Now())
+		if _, _, err := jr.Accept(user, canon, env, time.Now()); err != nil {
+			t.Fatal(err)
+		}
+	}
+	fb := newFake()
+	fb.populating = 2
+	fb.existing = []broker.JobContainer{
+		{ID: "c-selfcheck", JobID: broker.SelfcheckJobPrefix + "0a1b2c", JobDigest: testImage, Created: time.Now(), Deadline: time.Now().Add(time.Hour)},
+		{ID: "c-stranger", JobID: "stranger", JobDigest: testImage, Created: time.Now(), Deadline: time.Now().Add(time.Hour)},
+	}
+	f := newFixture(t, func(c *Config) { c.Broker, c.Signer = fb, signer }, seed)
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
+		if rec, _ := f.jr.Get(user.ID); rec.State.Terminal() {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the journaled job %s did not end", user.ID)
+		}
+	}
+	f.fb.mu.Lock()
+	defer f.fb.mu.Unlock()
+	if !slices.Equal(f.fb.removed, []string{"c-selfcheck"}) || f.fb.populating != 0 {
+		t.Errorf("removed %v and left %d populate containers, want [c-selfcheck] and none", f.fb.removed, f.fb.populating)
+	}
+	if got := f.fb.runs[user.ID]; got != 1 {
+		t.Errorf("the journaled job %s ran %d times, want 1", user.ID, got)
 	}
 }
 

@@ -74,6 +74,8 @@ func (f *fakeBroker) ListStalePoolContainers(context.Context) ([]broker.JobConta
 func (f *fakeBroker) RemoveJobContainer(string)                {}
 func (f *fakeBroker) RemoveUnboundContainer(sandbox.Job) error { return nil }
 
+func (f *fakeBroker) RemovePopulateContainers(context.Context) (int, error) { return 0, nil }
+
 // ranOnce fails the test unless the job was run exactly once.
 func (f *fakeBroker) ranOnce(t *testing.T, id string) {
 	t.Helper()
