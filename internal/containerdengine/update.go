@@ -79,6 +79,7 @@ func (e *Engine) Events(ctx context.Context, opts client.EventsListOptions) clie
 	wantEvents := opts.Filters["event"]
 	terms := labelTerms(opts.Filters)
 	known := map[string]map[string]string{} // container → last attributes seen
+	renamed := map[string]string{}          // container → the name its last rename event gave
 	attrs := func(id string) map[string]string {
 		if c, err := e.c.LoadContainer(ctx, id); err == nil {
 			if l, err := c.Labels(ctx); err == nil {
@@ -99,6 +100,7 @@ func (e *Engine) Events(ctx context.Context, opts client.EventsListOptions) clie
 				}
 				var id string
 				var action events.Action
+				var labels map[string]string // as the event has them
 				switch ev := v.(type) {
 				case *eventstypes.ContainerCreate:
 					id, action = ev.ID, events.ActionCreate
@@ -110,18 +112,32 @@ func (e *Engine) Events(ctx context.Context, opts client.EventsListOptions) clie
 					}
 					id, action = ev.ContainerID, events.ActionDie
 				case *eventstypes.ContainerUpdate:
-					id, action = ev.ID, events.ActionRename
+					id, action, labels = ev.ID, events.ActionRename, ev.Labels
 				default:
 					continue
 				}
 				a := attrs(id)
+				if labels != nil {
+					a = userLabels(labels)
+					a["name"] = labels[labelName]
+				}
 				if a == nil {
 					continue
 				}
-				prev := known[id]
 				known[id] = a
-				if action == events.ActionRename && (prev == nil || prev["name"] == a["name"]) {
-					continue // an update that did not rename it
+				// containerd keeps the id a container was made with; a
+				// rename changes its name label. An update's event carries
+				// its labels; other events' are read when handled, not as
+				// they were then: a subscriber behind the engine saw the
+				// new name already on the create and the start, and took
+				// the rename for another update (a soak under load lost a
+				// pooled sandbox's take). So a rename is an update whose
+				// name is not the id and not reported for it yet.
+				if action == events.ActionRename {
+					if a["name"] == "" || a["name"] == id || renamed[id] == a["name"] {
+						continue // an update that did not rename it
+					}
+					renamed[id] = a["name"]
 				}
 				if (len(wantEvents) > 0 && !wantEvents[string(action)]) || !matchLabels(a, terms) {
 					continue
