@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"context"
 	"crypto/sha256"
 	"fmt"
 	"os"
@@ -106,6 +107,16 @@ func burn(t *testing.T, n int) {
 	t.Cleanup(func() { close(stop); wg.Wait() })
 }
 
+// allEnded reports whether every job has ended on the daemon.
+func allEnded(ctx context.Context, d *daemon, jobs []sandbox.Job) bool {
+	for _, j := range jobs {
+		if st, err := d.client.Status(ctx, j.ID); err != nil || !st.Terminal() {
+			return false
+		}
+	}
+	return true
+}
+
 // TestSoakConcurrencyLimitAcrossSIGKILLs runs jobs through a daemon that
 // is SIGKILLed and restarted while they run: no job is lost or run twice,
 // every result verifies, accepted jobs run in acceptance order, and the
@@ -149,11 +160,23 @@ func TestSoakConcurrencyLimitAcrossSIGKILLs(t *testing.T) {
 		// Killed while every slot runs a job, so that the next start
 		// recovers them with seconds of their run left; a little apart,
 		// so that jobs get dispatched between the kills too.
+		// Near the end fewer jobs than slots may be left: after 10 s one
+		// running job will do, and none once the daemon has no job left
+		// (the kills stop there).
 		time.Sleep(1500 * time.Millisecond)
-		for deadline := time.Now().Add(time.Minute); watch.now() < limit; time.Sleep(20 * time.Millisecond) {
-			if time.Now().After(deadline) {
-				t.Fatalf("kill %d: %d job containers were never running at once within a minute", k+1, limit)
+		began, done := time.Now(), false
+		for want := limit; watch.now() < want && !done; time.Sleep(20 * time.Millisecond) {
+			switch waited := time.Since(began); {
+			case waited > time.Minute:
+				t.Fatalf("kill %d: no job container running within a minute", k+1)
+			case waited > 10*time.Second:
+				want = 1
+				done = allEnded(ctx, d, jobs)
 			}
+		}
+		if done {
+			t.Logf("every job ended after %d kills", k)
+			break
 		}
 		time.Sleep(300 * time.Millisecond)
 		t.Logf("kill %d with %d job containers running", k+1, watch.now())
@@ -212,14 +235,16 @@ func TestSoakConcurrencyLimitAcrossSIGKILLs(t *testing.T) {
 	var order []int // job indexes in the order they began running
 	for i, j := range jobs {
 		name := broker.ContainerName(d.name, j.ID, j.Digest)
-		// A container of the job that the daemon proved never ran the
-		// command (broker.ErrNotRun) started, or was taken, once more.
-		switch runs := w.runs[name] - d.notRun(j.ID); {
-		case runs > 1:
-			t.Errorf("job %s began running %d times (%d proven not run), want at most once", j.ID, runs, d.notRun(j.ID))
+		// Each proof that the job never ran the command (broker.ErrNotRun,
+		// or dispatched with no container bound) allows one container
+		// more: one that started or was taken before the helper's frame,
+		// or none at all (never started, never created).
+		switch runs, proofs := w.runs[name], d.notRun(j.ID); {
+		case runs > 1+proofs:
+			t.Errorf("job %s began running %d times (%d proven not run), want at most once more than proven", j.ID, runs, proofs)
 		case runs == 0 && statusOf[j.ID] == sandbox.StatusSucceeded:
 			t.Errorf("job %s succeeded but no container of it ever ran", j.ID)
-		case runs == 1:
+		case runs > 0:
 			order = append(order, i)
 		}
 	}
