@@ -655,21 +655,31 @@ func TestExecServiceLeavesNothingBehind(t *testing.T) {
 // pipe does not outlive its call: the end of the last call in flight kills
 // every code-uid process, so a grader reading the program's output through
 // a pipe gets its end. It held the pipe, and the grader, until wall time.
+// A detached process cannot keep itself alive by making a call of its own
+// (it is not in that call's session).
 func TestExecServiceCallLeavesNoDetachedProcess(t *testing.T) {
 	t.Parallel()
-	res := runJob(t, newJob(t, sh(`
-		/.sandboxd/shim exec /bin/sh -c 'setsid /bin/sh -c "echo detached; sleep 1000" & sleep 0.5; echo started' | cat
-		echo "left=$(grep -l '^Uid:[[:space:]]*65533[[:space:]]' /proc/[0-9]*/status 2>/dev/null | wc -l)"`), func(j *sandbox.Job) {
-		j.Limits.WallTimeMS = 15_000
-	}))
-	if res.Status != sandbox.StatusSucceeded {
-		t.Fatalf("status %s (%s), want succeeded: the grader waited on a detached program's pipe", res.Status, res.Cause)
-	}
-	out := stdout(t, res)
-	for _, want := range []string{"detached\n", "started\n", "left=0\n"} {
-		if !strings.Contains(out, want) {
-			t.Errorf("stdout lacks %q:\n%s", want, out)
-		}
+	for name, detached := range map[string]string{
+		"sleeps":            `echo detached; sleep 1000`,
+		"calls the service": `echo detached; /.sandboxd/shim exec /bin/sleep 1000`,
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			res := runJob(t, newJob(t, sh(`
+				/.sandboxd/shim exec /bin/sh -c 'setsid /bin/sh -c "`+detached+`" & sleep 0.5; echo started' | cat
+				echo "left=$(grep -l '^Uid:[[:space:]]*65533[[:space:]]' /proc/[0-9]*/status 2>/dev/null | wc -l)"`), func(j *sandbox.Job) {
+				j.Limits.WallTimeMS = 15_000
+			}))
+			if res.Status != sandbox.StatusSucceeded {
+				t.Fatalf("status %s (%s), want succeeded: the grader waited on a detached program's pipe", res.Status, res.Cause)
+			}
+			out := stdout(t, res)
+			for _, want := range []string{"detached\n", "started\n", "left=0\n"} {
+				if !strings.Contains(out, want) {
+					t.Errorf("stdout lacks %q:\n%s", want, out)
+				}
+			}
+		})
 	}
 }
 

@@ -54,11 +54,11 @@ const maxExecInFlight = 64
 // program's session, so a hung program cannot hold the client's pipes open
 // until the job's wall time; and when the program exits, what it left
 // running in its session is killed too. A process that starts a session of
-// its own escapes that, not the end of the last program in flight: then
-// every process of the code uid is killed before the call returns, so no
-// program, however it detached, outlives the calls of a grader that runs
-// one at a time (and none outlives the job: the kill of the code uid at
-// its end).
+// its own escapes that, not the end of the call: then every process of the
+// code uid outside the sessions of the calls still in flight is killed
+// before the call returns, so nothing a program left, however it detached,
+// outlives its call (and a detached process cannot keep itself alive by
+// making a call of its own: it is not in that call's session).
 type execService struct {
 	cfg  *shim.Config
 	ln   *net.UnixListener
@@ -67,9 +67,9 @@ type execService struct {
 	done chan struct{}
 
 	mu       sync.Mutex
-	stopped  bool // no program starts any more
-	started  bool // some program was (or is being) started as the code uid
-	inFlight int  // programs started (or being started) whose call has not ended
+	stopped  bool         // no program starts any more
+	started  bool         // some program was (or is being) started as the code uid
+	inFlight map[int]bool // the sessions (their leaders' pids) of the calls in flight
 }
 
 func startExecService(cfg *shim.Config) (*execService, error) {
@@ -77,7 +77,7 @@ func startExecService(cfg *shim.Config) (*execService, error) {
 	if err != nil {
 		return nil, fmt.Errorf("exec service: %w", err)
 	}
-	s := &execService{cfg: cfg, ln: ln, sem: make(chan struct{}, maxExecInFlight), done: make(chan struct{})}
+	s := &execService{cfg: cfg, ln: ln, sem: make(chan struct{}, maxExecInFlight), done: make(chan struct{}), inFlight: map[int]bool{}}
 	s.wg.Add(1)
 	go s.accept()
 	return s, nil
@@ -168,7 +168,9 @@ func (s *execService) serve(c *net.UnixConn) {
 		},
 	}
 	// Marked before the start, under the lock stop takes: once stop
-	// returns, either used reports this program or it never starts.
+	// returns, either used reports this program or it never starts. The
+	// start and its session's record are one step under the lock a call's
+	// end takes to kill what is outside the sessions in flight.
 	s.mu.Lock()
 	if s.stopped {
 		s.mu.Unlock()
@@ -176,13 +178,13 @@ func (s *execService) serve(c *net.UnixConn) {
 		return
 	}
 	s.started = true
-	s.inFlight++
-	s.mu.Unlock()
 	if err := cmd.Start(); err != nil {
-		s.callEnded()
+		s.mu.Unlock()
 		reply(ExecReply{ExitCode: 127, Error: err.Error()})
 		return
 	}
+	s.inFlight[cmd.Process.Pid] = true
+	s.mu.Unlock()
 	for _, f := range files {
 		f.Close() // the program holds them now
 	}
@@ -202,34 +204,60 @@ func (s *execService) serve(c *net.UnixConn) {
 		<-exited
 	case <-exited:
 	}
-	// Not reaped until cmd.Wait: the session's id is not reused meanwhile.
+	// Not reaped until cmd.Wait: the session's id is not reused meanwhile
+	// (nor, so, the record of the calls in flight).
 	s.endSession(pid)
+	s.callEnded(pid)
 	werr := cmd.Wait()
 	code, _ := exitStatus(cmd.ProcessState, werr)
-	s.callEnded()
 	reply(ExecReply{ExitCode: code})
 }
 
-// callEnded ends a call; the last one in flight kills every process of the
-// code uid (what escaped its session) before its reply. It holds the lock
-// a start takes, so no program of a new call starts during the kill.
-func (s *execService) callEnded() {
+// callEnded ends the call whose program led session sid: every live
+// process of the code uid outside the sessions of the calls still in
+// flight (what escaped its own session) is killed before the reply. It
+// holds the lock a start takes, so no program of a new call starts during
+// the kill. After stop, the job's end kills the code uid.
+func (s *execService) callEnded(sid int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.inFlight--
-	if s.inFlight > 0 || s.stopped {
-		return // the job's end kills the code uid
+	delete(s.inFlight, sid)
+	if s.stopped {
+		return
 	}
 	for range 100 {
-		if !anyAlive(s.cfg.CodeUID) {
+		stray := strayPIDs(s.cfg.CodeUID, s.inFlight)
+		if len(stray) == 0 {
 			return
 		}
 		asUID(s.cfg.CodeUID, func() {
-			for _, pid := range pidsOf(s.cfg.CodeUID) {
+			for _, pid := range stray {
 				unix.Kill(pid, unix.SIGKILL)
 			}
 		})
 	}
+}
+
+// strayPIDs lists the live (non-zombie) processes whose real uid is uid
+// and whose session is none of keep.
+func strayPIDs(uid int, keep map[int]bool) []int {
+	var out []int
+	for _, pid := range pidsOf(uid) {
+		b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+		if err != nil {
+			continue // gone
+		}
+		// pid (comm) state ppid pgrp session ...; comm may hold anything.
+		f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
+		if len(f) < 4 || f[0] == "Z" || f[0] == "X" {
+			continue
+		}
+		if sid, err := strconv.Atoi(f[3]); err == nil && keep[sid] {
+			continue
+		}
+		out = append(out, pid)
+	}
+	return out
 }
 
 // waitExited waits until process pid has exited, without reaping it.
