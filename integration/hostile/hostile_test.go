@@ -303,6 +303,16 @@ func hostileCases() []hostile {
 			},
 		},
 		{
+			// The same, the detached process keeping itself in a call of
+			// its own: it is not in that call's session.
+			name: "exec-detach-calls-service", argv: sh(`/.sandboxd/shim exec /bin/sh -c 'setsid /bin/sh -c "/.sandboxd/shim exec /bin/sleep 1000" & sleep 0.5; echo started' | cat; echo "left=$(grep -l '^Uid:[[:space:]]*65533[[:space:]]' /proc/[0-9]*/status 2>/dev/null | wc -l)"; exit 3`),
+			mod: func(t *testing.T, j *sandbox.Job) { j.Limits.WallTimeMS = 15_000 },
+			check: func(t *testing.T, r sandbox.Result) {
+				want(t, r, sandbox.StatusFailed, 3)
+				wantStdout(t, r, "started\nleft=0\n")
+			},
+		},
+		{
 			name: "fd-bomb", probe: true, argv: []string{probePath, "fdbomb"},
 			mod: func(t *testing.T, j *sandbox.Job) { j.Limits.OpenFiles = 64 },
 			check: func(t *testing.T, r sandbox.Result) {
