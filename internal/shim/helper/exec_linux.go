@@ -77,7 +77,7 @@ func startExecService(cfg *shim.Config) (*execService, error) {
 	if err != nil {
 		return nil, fmt.Errorf("exec service: %w", err)
 	}
-	s := &execService{cfg: cfg, ln: ln, sem: make(chan struct{}, maxExecInFlight), done: make(chan struct{}), inFlight: map[int]bool{}}
+	s := &execService{cfg: cfg, ln: ln, sem: make(chan struct{}, maxExecInFlight), done: make(chan struct{})}
 	s.wg.Add(1)
 	go s.accept()
 	return s, nil
@@ -182,6 +182,9 @@ func (s *execService) serve(c *net.UnixConn) {
 		s.mu.Unlock()
 		reply(ExecReply{ExitCode: 127, Error: err.Error()})
 		return
+	}
+	if s.inFlight == nil {
+		s.inFlight = map[int]bool{}
 	}
 	s.inFlight[cmd.Process.Pid] = true
 	s.mu.Unlock()
