@@ -667,7 +667,7 @@ func TestExecServiceCallLeavesNoDetachedProcess(t *testing.T) {
 			t.Parallel()
 			res := runJob(t, newJob(t, sh(`
 				/.sandboxd/shim exec /bin/sh -c 'setsid /bin/sh -c "`+detached+`" & sleep 0.5; echo started' | cat
-				echo "left=$(grep -l '^Uid:[[:space:]]*65533[[:space:]]' /proc/[0-9]*/status 2>/dev/null | wc -l)"`), func(j *sandbox.Job) {
+				echo "left=$(for f in /proc/[0-9]*/status; do grep -q '^Uid:[[:space:]]*65533[[:space:]]' $f 2>/dev/null && ! grep -q '^State:[[:space:]]*[ZX]' $f 2>/dev/null && echo x; done | wc -l)"`), func(j *sandbox.Job) {
 				j.Limits.WallTimeMS = 15_000
 			}))
 			if res.Status != sandbox.StatusSucceeded {

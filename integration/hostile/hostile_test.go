@@ -295,7 +295,7 @@ func hostileCases() []hostile {
 			// the end of the call kills it, so the grader's pipe ends and
 			// the grader's outcome stands. It held the grader until wall
 			// time (timed_out: inconclusive, the candidate's choice).
-			name: "exec-detach-holds-pipe", argv: sh(`/.sandboxd/shim exec /bin/sh -c 'setsid /bin/sh -c "sleep 1000" & echo started' | cat; echo "left=$(grep -l '^Uid:[[:space:]]*65533[[:space:]]' /proc/[0-9]*/status 2>/dev/null | wc -l)"; exit 3`),
+			name: "exec-detach-holds-pipe", argv: sh(`/.sandboxd/shim exec /bin/sh -c 'setsid /bin/sh -c "sleep 1000" & echo started' | cat; echo "left=$(for f in /proc/[0-9]*/status; do grep -q '^Uid:[[:space:]]*65533[[:space:]]' $f 2>/dev/null && ! grep -q '^State:[[:space:]]*[ZX]' $f 2>/dev/null && echo x; done | wc -l)"; exit 3`),
 			mod: func(t *testing.T, j *sandbox.Job) { j.Limits.WallTimeMS = 15_000 },
 			check: func(t *testing.T, r sandbox.Result) {
 				want(t, r, sandbox.StatusFailed, 3)
@@ -305,7 +305,7 @@ func hostileCases() []hostile {
 		{
 			// The same, the detached process keeping itself in a call of
 			// its own: it is not in that call's session.
-			name: "exec-detach-calls-service", argv: sh(`/.sandboxd/shim exec /bin/sh -c 'setsid /bin/sh -c "/.sandboxd/shim exec /bin/sleep 1000" & sleep 0.5; echo started' | cat; echo "left=$(grep -l '^Uid:[[:space:]]*65533[[:space:]]' /proc/[0-9]*/status 2>/dev/null | wc -l)"; exit 3`),
+			name: "exec-detach-calls-service", argv: sh(`/.sandboxd/shim exec /bin/sh -c 'setsid /bin/sh -c "/.sandboxd/shim exec /bin/sleep 1000" & sleep 0.5; echo started' | cat; echo "left=$(for f in /proc/[0-9]*/status; do grep -q '^Uid:[[:space:]]*65533[[:space:]]' $f 2>/dev/null && ! grep -q '^State:[[:space:]]*[ZX]' $f 2>/dev/null && echo x; done | wc -l)"; exit 3`),
 			mod: func(t *testing.T, j *sandbox.Job) { j.Limits.WallTimeMS = 15_000 },
 			check: func(t *testing.T, r sandbox.Result) {
 				want(t, r, sandbox.StatusFailed, 3)
