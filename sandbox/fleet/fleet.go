@@ -237,17 +237,23 @@ func envelope(ctx context.Context, co Coordinator, inline []byte, blob string) (
 	if blob == "" {
 		return inline, nil
 	}
-	rc, err := co.Blob(ctx, blob)
+	return readBlob(ctx, co, blob, maxEnvelope)
+}
+
+// readBlob reads a blob of at most max bytes, checked against its digest
+// (the coordinator's reader fails at EOF otherwise).
+func readBlob(ctx context.Context, co Coordinator, digest string, max int64) ([]byte, error) {
+	rc, err := co.Blob(ctx, digest)
 	if err != nil {
 		return nil, err
 	}
 	defer rc.Close()
-	b, err := io.ReadAll(io.LimitReader(rc, maxEnvelope+1))
+	b, err := io.ReadAll(io.LimitReader(rc, max+1))
 	if err != nil {
 		return nil, err
 	}
-	if len(b) > maxEnvelope {
-		return nil, fmt.Errorf("envelope %s is over %d bytes: %w", blob, maxEnvelope, sandbox.ErrTooLarge)
+	if int64(len(b)) > max {
+		return nil, fmt.Errorf("blob %s is larger than %d bytes: %w", digest, max, sandbox.ErrTooLarge)
 	}
 	return b, nil
 }

@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"time"
 
 	"github.com/sandboxd/sandboxd/sandbox"
@@ -135,17 +134,5 @@ func (r *Runner) PutBlob(ctx context.Context, digest string, content []byte) err
 // Blob fetches a blob (an artifact, a log) of at most max bytes, checked
 // against its digest.
 func (r *Runner) Blob(ctx context.Context, digest string, max int64) ([]byte, error) {
-	rc, err := r.co.Blob(ctx, digest)
-	if err != nil {
-		return nil, err
-	}
-	defer rc.Close()
-	b, err := io.ReadAll(io.LimitReader(rc, max+1))
-	if err != nil {
-		return nil, err
-	}
-	if int64(len(b)) > max {
-		return nil, fmt.Errorf("blob %s is larger than %d bytes: %w", digest, max, sandbox.ErrTooLarge)
-	}
-	return b, nil
+	return readBlob(ctx, r.co, digest, max)
 }
