@@ -47,9 +47,7 @@ func (s *Server) recover(ctx context.Context) error {
 			}
 		}
 	}
-	if err := s.removeLeftovers(ctx, openIDs); err != nil {
-		return fmt.Errorf("recover: %w", err)
-	}
+	s.removeLeftovers(ctx, openIDs)
 	s.mu.Lock()
 	s.bound = bound
 	s.mu.Unlock()
@@ -130,15 +128,16 @@ func (s *Server) recover(ctx context.Context) error {
 // selfcheck's only past its deadline, and a populate container never:
 // meanwhile each held the volumes it mounts, a half-filled one could not
 // be filled again, and the selfcheck (and every job needing the volume)
-// ended error.
-func (s *Server) removeLeftovers(ctx context.Context, open map[string]bool) error {
+// ended error. What it cannot remove is said and left (the daemon still
+// starts: a job needing such a volume ends error, naming it).
+func (s *Server) removeLeftovers(ctx context.Context, open map[string]bool) {
 	n, err := s.cfg.Broker.RemovePopulateContainers(ctx)
 	if err != nil {
-		return err
+		s.log.Warn("remove the populate containers an earlier process left", "error", err)
 	}
 	cs, err := s.cfg.Broker.ListJobContainers(ctx)
 	if err != nil {
-		return err
+		s.log.Warn("list the selfcheck containers an earlier process left", "error", err)
 	}
 	for _, c := range cs {
 		if strings.HasPrefix(c.JobID, broker.SelfcheckJobPrefix) && !open[c.JobID] {
@@ -150,7 +149,6 @@ func (s *Server) removeLeftovers(ctx context.Context, open map[string]bool) erro
 		s.m.reconcile.WithLabelValues("reaped").Add(float64(n))
 		s.log.Info("removed what an earlier process left running (populate, selfcheck)", "containers", n)
 	}
-	return nil
 }
 
 // startRecovery finishes a job through broker.Recover in the background.
