@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"hash"
 	"io"
+	"os"
 	"slices"
 	"strings"
 	"time"
@@ -239,7 +240,8 @@ func classify(err error) error {
 	case errors.Is(err, context.DeadlineExceeded), errors.Is(err, nats.ErrTimeout),
 		errors.Is(err, nats.ErrNoResponders), errors.Is(err, jetstream.ErrNoStreamResponse),
 		errors.Is(err, nats.ErrConnectionClosed), errors.Is(err, nats.ErrDisconnected),
-		errors.Is(err, nats.ErrNoServers), errors.Is(err, jetstream.ErrJetStreamNotEnabled):
+		errors.Is(err, nats.ErrNoServers), errors.Is(err, jetstream.ErrJetStreamNotEnabled),
+		errors.Is(err, os.ErrDeadlineExceeded):
 		return fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
 	// 503s, and a cluster still forming or short of peers (10005 "no
@@ -570,10 +572,13 @@ type checkedReader struct {
 func (c *checkedReader) Read(p []byte) (int, error) {
 	n, err := c.r.Read(p)
 	c.h.Write(p[:n])
-	if err == io.EOF {
+	switch {
+	case err == io.EOF:
 		if got := "sha256:" + hex.EncodeToString(c.h.Sum(nil)); got != c.want {
 			return n, fmt.Errorf("fleet: blob %s: its bytes hash to %s", c.want, got)
 		}
+	case err != nil:
+		return n, fmt.Errorf("fleet: read blob %s: %w", c.want, classify(err))
 	}
 	return n, err
 }

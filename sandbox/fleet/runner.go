@@ -16,9 +16,10 @@ import (
 type Runner struct {
 	co   Coordinator
 	keys sandbox.KeySet
-	// RideOut is how long a submit is tried again while the fleet does
-	// not answer (a stream leader's election takes seconds); beyond it
-	// the submit fails as uncertain. Default 20s.
+	// RideOut is how long a submit, an upload or a blob read is tried
+	// again while the fleet does not answer (a stream leader's election
+	// takes seconds); beyond it the call fails (a submit as uncertain).
+	// Default 20s.
 	RideOut time.Duration
 }
 
@@ -36,19 +37,11 @@ func NewRunner(co Coordinator, keys sandbox.KeySet) *Runner {
 // quorum) gives an error wrapping sandbox.ErrUncertain: the job may have
 // been queued; reconcile with the same job.
 func (r *Runner) Submit(ctx context.Context, job sandbox.Job) (sandbox.SignedReceipt, error) {
-	rec, err := r.co.Submit(ctx, job)
-	for began := time.Now(); errors.Is(err, ErrUnavailable) && time.Since(began) < r.RideOut; {
-		t := time.NewTimer(250 * time.Millisecond)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-		case <-t.C:
-		}
-		if ctx.Err() != nil {
-			break
-		}
+	var rec Record
+	err := r.rideOut(ctx, func() (err error) {
 		rec, err = r.co.Submit(ctx, job)
-	}
+		return err
+	})
 	switch {
 	case errors.Is(err, sandbox.ErrConflict), errors.Is(err, sandbox.ErrInvalid), errors.Is(err, sandbox.ErrTooLarge):
 		return sandbox.SignedReceipt{}, fmt.Errorf("submit job %s: %w", job.ID, err)
@@ -62,6 +55,25 @@ func (r *Runner) Submit(ctx context.Context, job sandbox.Job) (sandbox.SignedRec
 		}
 	}
 	return r.verifyReceipt(ctx, job, rec)
+}
+
+// rideOut calls f, and again every 250ms while it fails with
+// ErrUnavailable, for up to r.RideOut or until ctx ends; it returns f's
+// last error. f must be safe to repeat: a submit (the queue drops a
+// duplicate), an upload by digest, a read.
+func (r *Runner) rideOut(ctx context.Context, f func() error) error {
+	err := f()
+	for began := time.Now(); errors.Is(err, ErrUnavailable) && time.Since(began) < r.RideOut; {
+		t := time.NewTimer(250 * time.Millisecond)
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return err
+		case <-t.C:
+		}
+		err = f()
+	}
+	return err
 }
 
 func (r *Runner) verifyReceipt(ctx context.Context, job sandbox.Job, rec Record) (sandbox.SignedReceipt, error) {
@@ -126,13 +138,21 @@ func (r *Runner) Status(ctx context.Context, id string) (Record, error) {
 	return r.co.Record(ctx, id)
 }
 
-// PutBlob uploads content (a bundle, a workspace) under its digest.
+// PutBlob uploads content (a bundle, a workspace) under its digest,
+// riding out a fleet that does not answer for a while.
 func (r *Runner) PutBlob(ctx context.Context, digest string, content []byte) error {
-	return r.co.PutBlob(ctx, digest, int64(len(content)), bytes.NewReader(content))
+	return r.rideOut(ctx, func() error {
+		return r.co.PutBlob(ctx, digest, int64(len(content)), bytes.NewReader(content))
+	})
 }
 
 // Blob fetches a blob (an artifact, a log) of at most max bytes, checked
-// against its digest.
-func (r *Runner) Blob(ctx context.Context, digest string, max int64) ([]byte, error) {
-	return readBlob(ctx, r.co, digest, max)
+// against its digest, riding out a fleet that does not answer for a
+// while (a read cut by a node's loss starts again).
+func (r *Runner) Blob(ctx context.Context, digest string, max int64) (b []byte, err error) {
+	err = r.rideOut(ctx, func() (err error) {
+		b, err = readBlob(ctx, r.co, digest, max)
+		return err
+	})
+	return b, err
 }
