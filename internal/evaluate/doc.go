@@ -1,16 +1,22 @@
-// Package evaluate runs one candidate against one evaluator bundle end to
-// end: the candidate job (when the bundle declares one), the grader job
-// with the candidate's export mounted read-only, the bundle's control
-// runs, a signed receipt and result for every job (verified again against
-// the broker's own key), and the supervisor's assessment.
+// Package evaluate owns what an evaluation is. An Evaluation, built once
+// from a bundle (Of, or New from a manifest checked by digest) and the
+// host's runtime, holds everything the bundle prescribes: the candidate
+// job on a workspace and the grader job on what it exported (or on the
+// workspace itself without a candidate command), under ids JobID names or
+// a caller reserved (Plan); the hand-over of the candidate's export, with
+// the reader rules' word on it (Handover); the controls' workspaces,
+// rebuilt from the bundle's layer (ControlWorkspace); and the judging of a
+// set of verified results (Accept takes only the prescribed jobs, Evidence
+// and Judge give them to the supervisor).
 //
-// It is the one sequence `sandboxd run` and the daemon share, and the one
-// definition of what an evaluation is: the jobs a bundle prescribes
-// (CandidateJob, GraderJob, with ids JobID names), the control workspaces
-// rebuilt from the bundle (ControlWorkspace), and the supervisor's evidence
-// of them (Evidence, AssessRun), which a run, the daemon's assess endpoint
-// and a re-check of an evidence directory all build the same way. It never
-// reads a verdict from stdout or stderr, never lets a candidate's job see
-// the bundle, and never gives the grader anything of the candidate's but
-// the read-only export.
+// Whoever runs or judges an evaluation only supplies results to it: Run
+// (`sandboxd run`) runs each control's jobs and the candidate's, signs a
+// receipt and a result for every job (verified again against the signer's
+// own key) and judges them; the daemon's plan and assess endpoints answer
+// its Plan and judge what Accept takes; the evidence check (`sandboxd
+// assess`) rebuilds every expected job and export from it and judges
+// again. It never reads a verdict from stdout or stderr, never lets a
+// candidate's job see the bundle, and never gives the grader anything of
+// the candidate's but the read-only export. A candidate export the reader
+// rules refuse is evidence (the verdict is failed), not an error.
 package evaluate

@@ -88,41 +88,42 @@ type ControlRun struct {
 // because the broker or the engine failed.
 var ErrInfrastructure = errors.New("infrastructure error")
 
-// Run evaluates the workspace against the bundle.
+// Run evaluates the workspace against the bundle: each control the bundle
+// declares on its own workspace, then the candidate's, each job signed and
+// its result verified, then the supervisor's judgement of them all, and,
+// unless inconclusive, the signed test-result statement.
 func Run(ctx context.Context, d Deps, req Request) (*Outcome, error) {
 	if req.RunID == "" {
 		var r [6]byte
 		rand.Read(r[:])
 		req.RunID = "run-" + hex.EncodeToString(r[:])
 	}
-	m := req.Bundle.Manifest
-	out := &Outcome{RunID: req.RunID}
-	policy, err := PolicyOf(m)
+	e, err := Of(req.Bundle, req.Runtime)
 	if err != nil {
 		return nil, err
 	}
-
-	controls := map[supervisor.ControlKind]Evaluation{}
-	for _, kind := range policy.Controls {
-		step := progress.Start(d.Progress, fmt.Sprintf("control %s: extracting %s from the bundle", kind, ControlDir(m, kind)))
-		ws, err := ControlWorkspace(ctx, d.Blobs, req.Bundle, kind)
+	out := &Outcome{RunID: req.RunID}
+	controls := map[supervisor.ControlKind]Results{}
+	for _, kind := range e.Policy.Controls {
+		step := progress.Start(d.Progress, fmt.Sprintf("control %s: extracting %s from the bundle", kind, ControlDir(e.Manifest, kind)))
+		ws, err := e.ControlWorkspace(ctx, d.Blobs, kind)
 		step.End(outcome(err))
 		if err != nil {
 			return nil, fmt.Errorf("control %s: %w", kind, err)
 		}
-		ev, err := d.runEvaluation(ctx, out, req, string(kind), ws)
+		r, err := d.runWorkspace(ctx, out, e, string(kind), ws)
 		if err != nil {
 			return nil, fmt.Errorf("control %s: %w", kind, err)
 		}
-		controls[kind] = ev
+		controls[kind] = r
 	}
-	ev, err := d.runEvaluation(ctx, out, req, "", req.WorkspaceDigest)
+	r, err := d.runWorkspace(ctx, out, e, "", req.WorkspaceDigest)
 	if err != nil {
 		return nil, err
 	}
-	judge := func(e supervisor.Evidence) (supervisor.Assessment, []byte, error) {
-		step := progress.Start(d.Progress, "assessing "+e.Grader.JobID)
-		a, raw, err := d.Supervisor.Assess(ctx, e)
+	judge := func(ev supervisor.Evidence) (supervisor.Assessment, []byte, error) {
+		step := progress.Start(d.Progress, "assessing "+ev.Grader.JobID)
+		a, raw, err := d.Supervisor.Assess(ctx, ev)
 		step.End(outcome(err))
 		if err != nil {
 			return supervisor.Assessment{}, nil, fmt.Errorf("assess: %w", err)
@@ -131,7 +132,7 @@ func Run(ctx context.Context, d Deps, req Request) (*Outcome, error) {
 	}
 	var a supervisor.Assessment
 	var raw []byte
-	out.Controls, a, raw, err = AssessRun(d.Blobs, req.Bundle.Digest, m.Image, policy, controls, ev, judge)
+	out.Controls, a, raw, err = e.Judge(d.Blobs, controls, r, judge)
 	if err != nil {
 		return nil, err
 	}
@@ -178,37 +179,34 @@ func outcome(err error) string {
 	return "done"
 }
 
-// runEvaluation runs the candidate job (if declared) and the grader job
-// for one workspace.
-func (d Deps) runEvaluation(ctx context.Context, out *Outcome, req Request, control, workspace string) (Evaluation, error) {
-	m := req.Bundle.Manifest
-	ev := Evaluation{Workspace: workspace}
-	export := workspace
-	if err := CheckRules(d.Blobs, m, workspace); err != nil {
-		return Evaluation{}, fmt.Errorf("workspace %s: %w", workspace, err)
+// runWorkspace runs the jobs of one workspace under the run's ids: the
+// candidate job (if the bundle has a candidate command), then the grader on
+// what it handed over, or on the workspace itself.
+func (d Deps) runWorkspace(ctx context.Context, out *Outcome, e *Evaluation, control, workspace string) (Results, error) {
+	if err := CheckRules(d.Blobs, e.Manifest, workspace); err != nil {
+		return Results{}, fmt.Errorf("workspace %s: %w", workspace, err)
 	}
-	if m.Candidate != nil {
-		rec, err := d.runJob(ctx, Role(control, RoleCandidate), CandidateJob(m, req.Bundle.Digest, workspace, JobID(req.RunID, control, RoleCandidate), req.Runtime))
+	r := Results{Workspace: workspace}
+	export := workspace
+	if e.HasCandidate() {
+		rec, err := d.runJob(ctx, Role(control, RoleCandidate), e.CandidateJob(workspace, JobID(out.RunID, control, RoleCandidate)))
 		if err != nil {
-			return Evaluation{}, err
+			return Results{}, err
 		}
 		out.Jobs = append(out.Jobs, *rec)
-		ev.Candidate = &rec.Result
-		if export, err = ExportOf(ctx, d.Blobs, rec.Result, m.DefaultLimits); err != nil {
-			return Evaluation{}, fmt.Errorf("candidate export: %w", err)
+		x, err := e.Handover(ctx, d.Blobs, rec.Result)
+		if err != nil {
+			return Results{}, err
 		}
-		if err := CheckRules(d.Blobs, m, export); err != nil {
-			return Evaluation{}, fmt.Errorf("candidate export: %w: %w", ErrCandidateExport, err)
-		}
+		r.Candidate, r.ExportRefused, export = &rec.Result, x.Refused, x.Digest
 	}
-	g := GraderJob(m, req.Bundle.Digest, req.Bundle.LayerDigest, export, JobID(req.RunID, control, RoleGrader), req.Runtime)
-	grader, err := d.runJob(ctx, Role(control, RoleGrader), g)
+	grader, err := d.runJob(ctx, Role(control, RoleGrader), e.GraderJob(export, JobID(out.RunID, control, RoleGrader)))
 	if err != nil {
-		return Evaluation{}, err
+		return Results{}, err
 	}
 	out.Jobs = append(out.Jobs, *grader)
-	ev.Grader = grader.Result
-	return ev, nil
+	r.Grader = grader.Result
+	return r, nil
 }
 
 // The two jobs of an evaluation.
@@ -247,111 +245,6 @@ func ParseJobID(id string) (runID, control, role string, ok bool) {
 		}
 	}
 	return "", "", "", false
-}
-
-// Evaluation is one workspace's judged jobs: the grader's result and, when
-// the bundle has a candidate command, the candidate job's.
-type Evaluation struct {
-	Workspace string
-	Candidate *sandbox.Result // nil: the grader graded the workspace itself
-	Grader    sandbox.Result
-}
-
-// Evidence is what the supervisor judges one evaluation on, with the
-// grader's report artifact opened from blobs (left nil when it cannot be
-// opened: the supervisor then finds the report unavailable). done closes
-// the report. It is the one place the supervisor's evidence is built.
-func Evidence(blobs *store.Store, bundleDigest, imageID string, p supervisor.Policy, e Evaluation, controls []supervisor.ControlOutcome) (ev supervisor.Evidence, done func()) {
-	ev = supervisor.Evidence{
-		BundleDigest:       bundleDigest,
-		ImageID:            imageID,
-		CandidateJobDigest: e.Grader.JobDigest,
-		WorkspaceDigest:    e.Workspace,
-		Policy:             p,
-		Grader:             e.Grader,
-		Controls:           controls,
-	}
-	if e.Candidate != nil {
-		ev.CandidateJobDigest = e.Candidate.JobDigest
-		ev.Candidate = e.Candidate
-	}
-	done = func() {}
-	if a, ok := e.Grader.Artifact(p.ReportPath); ok {
-		if f, err := blobs.Open(a.Digest); err == nil {
-			ev.Report = f
-			done = func() { f.Close() }
-		}
-	}
-	return ev, done
-}
-
-// AssessFunc assesses one evidence: the supervisor's Assess, which
-// retains the assessment, or supervisor.Judge for a re-check that keeps
-// nothing.
-type AssessFunc func(supervisor.Evidence) (supervisor.Assessment, []byte, error)
-
-// AssessRun judges the evaluations of one run: each control the policy
-// declares that has an evaluation, alone (its policy without controls),
-// then the candidate's with the controls' outcomes. A declared control
-// without an evaluation is left to the candidate's assessment, which then
-// finds it missing.
-func AssessRun(blobs *store.Store, bundleDigest, imageID string, p supervisor.Policy, controls map[supervisor.ControlKind]Evaluation, candidate Evaluation, judge AssessFunc) ([]ControlRun, supervisor.Assessment, []byte, error) {
-	var runs []ControlRun
-	var outcomes []supervisor.ControlOutcome
-	cp := p
-	cp.Controls = nil
-	for _, kind := range p.Controls {
-		e, ok := controls[kind]
-		if !ok {
-			continue
-		}
-		ev, done := Evidence(blobs, bundleDigest, imageID, cp, e, nil)
-		a, raw, err := judge(ev)
-		done()
-		if err != nil {
-			return nil, supervisor.Assessment{}, nil, fmt.Errorf("control %s: %w", kind, err)
-		}
-		runs = append(runs, ControlRun{Kind: kind, WorkspaceDigest: e.Workspace, Assessment: a, AssessmentJSON: raw})
-		outcomes = append(outcomes, supervisor.ControlFrom(kind, a, raw))
-	}
-	ev, done := Evidence(blobs, bundleDigest, imageID, p, candidate, outcomes)
-	defer done()
-	a, raw, err := judge(ev)
-	if err != nil {
-		return nil, supervisor.Assessment{}, nil, err
-	}
-	return runs, a, raw, nil
-}
-
-// CandidateJob is the job that runs a bundle's candidate command on a
-// workspace (unsealed), on runtime (runc or runsc; "" is runc: the host's
-// policy chooses it, never the bundle or the candidate). It is the only
-// form a candidate job of an evaluation may have: whoever judges one
-// rebuilds it and compares digests.
-func CandidateJob(m bundle.Manifest, bundleDigest, workspace, id, runtime string) sandbox.Job {
-	var argv []string // a bundle without a candidate command has no candidate job: argv stays empty, which no job validates with
-	if m.Candidate != nil {
-		argv = m.Candidate.Argv
-	}
-	return sandbox.Job{
-		Schema: sandbox.JobSchema, ID: id, Image: m.Image, Bundle: bundleDigest,
-		Inputs:  []sandbox.Input{{Name: "workspace", Digest: workspace, Path: sandbox.WorkPath, Writable: true}},
-		Argv:    argv,
-		Env:     map[string]string{"SANDBOXD_EXPORT": ExportPath},
-		WorkDir: sandbox.WorkPath, Outputs: []string{ExportPath},
-		Limits: m.DefaultLimits, Network: sandbox.NetworkNone, Runtime: runtimeOr(runtime),
-	}
-}
-
-// GraderJob is the job that runs a bundle's grader on an export (unsealed),
-// with the bundle layer and the export read-only: the grader template with
-// the export appended at sandbox.CandidateExportPath, as sandbox.GraderJob
-// appends it. As for CandidateJob, a grader job is judged only if it is
-// exactly this one. It runs on runtime, as CandidateJob does.
-func GraderJob(m bundle.Manifest, bundleDigest, layerDigest, export, id, runtime string) sandbox.Job {
-	g := GraderTemplate(m, bundleDigest, layerDigest, id, runtime)
-	g.Inputs = append(g.Inputs, sandbox.Input{Name: sandbox.CandidateExportInput, Digest: export, Path: sandbox.CandidateExportPath})
-	return g
 }
 
 func runtimeOr(r string) string {
@@ -470,10 +363,9 @@ func ControlDir(m bundle.Manifest, kind supervisor.ControlKind) string {
 	return ""
 }
 
-// ControlWorkspace re-roots a control's directory of the bundle's layer as
-// a workspace of its own, ingests it into blobs and returns its digest:
-// the only workspace an evaluation of that control may have.
-func ControlWorkspace(ctx context.Context, blobs *store.Store, b *bundle.Bundle, kind supervisor.ControlKind) (string, error) {
+// controlWorkspace re-roots a control's directory of the bundle's layer as
+// a workspace of its own, ingests it into blobs and returns its digest.
+func controlWorkspace(ctx context.Context, blobs *store.Store, b *bundle.Bundle, kind supervisor.ControlKind) (string, error) {
 	dir := ControlDir(b.Manifest, kind)
 	if dir == "" {
 		return "", fmt.Errorf("the bundle declares no %s control: %w", kind, sandbox.ErrInvalid)

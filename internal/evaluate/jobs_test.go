@@ -19,16 +19,10 @@ func TestSameJobRefusesAnyOtherJob(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	m := b.Manifest
+	e := mustOf(t, b, "")
 	export := "sha256:" + strings.Repeat("e", 64)
-	sealed := func(j sandbox.Job) sandbox.Job {
-		if err := j.Seal(); err != nil {
-			t.Fatal(err)
-		}
-		return j
-	}
-	want := GraderJob(m, b.Digest, b.LayerDigest, export, "g", "")
-	if err := SameJob("grader", sealed(want), want); err != nil {
+	want := e.GraderJob(export, "g")
+	if err := SameJob("grader", sealed(t, want), want); err != nil {
 		t.Fatalf("the bundle's own grader job: %v", err)
 	}
 	for name, change := range map[string]func(*sandbox.Job){
@@ -42,9 +36,9 @@ func TestSameJobRefusesAnyOtherJob(t *testing.T) {
 		"runtime":                  func(j *sandbox.Job) { j.Runtime = sandbox.RuntimeRunsc },
 	} {
 		t.Run(name, func(t *testing.T) {
-			got := GraderJob(m, b.Digest, b.LayerDigest, export, "g", "")
+			got := e.GraderJob(export, "g")
 			change(&got)
-			if err := SameJob("grader", sealed(got), want); err == nil {
+			if err := SameJob("grader", sealed(t, got), want); err == nil {
 				t.Fatal("a changed grader job was accepted")
 			}
 		})
@@ -86,17 +80,17 @@ func TestEvidence(t *testing.T) {
 	grader := sandbox.Result{JobID: "g", JobDigest: d("1"), Artifacts: []sandbox.Artifact{{Path: p.ReportPath, Digest: report, Size: 2}}}
 	cand := sandbox.Result{JobID: "c", JobDigest: d("2")}
 	for name, tc := range map[string]struct {
-		e          Evaluation
+		e          Results
 		wantJob    string
 		wantReport bool
 	}{
-		"grader alone":         {Evaluation{Workspace: d("3"), Grader: grader}, d("1"), true},
-		"with a candidate job": {Evaluation{Workspace: d("3"), Grader: grader, Candidate: &cand}, d("2"), true},
-		"report not in the store": {Evaluation{Grader: sandbox.Result{JobDigest: d("1"), Artifacts: []sandbox.Artifact{{Path: p.ReportPath, Digest: d("4")}}}},
+		"grader alone":         {Results{Workspace: d("3"), Grader: grader}, d("1"), true},
+		"with a candidate job": {Results{Workspace: d("3"), Grader: grader, Candidate: &cand}, d("2"), true},
+		"report not in the store": {Results{Grader: sandbox.Result{JobDigest: d("1"), Artifacts: []sandbox.Artifact{{Path: p.ReportPath, Digest: d("4")}}}},
 			d("1"), false},
 	} {
 		t.Run(name, func(t *testing.T) {
-			ev, done := Evidence(blobs, d("5"), d("6"), p, tc.e, nil)
+			ev, done := evidenceOf(blobs, d("5"), d("6"), p, tc.e, nil)
 			defer done()
 			if ev.CandidateJobDigest != tc.wantJob || (ev.Candidate != nil) != (tc.e.Candidate != nil) || ev.WorkspaceDigest != tc.e.Workspace {
 				t.Errorf("candidate job %s (result given: %t), workspace %q; want %s, %t, %q", ev.CandidateJobDigest, ev.Candidate != nil, ev.WorkspaceDigest, tc.wantJob, tc.e.Candidate != nil, tc.e.Workspace)
@@ -121,8 +115,9 @@ func TestJobsRunOnTheHostsRuntime(t *testing.T) {
 		if want == "" {
 			want = sandbox.RuntimeRunc
 		}
-		g := GraderJob(b.Manifest, b.Digest, b.LayerDigest, export, "g", rt)
-		c := CandidateJob(b.Manifest, b.Digest, export, "c", rt)
+		e := mustOf(t, b, rt)
+		g := e.GraderJob(export, "g")
+		c := e.CandidateJob(export, "c")
 		if g.Runtime != want || c.Runtime != want {
 			t.Errorf("runtime %q: grader %q candidate %q, want %q", rt, g.Runtime, c.Runtime, want)
 		}
@@ -142,24 +137,37 @@ func TestPlanRunsOnTheHostsRuntime(t *testing.T) {
 	noCandidate.Candidate = nil
 	for _, rt := range []string{"", sandbox.RuntimeRunc, sandbox.RuntimeRunsc} {
 		want := runtimeOr(rt)
-		p, err := Plan(b.Manifest, b.Digest, b.LayerDigest, ws, "c", "g", rt)
+		e := mustOf(t, b, rt)
+		p, err := e.Plan(ws, "c", "g")
 		if err != nil {
 			t.Fatal(err)
 		}
 		if p.Candidate == nil || p.Candidate.Runtime != want || p.Grader.Runtime != want {
 			t.Errorf("runtime %q: candidate %+v grader %q, want %q", rt, p.Candidate, p.Grader.Runtime, want)
 		}
-		if p.Candidate != nil && p.Candidate.Digest != sealed(t, CandidateJob(b.Manifest, b.Digest, ws, "c", rt)).Digest {
+		if p.Candidate != nil && p.Candidate.Digest != sealed(t, e.CandidateJob(ws, "c")).Digest {
 			t.Errorf("runtime %q: the plan's candidate job is not the one an evaluation runs", rt)
 		}
-		p, err = Plan(noCandidate, b.Digest, b.LayerDigest, ws, "c", "g", rt)
+		nc, err := New(noCandidate, b.Digest, b.LayerDigest, rt)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if p.Grader.Digest != sealed(t, GraderJob(noCandidate, b.Digest, b.LayerDigest, ws, "g", rt)).Digest {
+		if p, err = nc.Plan(ws, "c", "g"); err != nil {
+			t.Fatal(err)
+		}
+		if p.Grader.Digest != sealed(t, nc.GraderJob(ws, "g")).Digest {
 			t.Errorf("runtime %q: the plan's grader job is not the one an evaluation runs (runtime %q)", rt, p.Grader.Runtime)
 		}
 	}
+}
+
+func mustOf(t *testing.T, b *bundle.Bundle, runtime string) *Evaluation {
+	t.Helper()
+	e, err := Of(b, runtime)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e
 }
 
 func sealed(t *testing.T, j sandbox.Job) sandbox.Job {
@@ -176,7 +184,7 @@ func sealed(t *testing.T, j sandbox.Job) sandbox.Job {
 func TestCandidateJobOfABundleWithoutCandidate(t *testing.T) {
 	var m bundle.Manifest
 	m.Image = "sha256:" + strings.Repeat("a", 64)
-	j := CandidateJob(m, "", "", "c", "")
+	j := (&Evaluation{Manifest: m}).CandidateJob("", "c")
 	if len(j.Argv) != 0 {
 		t.Fatalf("got argv %q, want none", j.Argv)
 	}

@@ -87,11 +87,11 @@ type Report struct {
 // policy cannot be used; everything about the evidence is a problem in the
 // report.
 func (d *Dir) Check(ctx context.Context, keys sandbox.KeySet, b *bundle.Bundle) (*Report, error) {
-	policy, err := evaluate.PolicyOf(b.Manifest)
+	e, err := evaluate.Of(b, "")
 	if err != nil {
 		return nil, err
 	}
-	a := &checker{ctx: ctx, root: d.root, keys: keys, idx: d.Index, bundle: b, policy: policy}
+	a := &checker{ctx: ctx, root: d.root, keys: keys, idx: d.Index, bundle: b, eval: e, policy: e.Policy}
 	tmp, err := os.MkdirTemp("", "sandboxd-assess-")
 	if err != nil {
 		return nil, fmt.Errorf("scratch store: %w", err)
@@ -117,6 +117,9 @@ type checker struct {
 	keys   sandbox.KeySet
 	idx    Index
 	bundle *bundle.Bundle
+	// eval is what the bundle prescribes; the evidence's jobs must be
+	// its jobs, and their results are judged by it again.
+	eval   *evaluate.Evaluation
 	policy supervisor.Policy
 	// scratch holds the verified artifacts the checks rebuild from.
 	scratch *store.Store
@@ -133,6 +136,9 @@ type checker struct {
 // evaluation is the candidate or grader jobs of one workspace, verified.
 type evaluation struct {
 	candidate, grader *verifiedJob
+	// exportRefused is the reader rules' word on the candidate's export,
+	// rebuilt by checkExport.
+	exportRefused string
 }
 
 type verifiedJob struct {
@@ -236,7 +242,7 @@ func (a *checker) checkEvidence() {
 			a.checkCandidate(ev.candidate)
 		}
 		if ev.candidate != nil {
-			a.checkExport(ev.candidate, ev.grader)
+			a.checkExport(ev)
 		}
 		if ev.candidate == nil {
 			// Without a candidate job the grader grades the workspace itself.
@@ -370,7 +376,7 @@ func (a *checker) checkGrader(g *verifiedJob) {
 	// of the environment, the outputs, the limits. The export itself is
 	// checked against the candidate job by checkExport.
 	export, _ := input(g.job, "candidate-export")
-	if err := evaluate.SameJob("grader", g.job, evaluate.GraderJob(m, a.bundle.Digest, a.bundle.LayerDigest, export.Digest, g.job.ID, g.job.Runtime)); err != nil {
+	if err := evaluate.SameJob("grader", g.job, a.eval.On(g.job.Runtime).GraderJob(export.Digest, g.job.ID)); err != nil {
 		a.problem("%s: %v", g.entry.Job, err)
 	}
 }
@@ -378,7 +384,7 @@ func (a *checker) checkGrader(g *verifiedJob) {
 // checkControlWorkspace checks that a control's evaluation judged the
 // control's own workspace, recomputed from the bundle's layer.
 func (a *checker) checkControlWorkspace(kind supervisor.ControlKind, ev *evaluation) {
-	want, err := evaluate.ControlWorkspace(a.ctx, a.scratch, a.bundle, kind)
+	want, err := a.eval.ControlWorkspace(a.ctx, a.scratch, kind)
 	if err != nil {
 		a.problem("control %s: its workspace cannot be rebuilt from the bundle: %v", kind, err)
 		return
@@ -396,7 +402,7 @@ func (a *checker) checkControlWorkspace(kind supervisor.ControlKind, ev *evaluat
 // candidate command on the workspace it was given.
 func (a *checker) checkCandidate(c *verifiedJob) {
 	ws, _ := input(c.job, "workspace")
-	if err := evaluate.SameJob("candidate", c.job, evaluate.CandidateJob(a.bundle.Manifest, a.bundle.Digest, ws.Digest, c.job.ID, c.job.Runtime)); err != nil {
+	if err := evaluate.SameJob("candidate", c.job, a.eval.On(c.job.Runtime).CandidateJob(ws.Digest, c.job.ID)); err != nil {
 		a.problem("%s: %v", c.entry.Job, err)
 	}
 }
@@ -475,7 +481,7 @@ func (a *checker) recompute() []byte {
 		}
 		files[c.Kind], verdicts[c.Kind] = c.Assessment, c.Verdict
 	}
-	controls := map[supervisor.ControlKind]evaluate.Evaluation{}
+	controls := map[supervisor.ControlKind]evaluate.Results{}
 	for kind, ev := range a.evals {
 		if kind != "" {
 			j, err := ev.judged()
@@ -496,7 +502,7 @@ func (a *checker) recompute() []byte {
 		a.problem("candidate: %v", err)
 		return nil
 	}
-	runs, as, raw, err := evaluate.AssessRun(a.scratch, a.bundle.Digest, a.bundle.Manifest.Image, a.policy, controls, candJudged, judge)
+	runs, as, raw, err := a.eval.Judge(a.scratch, controls, candJudged, judge)
 	if err != nil {
 		a.problem("supervisor: %v", err)
 		return nil
@@ -537,15 +543,15 @@ func judge(ev supervisor.Evidence) (supervisor.Assessment, []byte, error) {
 	return as, raw, err
 }
 
-// judged is the evaluation as the supervisor judges it; an evaluation
-// without a verified grader job has nothing to judge.
-func (e *evaluation) judged() (evaluate.Evaluation, error) {
+// judged is the evaluation's results as the supervisor judges them; an
+// evaluation without a verified grader job has nothing to judge.
+func (e *evaluation) judged() (evaluate.Results, error) {
 	if e.grader == nil {
-		return evaluate.Evaluation{}, errors.New("no verified grader job")
+		return evaluate.Results{}, errors.New("no verified grader job")
 	}
-	j := evaluate.Evaluation{Workspace: e.workspace(), Grader: e.grader.result}
+	j := evaluate.Results{Workspace: e.workspace(), Grader: e.grader.result}
 	if e.candidate != nil {
-		j.Candidate = &e.candidate.result
+		j.Candidate, j.ExportRefused = &e.candidate.result, e.exportRefused
 	}
 	return j, nil
 }
@@ -716,8 +722,10 @@ func (a *checker) checkStatement(as supervisor.Assessment) {
 
 // checkExport checks that the grader was given exactly the candidate job's
 // export, recomputed from the candidate's collected artifacts (re-hashed
-// from the evidence directory) into a scratch store.
-func (a *checker) checkExport(c, g *verifiedJob) {
+// from the evidence directory) into a scratch store, and keeps the reader
+// rules' word on it for the supervisor.
+func (a *checker) checkExport(ev *evaluation) {
+	c, g := ev.candidate, ev.grader
 	in, ok := input(g.job, "candidate-export")
 	if !ok || in.Writable {
 		a.problem("%s: job %s was not given the candidate's export read-only", g.entry.Job, g.job.ID)
@@ -729,14 +737,15 @@ func (a *checker) checkExport(c, g *verifiedJob) {
 			return
 		}
 	}
-	got, err := evaluate.ExportOf(a.ctx, a.scratch, c.result, c.job.Limits)
+	x, err := a.eval.Handover(a.ctx, a.scratch, c.result)
 	if err != nil {
 		a.problem("job %s: its export cannot be rebuilt: %v", c.job.ID, err)
 		return
 	}
-	if got != in.Digest {
-		a.problem("%s: job %s was given export %s, job %s exported %s", g.entry.Job, g.job.ID, in.Digest, c.job.ID, got)
+	if x.Digest != in.Digest {
+		a.problem("%s: job %s was given export %s, job %s exported %s", g.entry.Job, g.job.ID, in.Digest, c.job.ID, x.Digest)
 	}
+	ev.exportRefused = x.Refused
 }
 
 // describe leads with the check that failed, e.g. "signature: …".

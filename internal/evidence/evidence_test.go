@@ -26,6 +26,9 @@ import (
 type fakeBroker struct {
 	blobs *store.Store
 	bad   map[string]bool // workspace digests whose grading fails
+	// hostile are workspace digests whose candidate job also exports a
+	// conftest.py, which the fixture bundle refuses.
+	hostile map[string]bool
 }
 
 func (f *fakeBroker) Facts(context.Context) (sandbox.RuntimeFacts, error) {
@@ -47,6 +50,11 @@ func (f *fakeBroker) Run(_ context.Context, j sandbox.Job) (sandbox.Result, erro
 	for _, in := range j.Inputs {
 		switch in.Name {
 		case "workspace": // the candidate job
+			if f.hostile[in.Digest] {
+				if err := put(evaluate.ExportPath+"/conftest.py", []byte("import os\n")); err != nil {
+					return res, err
+				}
+			}
 			return res, put(markerPath, []byte(in.Digest))
 		case "candidate-export": // the grader job
 			ws, err := f.exported(in.Digest)
@@ -110,6 +118,8 @@ func newFixture(t *testing.T) *fixture {
 	}
 	// The fixtures' checks are package-qualified: all that are reported count.
 	m = bytes.Replace(m, []byte(`"required_checks": ["TestAdd", "TestAddOverflow"],`), []byte(`"all_reported": true,`), 1)
+	// A candidate's export may not hold a conftest.py (fakeBroker.hostile).
+	m = bytes.Replace(m, []byte(`"all_reported": true,`), []byte(`"all_reported": true, "workspace": {"refuse": ["conftest.py"]},`), 1)
 	if err := os.WriteFile(filepath.Join(src, "bundle.json"), m, 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -124,7 +134,11 @@ func newFixture(t *testing.T) *fixture {
 	if err := b.CopyLayer(blobs); err != nil {
 		t.Fatal(err)
 	}
-	bad, err := evaluate.ControlWorkspace(ctx, blobs, b, supervisor.ControlKnownBad)
+	e, err := evaluate.Of(b, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	bad, err := e.ControlWorkspace(ctx, blobs, supervisor.ControlKnownBad)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -208,6 +222,36 @@ func TestWrittenEvidenceReproduces(t *testing.T) {
 	}
 }
 
+// A candidate whose export the bundle's reader rules refuse is judged, not
+// left without a verdict: failed on every check, with a signed statement,
+// and an evidence check reproduces exactly that.
+func TestRefusedExportFailsAndReproduces(t *testing.T) {
+	f := newFixture(t)
+	ws := f.workspace(t, "package add // leaves a conftest.py in its export\n")
+	f.broker.hostile = map[string]bool{ws: true}
+	dir, o := f.run(t, "run-a", ws)
+	a := o.Assessment
+	if a.Verdict != supervisor.Failed || len(a.Reasons) == 0 || !strings.HasPrefix(a.Reasons[0], string(supervisor.RuleCandidateExportRefused)+": ") ||
+		!strings.Contains(a.Reasons[0], "conftest.py") {
+		t.Fatalf("verdict %s, reasons %q; want failed by %s naming conftest.py", a.Verdict, a.Reasons, supervisor.RuleCandidateExportRefused)
+	}
+	if o.Statement == nil {
+		t.Error("no signed test-result statement for a failed verdict")
+	}
+	for _, c := range o.Controls {
+		if c.Assessment.Verdict == supervisor.Inconclusive {
+			t.Errorf("control %s: inconclusive (%q)", c.Kind, c.Assessment.Reasons)
+		}
+	}
+	rep := f.check(t, dir)
+	if len(rep.Problems) > 0 || !rep.Recomputed || rep.Verdict != supervisor.Failed {
+		t.Fatalf("check: verdict %s, problems %q", rep.Verdict, rep.Problems)
+	}
+	if !bytes.Equal(rep.Assessment, o.AssessmentJSON) {
+		t.Errorf("recomputed assessment:\n%s\nwant the run's:\n%s", rep.Assessment, o.AssessmentJSON)
+	}
+}
+
 // Open refuses what is not an evidence directory, naming why.
 func TestOpenRefusesWhatIsNotEvidence(t *testing.T) {
 	for name, index := range map[string]string{
@@ -236,9 +280,9 @@ func TestOpenRefusesWhatIsNotEvidence(t *testing.T) {
 }
 
 // evaluationOf is the evaluation of the jobs with the given roles.
-func evaluationOf(t *testing.T, o *evaluate.Outcome, candidate, grader string) evaluate.Evaluation {
+func evaluationOf(t *testing.T, o *evaluate.Outcome, candidate, grader string) evaluate.Results {
 	t.Helper()
-	var e evaluate.Evaluation
+	var e evaluate.Results
 	for _, j := range o.Jobs {
 		switch j.Role {
 		case candidate:
@@ -254,6 +298,16 @@ func evaluationOf(t *testing.T, o *evaluate.Outcome, candidate, grader string) e
 	}
 	if e.Candidate == nil || e.Grader.JobID == "" {
 		t.Fatalf("no %s and %s jobs", candidate, grader)
+	}
+	return e
+}
+
+// evaluation is what the fixture's bundle prescribes.
+func (f *fixture) evaluation(t *testing.T) *evaluate.Evaluation {
+	t.Helper()
+	e, err := evaluate.Of(f.bundle, "")
+	if err != nil {
+		t.Fatal(err)
 	}
 	return e
 }
@@ -290,7 +344,6 @@ func (f *fixture) signedRun(t *testing.T, role string, j sandbox.Job) evaluate.J
 // lists other signed jobs that pass as the known-good control's, and
 // recomputes every assessment honestly for them, is refused.
 func TestCheckTakesRolesFromSignedJobsNotTheIndex(t *testing.T) {
-	m := func(f *fixture) bundle.Manifest { return f.bundle.Manifest }
 	for name, tc := range map[string]struct {
 		// knownGood returns the jobs listed as the known-good control's.
 		knownGood func(t *testing.T, f *fixture) []evaluate.JobRecord
@@ -325,12 +378,13 @@ func TestCheckTakesRolesFromSignedJobsNotTheIndex(t *testing.T) {
 		"the control's own job ids on another workspace": {
 			knownGood: func(t *testing.T, f *fixture) []evaluate.JobRecord {
 				ws := f.workspace(t, "package add // b\n")
-				c := f.signedRun(t, "known-good/candidate", evaluate.CandidateJob(m(f), f.bundle.Digest, ws, "run-a-known-good-candidate", ""))
-				export, err := evaluate.ExportOf(context.Background(), f.blobs, c.Result, m(f).DefaultLimits)
+				e := f.evaluation(t)
+				c := f.signedRun(t, "known-good/candidate", e.CandidateJob(ws, "run-a-known-good-candidate"))
+				x, err := e.Handover(context.Background(), f.blobs, c.Result)
 				if err != nil {
 					t.Fatal(err)
 				}
-				g := f.signedRun(t, "known-good/grader", evaluate.GraderJob(m(f), f.bundle.Digest, f.bundle.LayerDigest, export, "run-a-known-good-grader", ""))
+				g := f.signedRun(t, "known-good/grader", e.GraderJob(x.Digest, "run-a-known-good-grader"))
 				return []evaluate.JobRecord{c, g}
 			},
 			want: "jobs/run-a-known-good-candidate.json: job run-a-known-good-candidate of control known-good judged workspace sha256:",
@@ -354,17 +408,14 @@ func TestCheckTakesRolesFromSignedJobsNotTheIndex(t *testing.T) {
 				j.Role = "known-good/" + strings.TrimPrefix(j.Role, "known-good/")
 				forged.Jobs = append(forged.Jobs, j)
 			}
-			policy, err := evaluate.PolicyOf(m(f))
-			if err != nil {
-				t.Fatal(err)
-			}
-			controls := map[supervisor.ControlKind]evaluate.Evaluation{
+			controls := map[supervisor.ControlKind]evaluate.Results{
 				supervisor.ControlKnownGood: evaluationOf(t, &forged, "known-good/candidate", "known-good/grader"),
 				supervisor.ControlKnownBad:  evaluationOf(t, a, "known-bad/candidate", "known-bad/grader"),
 			}
 			candidate := evaluationOf(t, a, "candidate", "grader")
 			var as supervisor.Assessment
-			forged.Controls, as, forged.AssessmentJSON, err = evaluate.AssessRun(f.blobs, f.bundle.Digest, m(f).Image, policy, controls, candidate, judge)
+			var err error
+			forged.Controls, as, forged.AssessmentJSON, err = f.evaluation(t).Judge(f.blobs, controls, candidate, judge)
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -484,98 +484,7 @@ func (s *Server) assess(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusBadRequest, fmt.Errorf("assess request: %w: %w", sandbox.ErrInvalid, err))
 		return
 	}
-	grader, err := s.verifiedResult(r.Context(), req.GraderJobID)
-	if err != nil {
-		writeError(w, statusOf(err), fmt.Errorf("grader job: %w", err))
-		return
-	}
-	grec, err := s.jobRecord(r.Context(), req.GraderJobID)
-	if err != nil {
-		writeError(w, statusOf(err), fmt.Errorf("grader job: %w", err))
-		return
-	}
-	gjob, err := sandbox.DecodeJob(grec.Job)
-	if err != nil {
-		writeError(w, http.StatusInternalServerError, fmt.Errorf("grader job: %w", err))
-		return
-	}
-	bm, layer, err := bundleOf(gjob, req.BundleManifest, req.BundleConfig)
-	if err != nil {
-		writeError(w, statusOf(err), err)
-		return
-	}
-	policy, err := evaluate.PolicyOf(bm)
-	if err != nil {
-		writeError(w, statusOf(err), err)
-		return
-	}
-	cand, err := s.jobRecord(r.Context(), req.CandidateJobID)
-	if err != nil {
-		writeError(w, statusOf(err), fmt.Errorf("candidate job: %w", err))
-		return
-	}
-	judged := evaluate.Evaluation{Workspace: req.WorkspaceDigest, Grader: grader}
-	// Only the jobs the bundle prescribes are judged, on what the request
-	// says was judged: the candidate job on the workspace, the grader on
-	// that job's export (or, without a candidate command, on the workspace).
-	export := req.WorkspaceDigest
-	notTheBundles := func(err error) {
-		writeError(w, http.StatusConflict, fmt.Errorf("assess request: %w: %w", sandbox.ErrInvalid, err))
-	}
-	switch {
-	case bm.Candidate == nil && cand.ID != grec.ID:
-		notTheBundles(fmt.Errorf("the bundle has no candidate command; the candidate job must be the grader job %s", grec.ID))
-		return
-	case bm.Candidate != nil && cand.ID == grec.ID:
-		notTheBundles(fmt.Errorf("the bundle has a candidate command; the grader job cannot be its candidate job"))
-		return
-	case bm.Candidate != nil:
-		cjob, err := sandbox.DecodeJob(cand.Job)
-		if err != nil {
-			writeError(w, http.StatusInternalServerError, fmt.Errorf("candidate job: %w", err))
-			return
-		}
-		if err := evaluate.SameJob("candidate", cjob, evaluate.CandidateJob(bm, gjob.Bundle, req.WorkspaceDigest, cand.ID, cjob.Runtime)); err != nil {
-			notTheBundles(err)
-			return
-		}
-		// A separate candidate job must have ended and verify: its
-		// failure is evidence, never silently left out.
-		cres, err := s.verifiedResult(r.Context(), cand.ID)
-		if err != nil {
-			writeError(w, http.StatusConflict, fmt.Errorf("candidate job %s has no verified result yet: %w", cand.ID, err))
-			return
-		}
-		judged.Candidate = &cres
-		if export, err = evaluate.ExportOf(r.Context(), s.cfg.Blobs, cres, bm.DefaultLimits); err != nil {
-			notTheBundles(fmt.Errorf("candidate job %s: its export cannot be rebuilt: %w", cand.ID, err))
-			return
-		}
-	}
-	if err := evaluate.SameJob("grader", gjob, evaluate.GraderJob(bm, gjob.Bundle, layer, export, grec.ID, gjob.Runtime)); err != nil {
-		notTheBundles(err)
-		return
-	}
-	if err := evaluate.CheckRules(s.cfg.Blobs, bm, export); err != nil {
-		notTheBundles(fmt.Errorf("what the grader was given: %w", err))
-		return
-	}
-	ev, done := evaluate.Evidence(s.cfg.Blobs, gjob.Bundle, gjob.Image, policy, judged, nil)
-	defer done()
-	a, retained, err := s.cfg.Supervisor.Assess(r.Context(), ev)
-	if err != nil {
-		writeError(w, statusOf(err), err)
-		return
-	}
-	jobs := evaluate.Judged{Grader: gjob, Candidate: gjob, GraderResult: grec.Result}
-	if cand.ID != grec.ID {
-		if jobs.Candidate, err = sandbox.DecodeJob(cand.Job); err != nil {
-			writeError(w, http.StatusInternalServerError, fmt.Errorf("candidate job: %w", err))
-			return
-		}
-		jobs.CandidateResult = cand.Result
-	}
-	signed, err := evaluate.SignAssessment(r.Context(), s.cfg.Supervisor, s.cfg.Signer, a, retained, jobs)
+	signed, err := s.signedAssessment(r.Context(), req)
 	if err != nil {
 		writeError(w, statusOf(err), err)
 		return
@@ -584,22 +493,81 @@ func (s *Server) assess(w http.ResponseWriter, r *http.Request) {
 	w.Write(signed)
 }
 
-// verifiedResult returns the result of an ended job, verified against
+// signedAssessment judges the jobs req names: the evaluation the grader
+// job's bundle prescribes takes their verified results from the journal
+// (Accept refuses any job it does not prescribe, 409), and the supervisor
+// judges them.
+func (s *Server) signedAssessment(ctx context.Context, req AssessRequest) ([]byte, error) {
+	grader, err := s.ranJob(ctx, req.GraderJobID)
+	if err != nil {
+		return nil, fmt.Errorf("grader job: %w", err)
+	}
+	bm, layer, err := bundleOf(grader.Job, req.BundleManifest, req.BundleConfig)
+	if err != nil {
+		return nil, err
+	}
+	e, err := evaluate.New(bm, grader.Job.Bundle, layer, grader.Job.Runtime)
+	if err != nil {
+		return nil, err
+	}
+	jobs := evaluate.Judged{Grader: grader.Job, Candidate: grader.Job, GraderResult: grader.envelope}
+	var candidate *evaluate.Ran
+	if req.CandidateJobID != req.GraderJobID {
+		// A separate candidate job must have ended and verify: its
+		// failure is evidence, never silently left out.
+		c, err := s.ranJob(ctx, req.CandidateJobID)
+		if errors.Is(err, errNotEnded) {
+			return nil, fmt.Errorf("candidate job %s has no verified result yet: %w: %w", req.CandidateJobID, sandbox.ErrConflict, err)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("candidate job: %w", err)
+		}
+		candidate = &c.Ran
+		jobs.Candidate, jobs.CandidateResult = c.Job, c.envelope
+	}
+	results, err := e.Accept(ctx, s.cfg.Blobs, req.WorkspaceDigest, candidate, grader.Ran)
+	if err != nil {
+		return nil, fmt.Errorf("assess request: %w: %w", sandbox.ErrConflict, err)
+	}
+	ev, done := e.Evidence(s.cfg.Blobs, results, nil)
+	defer done()
+	a, retained, err := s.cfg.Supervisor.Assess(ctx, ev)
+	if err != nil {
+		return nil, err
+	}
+	return evaluate.SignAssessment(ctx, s.cfg.Supervisor, s.cfg.Signer, a, retained, jobs)
+}
+
+// ranJob is a job of the journal with its verified result and the
+// result's envelope.
+type ranJob struct {
+	evaluate.Ran
+	envelope []byte
+}
+
+// errNotEnded marks a job that has no result yet.
+var errNotEnded = errors.New("not ended")
+
+// ranJob returns a job that has ended, with its result verified against
 // this daemon's keys (a fleet's pinned ones too) and chained to its
 // receipt.
-func (s *Server) verifiedResult(ctx context.Context, id string) (sandbox.Result, error) {
+func (s *Server) ranJob(ctx context.Context, id string) (ranJob, error) {
 	rec, err := s.jobRecord(ctx, id)
 	if err != nil {
-		return sandbox.Result{}, err
+		return ranJob{}, err
 	}
 	if !rec.State.Terminal() {
-		return sandbox.Result{}, fmt.Errorf("job %s has not ended (%s): %w", id, rec.State, sandbox.ErrNotFound)
+		return ranJob{}, fmt.Errorf("job %s has not ended (%s): %w: %w", id, rec.State, errNotEnded, sandbox.ErrNotFound)
 	}
 	job, err := rec.DecodeJob()
 	if err != nil {
-		return sandbox.Result{}, err
+		return ranJob{}, err
 	}
-	return sandbox.VerifyResult(s.keys, rec.Result, job, rec.Receipt)
+	res, err := sandbox.VerifyResult(s.keys, rec.Result, job, rec.Receipt)
+	if err != nil {
+		return ranJob{}, err
+	}
+	return ranJob{Ran: evaluate.Ran{Job: job, Result: res}, envelope: rec.Result}, nil
 }
 
 func (s *Server) healthz(w http.ResponseWriter, r *http.Request) {

@@ -80,7 +80,7 @@ func TestAssessJudgesOnlyTheBundlesJobs(t *testing.T) {
 		}
 		f.wait(t, j.ID)
 	}
-	cand := sealed(evaluate.CandidateJob(bm, b.Digest, ws, "c1", ""))
+	cand := sealed(evalOf(t, bm, b.Digest, "", "").CandidateJob(ws, "c1"))
 	run(cand)
 	// The fake broker collects nothing: the candidate's export is the
 	// canonical tar of no files.
@@ -88,8 +88,8 @@ func TestAssessJudgesOnlyTheBundlesJobs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	exact := sealed(evaluate.GraderJob(bm, b.Digest, b.LayerDigest, export, "g-exact", ""))
-	other := evaluate.GraderJob(bm, b.Digest, b.LayerDigest, export, "g-other", "")
+	exact := sealed(evalOf(t, bm, b.Digest, b.LayerDigest, "").GraderJob(export, "g-exact"))
+	other := evalOf(t, bm, b.Digest, b.LayerDigest, "").GraderJob(export, "g-other")
 	other.Env["LD_PRELOAD"] = "/inputs/candidate-export/x.so"
 	other = sealed(other)
 	run(exact)

@@ -40,7 +40,12 @@ func (s *Server) plan(w http.ResponseWriter, r *http.Request) {
 		writeError(w, statusOf(err), err)
 		return
 	}
-	p, err := evaluate.Plan(bm, digest, layer, req.WorkspaceDigest, req.CandidateJobID, req.GraderJobID, s.cfg.Runtime)
+	e, err := evaluate.New(bm, digest, layer, s.cfg.Runtime)
+	if err != nil {
+		writeError(w, statusOf(err), fmt.Errorf("plan request: %w", err))
+		return
+	}
+	p, err := e.Plan(req.WorkspaceDigest, req.CandidateJobID, req.GraderJobID)
 	if err != nil {
 		writeError(w, statusOf(err), fmt.Errorf("plan request: %w", err))
 		return

@@ -77,7 +77,7 @@ func TestPlanIsTheBundlesJobs(t *testing.T) {
 	if b.Manifest.Candidate == nil {
 		t.Fatal("the test bundle has no candidate command; this test expects one")
 	}
-	wantC := evaluate.CandidateJob(b.Manifest, b.Digest, ws, "c1", "")
+	wantC := evalOf(t, b.Manifest, b.Digest, "", "").CandidateJob(ws, "c1")
 	if err := wantC.Seal(); err != nil {
 		t.Fatal(err)
 	}
@@ -88,11 +88,11 @@ func TestPlanIsTheBundlesJobs(t *testing.T) {
 	// workspace itself.
 	m := b.Manifest
 	m.Candidate = nil
-	np, err := evaluate.Plan(m, b.Digest, b.LayerDigest, ws, "c1", "g1", "")
+	np, err := evalOf(t, m, b.Digest, b.LayerDigest, "").Plan(ws, "c1", "g1")
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := evaluate.GraderJob(m, b.Digest, b.LayerDigest, ws, "g1", "")
+	want := evalOf(t, m, b.Digest, b.LayerDigest, "").GraderJob(ws, "g1")
 	if err := want.Seal(); err != nil {
 		t.Fatal(err)
 	}
@@ -131,7 +131,7 @@ func TestPlanIsTheBundlesJobs(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	wantG := evaluate.GraderJob(m, b.Digest, b.LayerDigest, daemonExport, "g1", "")
+	wantG := evalOf(t, m, b.Digest, b.LayerDigest, "").GraderJob(daemonExport, "g1")
 	if err := wantG.Seal(); err != nil {
 		t.Fatal(err)
 	}
@@ -191,7 +191,7 @@ func TestPlanHonoursTheHostsRuntime(t *testing.T) {
 		if want == "" {
 			want = sandbox.RuntimeRunc
 		}
-		wantC := evaluate.CandidateJob(b.Manifest, b.Digest, ws, "c1", rt)
+		wantC := evalOf(t, b.Manifest, b.Digest, "", rt).CandidateJob(ws, "c1")
 		if err := wantC.Seal(); err != nil {
 			t.Fatal(err)
 		}
@@ -204,7 +204,7 @@ func TestPlanHonoursTheHostsRuntime(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		wantG := evaluate.GraderJob(b.Manifest, b.Digest, b.LayerDigest, export, "g1", rt)
+		wantG := evalOf(t, b.Manifest, b.Digest, b.LayerDigest, rt).GraderJob(export, "g1")
 		if err := wantG.Seal(); err != nil {
 			t.Fatal(err)
 		}
@@ -223,4 +223,14 @@ func TestConfigRefusesAnUnknownRuntime(t *testing.T) {
 	if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "Runtime") {
 		t.Errorf("got %v, want Runtime refused", err)
 	}
+}
+
+// evalOf is the evaluation a bundle's manifest prescribes on runtime.
+func evalOf(t *testing.T, m bundle.Manifest, digest, layer, runtime string) *evaluate.Evaluation {
+	t.Helper()
+	e, err := evaluate.New(m, digest, layer, runtime)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return e
 }

@@ -96,6 +96,9 @@ func Judge(ev Evidence) (Assessment, error) {
 	if ev.WorkspaceDigest != "" && !sandbox.ValidDigest(ev.WorkspaceDigest) {
 		return Assessment{}, fmt.Errorf("workspace digest: %w: malformed digest %q", sandbox.ErrInvalid, ev.WorkspaceDigest)
 	}
+	if ev.ExportRefused != "" && ev.Candidate == nil {
+		return Assessment{}, fmt.Errorf("a refused export without a candidate job: %w", sandbox.ErrInvalid)
+	}
 	if ev.Candidate != nil {
 		if err := ev.Candidate.Validate(); err != nil {
 			return Assessment{}, fmt.Errorf("candidate result: %w", err)
@@ -181,9 +184,9 @@ func Judge(ev Evidence) (Assessment, error) {
 	if len(a.Reasons) > 0 || len(names) == 0 {
 		worst = Inconclusive
 	}
-	overLimit, candidateFailed := candidateOverLimit(&ev)
+	fault, detail, candidateFailed := candidateFault(&ev)
 	if candidateFailed {
-		a.Reasons = append([]string{reason(RuleCandidateOverLimit, overLimit)}, a.Reasons...)
+		a.Reasons = append([]string{reason(fault, detail)}, a.Reasons...)
 		worst = Failed
 	}
 	for _, n := range names {

@@ -62,24 +62,36 @@ const (
 // cannot move its verdict to inconclusive by breaking its limits.
 const RuleCandidateOverLimit Rule = "candidate_over_limit"
 
-// candidateOverLimit is RuleCandidateOverLimit's detail, if it fires.
-func candidateOverLimit(ev *Evidence) (string, bool) {
+// RuleCandidateExportRefused fails every check: the candidate job
+// exported a path the bundle's reader rules refuse (a file that would
+// shadow the grader's own, say). What the grader made of such an export
+// cannot be trusted, and the export is the candidate's doing, so, as for
+// RuleCandidateOverLimit, the verdict is failed: never inconclusive, never
+// passed.
+const RuleCandidateExportRefused Rule = "candidate_export_refused"
+
+// candidateFault is the rule that fails every check because of what the
+// candidate job did, and its detail, if one fires.
+func candidateFault(ev *Evidence) (Rule, string, bool) {
 	c := ev.Candidate
 	if c == nil {
-		return "", false
+		return "", "", false
 	}
 	switch c.Status {
 	case sandbox.StatusTimedOut, sandbox.StatusOOMKilled:
-		return "candidate job " + string(c.Status), true
+		return RuleCandidateOverLimit, "candidate job " + string(c.Status), true
 	case sandbox.StatusLimitExceeded:
-		return "candidate job limit_exceeded (" + c.Limit + ")", true
+		return RuleCandidateOverLimit, "candidate job limit_exceeded (" + c.Limit + ")", true
 	}
 	for _, l := range c.LimitsHit {
 		if l == "output_bytes" || l == "file_count" {
-			return "candidate export truncated at " + l, true
+			return RuleCandidateOverLimit, "candidate export truncated at " + l, true
 		}
 	}
-	return "", false
+	if ev.ExportRefused != "" {
+		return RuleCandidateExportRefused, ev.ExportRefused, true
+	}
+	return "", "", false
 }
 
 // Rules about one check, applied only when the evidence is sound.
@@ -140,6 +152,10 @@ type Evidence struct {
 	// Candidate is the broker's result of the candidate job, if it ran as a
 	// job of its own.
 	Candidate *sandbox.Result
+	// ExportRefused is why the bundle's reader rules refuse what the
+	// candidate job exported (the grader was given it all the same); ""
+	// when they do not, or there is no candidate job.
+	ExportRefused string
 	// Controls are the outcomes of the bundle's control runs.
 	Controls []ControlOutcome
 }

@@ -106,6 +106,21 @@ func TestRules(t *testing.T) {
 			ev.Candidate = &c
 			return ev
 		}(), Failed},
+		{RuleCandidateExportRefused, func() Evidence {
+			// Every check the grader reported passed: still failed.
+			ev := good()
+			c := graderResult(nil, 0)
+			c.JobDigest = testCandJob
+			ev.Candidate, ev.ExportRefused = &c, `"export/conftest.py" (pattern "conftest.py"): refused path`
+			return ev
+		}(), Failed},
+		{RuleCandidateExportRefused, func() Evidence {
+			ev := withStatus(sandbox.StatusTimedOut, -1, nil)
+			c := graderResult(nil, 0)
+			c.JobDigest = testCandJob
+			ev.Candidate, ev.ExportRefused = &c, "refused"
+			return ev
+		}(), Failed},
 		{RuleReportMissing, withStatus(sandbox.StatusSucceeded, 0, func(r *sandbox.Result) { r.Artifacts = nil }), Inconclusive},
 		{RuleReportOverCap, func() Evidence { ev := good(); ev.Policy.MaxReportBytes = 100; return ev }(), Inconclusive},
 		{RuleReportUnavailable, func() Evidence { ev := good(); ev.Report = nil; return ev }(), Inconclusive},
@@ -154,7 +169,7 @@ func TestRules(t *testing.T) {
 			}
 		})
 	}
-	all := []Rule{RuleCandidateOverLimit, RuleRequiredMissing, RuleRequiredSkipped, RuleCheckErrored, RuleCheckFailed, RuleCheckPassed}
+	all := []Rule{RuleCandidateOverLimit, RuleCandidateExportRefused, RuleRequiredMissing, RuleRequiredSkipped, RuleCheckErrored, RuleCheckFailed, RuleCheckPassed}
 	for _, r := range evidenceRules {
 		all = append(all, r.name)
 	}
@@ -219,6 +234,7 @@ func TestJudgeRefusesUnboundInput(t *testing.T) {
 			c := graderResult(nil, 0)
 			e.Candidate = &c
 		},
+		"refused export without a candidate job": func(e *Evidence) { e.ExportRefused = "refused" },
 	}
 	for name, mutate := range cases {
 		t.Run(name, func(t *testing.T) {
