@@ -172,7 +172,14 @@ func (s *Server) submit(w http.ResponseWriter, r *http.Request) {
 		s.reject(w, "invalid", http.StatusBadRequest, err)
 		return
 	}
-	rec, existing, ref := s.admit(r.Context(), job)
+	var rec journal.Record
+	var existing bool
+	var ref *refusal
+	if s.fleet != nil {
+		rec, existing, ref = s.fleet.admitSubmitted(r.Context(), job)
+	} else {
+		rec, existing, ref = s.admit(r.Context(), job, nil)
+	}
 	switch {
 	case ref != nil:
 		if ref.retryAfter > 0 {
@@ -205,7 +212,10 @@ func (r *refusal) Unwrap() error { return r.err }
 // admit accepts a decoded job, idempotently by id, for the API and the
 // fleet alike: it is journaled with its signed receipt and queued, or
 // found journaled already (existing), or refused with nothing journaled.
-func (s *Server) admit(ctx context.Context, job sandbox.Job) (journal.Record, bool, *refusal) {
+// claim, if not nil, is called once the job has passed every check, just
+// before it is journaled (a fleet host claims it fleet-wide there); its
+// error refuses the job.
+func (s *Server) admit(ctx context.Context, job sandbox.Job, claim func(context.Context) error) (journal.Record, bool, *refusal) {
 	log := s.log.With("job_id", job.ID)
 	if rec, err := s.cfg.Journal.Get(job.ID); err == nil {
 		if rec.Digest != job.Digest {
@@ -241,6 +251,16 @@ func (s *Server) admit(ctx context.Context, job sandbox.Job) (journal.Record, bo
 	if !ok {
 		return journal.Record{}, false, &refusal{code: http.StatusTooManyRequests, reason: "queue_full", retryAfter: s.retryAfter(),
 			err: fmt.Errorf("the queue is full (%d waiting); retry after the time in Retry-After", s.cfg.QueueSize)}
+	}
+	if claim != nil {
+		if err := claim(ctx); err != nil {
+			s.release()
+			code := statusOf(err)
+			if code == http.StatusInternalServerError {
+				code = http.StatusServiceUnavailable // the fleet's doing
+			}
+			return journal.Record{}, false, &refusal{code: code, reason: "fleet_claim", err: err}
+		}
 	}
 	rec, existing, err := s.accept(ctx, job)
 	if err != nil || existing {
@@ -290,7 +310,7 @@ func (s *Server) accept(ctx context.Context, job sandbox.Job) (journal.Record, b
 }
 
 func (s *Server) getJob(w http.ResponseWriter, r *http.Request) {
-	rec, err := s.cfg.Journal.Get(r.PathValue("id"))
+	rec, err := s.jobRecord(r.Context(), r.PathValue("id"))
 	if err != nil {
 		writeError(w, statusOf(err), err)
 		return
@@ -310,6 +330,16 @@ func (s *Server) waitJob(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		timeout = min(d, s.cfg.MaxWait)
+	}
+	if _, err := s.cfg.Journal.Get(id); errors.Is(err, sandbox.ErrNotFound) && s.fleet != nil {
+		// Another host's job: the fleet's record says when it ends.
+		rec, err := s.fleet.wait(r.Context(), id, timeout)
+		if err != nil {
+			writeError(w, statusOf(err), err)
+			return
+		}
+		writeJSON(w, http.StatusOK, view(rec))
+		return
 	}
 	timer := time.NewTimer(timeout)
 	defer timer.Stop()

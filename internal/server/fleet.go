@@ -351,7 +351,7 @@ func (a *fleetAgent) run(ctx context.Context, d *fleet.Delivery, job sandbox.Job
 		d.Later(time.Second)
 		return
 	}
-	jrec, _, ref := a.s.admit(ctx, job)
+	jrec, _, ref := a.s.admit(ctx, job, nil)
 	if ref != nil {
 		if ref.code == http.StatusTooManyRequests || ref.code == http.StatusServiceUnavailable || ref.code >= 500 {
 			// Not now, not never: the claim stays, the message comes back.
@@ -363,22 +363,130 @@ func (a *fleetAgent) run(ctx context.Context, d *fleet.Delivery, job sandbox.Job
 		return
 	}
 	if !rec.HasReceipt() {
-		var held fleet.Record // the envelope, inline or by digest
-		err := fleet.SetReceipt(ctx, a.co, &held, jrec.Receipt)
-		if err == nil {
-			_, err = a.update(ctx, job.ID, func(r *fleet.Record) bool {
-				if r.State != fleet.StateClaimed || r.Host != a.s.cfg.Name {
-					return false
-				}
-				r.Receipt, r.ReceiptBlob = held.Receipt, held.ReceiptBlob
-				return true
-			})
-		}
-		if err != nil {
-			log.Warn("fleet: publish the receipt", "error", err)
-		}
+		a.publishReceipt(ctx, log, job.ID, jrec.Receipt)
 	}
 	a.follow(job.ID, d)
+}
+
+// publishReceipt puts the receipt of a job this host claimed in its
+// record (a failure is logged: the result, published later, carries the
+// receipt too).
+func (a *fleetAgent) publishReceipt(ctx context.Context, log *slog.Logger, id string, receipt []byte) {
+	var held fleet.Record // the envelope, inline or by digest
+	err := fleet.SetReceipt(ctx, a.co, &held, receipt)
+	if err == nil {
+		_, err = a.update(ctx, id, func(r *fleet.Record) bool {
+			if r.State != fleet.StateClaimed || r.Host != a.s.cfg.Name || r.HasReceipt() {
+				return false
+			}
+			r.Receipt, r.ReceiptBlob = held.Receipt, held.ReceiptBlob
+			return true
+		})
+	}
+	if err != nil {
+		log.Warn("fleet: publish the receipt", "error", err)
+	}
+}
+
+// admitSubmitted admits a job submitted to this host's own API. The fleet
+// runs each job id at most once, so it is claimed fleet-wide first, for
+// this host, before the journal accepts it (after the checks that may
+// refuse it, which journal nothing): a job the fleet has bound already is
+// this host's only if it holds the claim (or takes a queued one by
+// compare-and-set, as from the queue); otherwise the fleet's receipt is
+// the answer, and nothing runs here.
+func (a *fleetAgent) admitSubmitted(ctx context.Context, job sandbox.Job) (journal.Record, bool, *refusal) {
+	if _, err := a.s.cfg.Journal.Get(job.ID); !errors.Is(err, sandbox.ErrNotFound) {
+		return a.s.admit(ctx, job, nil) // journaled here (or the journal failed): as any host
+	}
+	host := a.s.cfg.Name
+	log := a.log.With("job_id", job.ID)
+	unavailable := func(err error) *refusal {
+		return &refusal{code: http.StatusServiceUnavailable, reason: "fleet_unavailable", retryAfter: 1,
+			err: fmt.Errorf("job %s: the fleet did not answer; it may be claimed here: submit it again: %w", job.ID, err)}
+	}
+	claim := func(ctx context.Context) error {
+		// Marked held first: a restart finishes, or gives back, what it
+		// holds; a claim that timed out may have been made.
+		if err := a.co.Hold(ctx, host, job.ID); err != nil {
+			return err
+		}
+		rec, made, err := a.co.Claim(ctx, job, host)
+		if err == nil && !made && rec.State == fleet.StateQueued {
+			rec.State, rec.Host, rec.ClaimedAt, rec.WallTime = fleet.StateClaimed, host, time.Now().UTC(), job.Limits.WallTime()
+			if _, err = a.co.Update(ctx, rec); errors.Is(err, fleet.ErrRevision) {
+				rec, err = a.co.Record(ctx, job.ID)
+			}
+		}
+		if err == nil && !(rec.State == fleet.StateClaimed && rec.Host == host) {
+			a.co.Release(ctx, host, job.ID)
+			return &elsewhere{rec}
+		}
+		if errors.Is(err, sandbox.ErrConflict) {
+			a.co.Release(ctx, host, job.ID)
+		}
+		return err
+	}
+	jrec, existing, ref := a.s.admit(ctx, job, claim)
+	var other *elsewhere
+	switch {
+	case ref == nil:
+		if !existing {
+			a.count(&a.claimed)
+			log.Info("fleet: job submitted here claimed")
+			a.publishReceipt(ctx, log, job.ID, jrec.Receipt)
+			a.follow(job.ID, nil)
+		}
+		return jrec, existing, nil
+	case errors.As(ref.err, &other):
+		fr, err := a.fleetRecord(ctx, job.ID)
+		if err != nil {
+			return journal.Record{}, false, unavailable(err)
+		}
+		if fr.Receipt == nil {
+			return journal.Record{}, false, &refusal{code: http.StatusServiceUnavailable, reason: "fleet_elsewhere", retryAfter: 1,
+				err: fmt.Errorf("job %s is the fleet's (%s), and no host has accepted it yet: submit it again for its receipt", job.ID, other)}
+		}
+		return fr, true, nil
+	case errors.Is(ref.err, fleet.ErrUnavailable):
+		return journal.Record{}, false, unavailable(ref.err)
+	case ref.code/100 != 5 && ref.code != http.StatusConflict:
+		// Refused here after it was claimed (the queue full, say):
+		// nothing ran, so the claim goes back.
+		if err := a.giveBack(ctx, job.ID); err != nil {
+			log.Warn("fleet: give back a claim the journal did not take", "error", err)
+		}
+	}
+	return journal.Record{}, false, ref
+}
+
+// wait waits up to timeout for the fleet's record of a job another host
+// holds to end, and returns it as fleetRecord does (not ended yet: as it
+// is then).
+func (a *fleetAgent) wait(ctx context.Context, id string, timeout time.Duration) (journal.Record, error) {
+	if _, err := a.co.Record(ctx, id); errors.Is(err, sandbox.ErrNotFound) {
+		return journal.Record{}, err
+	}
+	c, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	_, err := a.co.Watch(c, id, func(r fleet.Record) bool { return r.State == fleet.StateEnded })
+	if err != nil && ctx.Err() != nil {
+		return journal.Record{}, ctx.Err()
+	}
+	if errors.Is(err, sandbox.ErrNotFound) {
+		return journal.Record{}, err
+	}
+	return a.fleetRecord(ctx, id)
+}
+
+// elsewhere is a job the fleet has bound to another host, or queued.
+type elsewhere struct{ rec fleet.Record }
+
+func (e *elsewhere) Error() string {
+	if e.rec.Host == "" {
+		return "queued in the fleet"
+	}
+	return fmt.Sprintf("%s by host %s", e.rec.State, e.rec.Host)
 }
 
 // update applies change to the job's current record and writes it by
@@ -504,7 +612,13 @@ func (a *fleetAgent) publish(ctx context.Context, log *slog.Logger, rec journal.
 	if err != nil {
 		return fmt.Errorf("own result: %w", err)
 	}
-	for _, d := range resultBlobs(res) {
+	// Its outputs, and its inputs (a job submitted to this host came
+	// with them here only): any host may judge it.
+	digests := resultBlobs(res)
+	for _, in := range job.Inputs {
+		digests = append(digests, in.Digest)
+	}
+	for _, d := range digests {
 		if err := a.putBlob(ctx, d); err != nil {
 			return err
 		}
@@ -661,15 +775,19 @@ func (s *Server) jobRecord(ctx context.Context, id string) (journal.Record, erro
 	if err == nil || s.fleet == nil || !errors.Is(err, sandbox.ErrNotFound) {
 		return rec, err
 	}
-	return s.fleet.endedRecord(ctx, id)
+	return s.fleet.fleetRecord(ctx, id)
 }
 
-func (a *fleetAgent) endedRecord(ctx context.Context, id string) (journal.Record, error) {
+// fleetRecord is the fleet's record of a job as this host's journal would
+// hold it: its receipt (and the job out of it) once a host accepted it,
+// its result once it ended, each verified against the pinned keys; the
+// outputs of an ended job are copied from the fleet's blob store.
+func (a *fleetAgent) fleetRecord(ctx context.Context, id string) (journal.Record, error) {
 	fr, err := a.co.Record(ctx, id)
 	if err != nil {
 		return journal.Record{}, err
 	}
-	if fr.State != fleet.StateEnded {
+	if !fr.HasReceipt() {
 		return journal.Record{ID: id, Digest: fr.Digest, State: sandbox.JobAccepted}, nil
 	}
 	receiptEnv, resultEnv, err := fleet.Envelopes(ctx, a.co, fr)
@@ -681,6 +799,16 @@ func (a *fleetAgent) endedRecord(ctx context.Context, id string) (journal.Record
 		return journal.Record{}, fmt.Errorf("job %s: the fleet's receipt: %w", id, err)
 	}
 	job := att.Receipt.Job
+	if job.ID != id || job.Digest != fr.Digest {
+		return journal.Record{}, fmt.Errorf("job %s: the fleet's receipt is for job %s (%s), the record binds %s", id, job.ID, job.Digest, fr.Digest)
+	}
+	if fr.State != fleet.StateEnded {
+		canon, err := job.CanonicalJSON()
+		if err != nil {
+			return journal.Record{}, err
+		}
+		return journal.Record{ID: id, Digest: job.Digest, Job: canon, State: sandbox.JobAccepted, Receipt: receiptEnv}, nil
+	}
 	res, err := sandbox.VerifyResult(a.s.keys, resultEnv, job, receiptEnv)
 	if err != nil {
 		return journal.Record{}, fmt.Errorf("job %s: the fleet's result: %w", id, err)

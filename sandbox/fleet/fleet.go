@@ -95,6 +95,13 @@ type Coordinator interface {
 	// duplicate). Another digest under the id is an error wrapping
 	// sandbox.ErrConflict, and nothing is queued.
 	Submit(ctx context.Context, job sandbox.Job) (Record, error)
+	// Claim binds job.ID to job.Digest fleet-wide already claimed by
+	// host, for a job submitted to that host itself: nothing is queued.
+	// made reports whether this call bound it; a job bound before is
+	// not claimed here, and its record comes back (another digest under
+	// the id is an error wrapping sandbox.ErrConflict). A call that timed
+	// out may have claimed it (ErrUnavailable).
+	Claim(ctx context.Context, job sandbox.Job, host string) (rec Record, made bool, err error)
 	// Record returns a job's record (sandbox.ErrNotFound if none).
 	Record(ctx context.Context, id string) (Record, error)
 	// Watch returns the job's record once done(record) holds, or ctx's

@@ -267,20 +267,59 @@ func decodeRecord(e jetstream.KeyValueEntry) (Record, error) {
 
 // Submit implements Coordinator.
 func (f *JetStream) Submit(ctx context.Context, job sandbox.Job) (Record, error) {
-	if err := job.VerifyDigest(); err != nil {
+	canon, err := f.checkJob(job)
+	if err != nil {
 		return Record{}, err
+	}
+	rec, _, err := f.bindJob(ctx, job, Record{Schema: RecordSchema, ID: job.ID, Digest: job.Digest, State: StateQueued, SubmittedAt: time.Now().UTC()})
+	if err != nil || rec.State != StateQueued {
+		return rec, err // a host has it: nothing to queue
+	}
+	// Queued (again, if an earlier submitter stopped between the bind
+	// and this publish): the stream drops a duplicate of the same id and
+	// digest within its window, and a host drops one of a claimed job.
+	c, cancel := f.call(ctx)
+	defer cancel()
+	if _, err := f.js.Publish(c, jobsSubject, canon, jetstream.WithMsgID(job.ID+"/"+job.Digest)); err != nil {
+		return rec, fmt.Errorf("fleet: queue job %s: %w", job.ID, classify(err))
+	}
+	return rec, nil
+}
+
+// Claim implements Coordinator.
+func (f *JetStream) Claim(ctx context.Context, job sandbox.Job, host string) (Record, bool, error) {
+	if err := CheckHostName(host); err != nil {
+		return Record{}, false, err
+	}
+	if _, err := f.checkJob(job); err != nil {
+		return Record{}, false, err
+	}
+	now := time.Now().UTC()
+	return f.bindJob(ctx, job, Record{Schema: RecordSchema, ID: job.ID, Digest: job.Digest, State: StateClaimed, SubmittedAt: now,
+		Host: host, ClaimedAt: now, WallTime: job.Limits.WallTime()})
+}
+
+// checkJob returns a job's canonical form if the fleet takes it.
+func (f *JetStream) checkJob(job sandbox.Job) ([]byte, error) {
+	if err := job.VerifyDigest(); err != nil {
+		return nil, err
 	}
 	canon, err := job.CanonicalJSON()
 	if err != nil {
-		return Record{}, err
+		return nil, err
 	}
 	if len(canon) > int(f.opt.MaxJobBytes) {
-		return Record{}, fmt.Errorf("job %s is %d bytes, more than the fleet's %d: %w", job.ID, len(canon), f.opt.MaxJobBytes, sandbox.ErrTooLarge)
+		return nil, fmt.Errorf("job %s is %d bytes, more than the fleet's %d: %w", job.ID, len(canon), f.opt.MaxJobBytes, sandbox.ErrTooLarge)
 	}
-	rec := Record{Schema: RecordSchema, ID: job.ID, Digest: job.Digest, State: StateQueued, SubmittedAt: time.Now().UTC()}
+	return canon, nil
+}
+
+// bindJob creates the job's record as rec (made), or finds it bound: the same
+// digest answers the record as it is, another is sandbox.ErrConflict.
+func (f *JetStream) bindJob(ctx context.Context, job sandbox.Job, rec Record) (Record, bool, error) {
 	v, err := json.Marshal(rec)
 	if err != nil {
-		return Record{}, err
+		return Record{}, false, err
 	}
 	c, cancel := f.call(ctx)
 	defer cancel()
@@ -288,33 +327,22 @@ func (f *JetStream) Submit(ctx context.Context, job sandbox.Job) (Record, error)
 	switch {
 	case err == nil:
 		rec.Revision = rev
-	case errors.Is(err, jetstream.ErrKeyExists):
-		if rec, err = f.Record(ctx, job.ID); err != nil {
-			if errors.Is(err, sandbox.ErrNotFound) {
-				// Bound and not there: a server that is not current
-				// answered one of the two (an election, a lost quorum).
-				return Record{}, fmt.Errorf("fleet: bind job %s: %w: the job is bound but its record cannot be read: %w", job.ID, ErrUnavailable, err)
-			}
-			return Record{}, err
+		return rec, true, nil
+	case !errors.Is(err, jetstream.ErrKeyExists):
+		return Record{}, false, fmt.Errorf("fleet: bind job %s: %w", job.ID, classify(err))
+	}
+	if rec, err = f.Record(ctx, job.ID); err != nil {
+		if errors.Is(err, sandbox.ErrNotFound) {
+			// Bound and not there: a server that is not current
+			// answered one of the two (an election, a lost quorum).
+			return Record{}, false, fmt.Errorf("fleet: bind job %s: %w: the job is bound but its record cannot be read: %w", job.ID, ErrUnavailable, err)
 		}
-		if rec.Digest != job.Digest {
-			return rec, fmt.Errorf("job %s is already bound to digest %s in the fleet, not %s: %w", job.ID, rec.Digest, job.Digest, sandbox.ErrConflict)
-		}
-	default:
-		return Record{}, fmt.Errorf("fleet: bind job %s: %w", job.ID, classify(err))
+		return Record{}, false, err
 	}
-	if rec.State != StateQueued {
-		return rec, nil // a host has it: nothing to queue
+	if rec.Digest != job.Digest {
+		return rec, false, fmt.Errorf("job %s is already bound to digest %s in the fleet, not %s: %w", job.ID, rec.Digest, job.Digest, sandbox.ErrConflict)
 	}
-	// Queued (again, if an earlier submitter stopped between the bind
-	// and this publish): the stream drops a duplicate of the same id and
-	// digest within its window, and a host drops one of a claimed job.
-	c2, cancel2 := f.call(ctx)
-	defer cancel2()
-	if _, err := f.js.Publish(c2, jobsSubject, canon, jetstream.WithMsgID(job.ID+"/"+job.Digest)); err != nil {
-		return rec, fmt.Errorf("fleet: queue job %s: %w", job.ID, classify(err))
-	}
-	return rec, nil
+	return rec, false, nil
 }
 
 // Record implements Coordinator.
