@@ -10,6 +10,7 @@ import (
 	"io"
 	"path"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/sandboxd/sandboxd/internal/bundle"
@@ -42,6 +43,10 @@ type Deps struct {
 	// workspace, assessing); a job's steps are the Broker's to report.
 	// Nil is quiet.
 	Progress progress.Reporter
+	// Parallel is how many workspaces of a run (each control's, the
+	// candidate's) have their jobs run at once; 0 is all of them. The
+	// Broker must take concurrent Run calls.
+	Parallel int
 }
 
 // Request names what to evaluate. The bundle must have been verified and
@@ -103,7 +108,9 @@ func Run(ctx context.Context, d Deps, req Request) (*Outcome, error) {
 		return nil, err
 	}
 	out := &Outcome{RunID: req.RunID}
-	controls := map[supervisor.ControlKind]Results{}
+	// The workspaces of a run: each declared control's, rebuilt from the
+	// bundle, then the candidate's.
+	var runs []*workspaceRun
 	for _, kind := range e.Policy.Controls {
 		step := progress.Start(d.Progress, fmt.Sprintf("control %s: extracting %s from the bundle", kind, ControlDir(e.Manifest, kind)))
 		ws, err := e.ControlWorkspace(ctx, d.Blobs, kind)
@@ -111,16 +118,20 @@ func Run(ctx context.Context, d Deps, req Request) (*Outcome, error) {
 		if err != nil {
 			return nil, fmt.Errorf("control %s: %w", kind, err)
 		}
-		r, err := d.runWorkspace(ctx, out, e, string(kind), ws)
-		if err != nil {
-			return nil, fmt.Errorf("control %s: %w", kind, err)
-		}
-		controls[kind] = r
+		runs = append(runs, &workspaceRun{control: string(kind), workspace: ws})
 	}
-	r, err := d.runWorkspace(ctx, out, e, "", req.WorkspaceDigest)
-	if err != nil {
+	runs = append(runs, &workspaceRun{workspace: req.WorkspaceDigest})
+	if err := d.runWorkspaces(ctx, out.RunID, e, runs); err != nil {
 		return nil, err
 	}
+	controls := map[supervisor.ControlKind]Results{}
+	for _, w := range runs {
+		out.Jobs = append(out.Jobs, w.jobs...)
+		if w.control != "" {
+			controls[supervisor.ControlKind(w.control)] = w.results
+		}
+	}
+	r := runs[len(runs)-1].results
 	judge := func(ev supervisor.Evidence) (supervisor.Assessment, []byte, error) {
 		step := progress.Start(d.Progress, "assessing "+ev.Grader.JobID)
 		a, raw, err := d.Supervisor.Assess(ctx, ev)
@@ -179,34 +190,76 @@ func outcome(err error) string {
 	return "done"
 }
 
-// runWorkspace runs the jobs of one workspace under the run's ids: the
-// candidate job (if the bundle has a candidate command), then the grader on
-// what it handed over, or on the workspace itself.
-func (d Deps) runWorkspace(ctx context.Context, out *Outcome, e *Evaluation, control, workspace string) (Results, error) {
-	if err := CheckRules(d.Blobs, e.Manifest, workspace); err != nil {
-		return Results{}, fmt.Errorf("workspace %s: %w", workspace, err)
+// workspaceRun is one workspace of a run: its control ("" for the
+// candidate's own), and once run, its jobs and results.
+type workspaceRun struct {
+	control, workspace string
+	jobs               []JobRecord
+	results            Results
+}
+
+// runWorkspaces runs the workspaces' jobs, up to d.Parallel workspaces at
+// once (all of them when 0): each workspace's jobs depend on each other
+// (the grader on the candidate's export), the workspaces do not. The
+// first failure cancels the others and is the error returned.
+func (d Deps) runWorkspaces(ctx context.Context, runID string, e *Evaluation, runs []*workspaceRun) error {
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	limit := d.Parallel
+	if limit <= 0 || limit > len(runs) {
+		limit = len(runs)
 	}
-	r := Results{Workspace: workspace}
-	export := workspace
+	slots := make(chan struct{}, limit)
+	var wg sync.WaitGroup
+	for _, w := range runs {
+		wg.Go(func() {
+			select {
+			case slots <- struct{}{}:
+			case <-ctx.Done():
+				return
+			}
+			defer func() { <-slots }()
+			err := d.runWorkspace(ctx, runID, e, w)
+			if err != nil && w.control != "" {
+				err = fmt.Errorf("control %s: %w", w.control, err)
+			}
+			if err != nil {
+				cancel(err)
+			}
+		})
+	}
+	wg.Wait()
+	return context.Cause(ctx)
+}
+
+// runWorkspace runs the jobs of one workspace under the run's ids: the
+// candidate job (if the bundle has a candidate command), then the grader
+// on what it handed over, or on the workspace itself.
+func (d Deps) runWorkspace(ctx context.Context, runID string, e *Evaluation, w *workspaceRun) error {
+	if err := CheckRules(d.Blobs, e.Manifest, w.workspace); err != nil {
+		return fmt.Errorf("workspace %s: %w", w.workspace, err)
+	}
+	w.results = Results{Workspace: w.workspace}
+	export := w.workspace
 	if e.HasCandidate() {
-		rec, err := d.runJob(ctx, Role(control, RoleCandidate), e.CandidateJob(workspace, JobID(out.RunID, control, RoleCandidate)))
+		rec, err := d.runJob(ctx, Role(w.control, RoleCandidate), e.CandidateJob(w.workspace, JobID(runID, w.control, RoleCandidate)))
 		if err != nil {
-			return Results{}, err
+			return err
 		}
-		out.Jobs = append(out.Jobs, *rec)
+		w.jobs = append(w.jobs, *rec)
 		x, err := e.Handover(ctx, d.Blobs, rec.Result)
 		if err != nil {
-			return Results{}, err
+			return err
 		}
-		r.Candidate, r.ExportRefused, export = &rec.Result, x.Refused, x.Digest
+		w.results.Candidate, w.results.ExportRefused, export = &rec.Result, x.Refused, x.Digest
 	}
-	grader, err := d.runJob(ctx, Role(control, RoleGrader), e.GraderJob(export, JobID(out.RunID, control, RoleGrader)))
+	grader, err := d.runJob(ctx, Role(w.control, RoleGrader), e.GraderJob(export, JobID(runID, w.control, RoleGrader)))
 	if err != nil {
-		return Results{}, err
+		return err
 	}
-	out.Jobs = append(out.Jobs, *grader)
-	r.Grader = grader.Result
-	return r, nil
+	w.jobs = append(w.jobs, *grader)
+	w.results.Grader = grader.Result
+	return nil
 }
 
 // The two jobs of an evaluation.
