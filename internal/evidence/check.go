@@ -91,22 +91,22 @@ func (d *Dir) Check(ctx context.Context, keys sandbox.KeySet, b *bundle.Bundle) 
 	if err != nil {
 		return nil, err
 	}
-	a := &checker{ctx: ctx, root: d.root, keys: keys, idx: d.Index, bundle: b, eval: e, policy: e.Policy}
+	ck := &checker{ctx: ctx, root: d.root, keys: keys, idx: d.Index, bundle: b, eval: e, policy: e.Policy}
 	tmp, err := os.MkdirTemp("", "sandboxd-assess-")
 	if err != nil {
 		return nil, fmt.Errorf("scratch store: %w", err)
 	}
 	defer os.RemoveAll(tmp)
-	if a.scratch, err = store.Open(tmp); err != nil {
+	if ck.scratch, err = store.Open(tmp); err != nil {
 		return nil, fmt.Errorf("scratch store: %w", err)
 	}
-	a.checkEvidence()
+	ck.checkEvidence()
 	rep := &Report{}
-	if len(a.problems) == 0 {
+	if len(ck.problems) == 0 {
 		rep.Recomputed = true
-		rep.Assessment = a.recompute()
+		rep.Assessment = ck.recompute()
 	}
-	rep.Verdict, rep.Envelopes, rep.Problems, rep.Notes = a.verdict, a.envelopes, a.problems, a.notes
+	rep.Verdict, rep.Envelopes, rep.Problems, rep.Notes = ck.verdict, ck.envelopes, ck.problems, ck.notes
 	return rep, nil
 }
 
@@ -147,26 +147,26 @@ type verifiedJob struct {
 	result sandbox.Result
 }
 
-func (a *checker) problem(format string, args ...any) {
-	a.problems = append(a.problems, fmt.Sprintf(format, args...))
+func (ck *checker) problem(format string, args ...any) {
+	ck.problems = append(ck.problems, fmt.Sprintf(format, args...))
 }
 
 // checkEvidence verifies every envelope against the pinned keys, binds each
 // receipt and result to its job file and each result to its receipt, checks
 // that the jobs are this bundle's, and re-hashes the artifacts.
-func (a *checker) checkEvidence() {
-	m := a.bundle.Manifest
-	if a.idx.BundleDigest != a.bundle.Digest {
-		a.problem("index.json: the evidence is about bundle %s, --bundle is %s", a.idx.BundleDigest, a.bundle.Digest)
+func (ck *checker) checkEvidence() {
+	m := ck.bundle.Manifest
+	if ck.idx.BundleDigest != ck.bundle.Digest {
+		ck.problem("index.json: the evidence is about bundle %s, --bundle is %s", ck.idx.BundleDigest, ck.bundle.Digest)
 	}
-	if a.idx.Image != m.Image {
-		a.problem("index.json: the evidence names image %s, the bundle %s", a.idx.Image, m.Image)
+	if ck.idx.Image != m.Image {
+		ck.problem("index.json: the evidence names image %s, the bundle %s", ck.idx.Image, m.Image)
 	}
 	named := map[string]bool{}
-	a.evals = map[string]*evaluation{}
+	ck.evals = map[string]*evaluation{}
 	listed := map[string]string{} // role → job id
 	runID := ""                   // the run all jobs are of
-	for _, e := range a.idx.Jobs {
+	for _, e := range ck.idx.Jobs {
 		named[e.Receipt], named[e.Result] = true, true
 		control, role, _ := strings.Cut(e.Role, "/")
 		if role == "" {
@@ -174,15 +174,15 @@ func (a *checker) checkEvidence() {
 		}
 		if (control != "" && control != string(supervisor.ControlKnownGood) && control != string(supervisor.ControlKnownBad)) ||
 			(role != "grader" && role != "candidate") {
-			a.problem("index.json: job %s has an unknown role %q", e.ID, e.Role)
+			ck.problem("index.json: job %s has an unknown role %q", e.ID, e.Role)
 			continue
 		}
 		if id, dup := listed[e.Role]; dup {
-			a.problem("index.json: two %s jobs (%s and %s)", e.Role, id, e.ID)
+			ck.problem("index.json: two %s jobs (%s and %s)", e.Role, id, e.ID)
 			continue
 		}
 		listed[e.Role] = e.ID
-		vj := a.verifyJob(e)
+		vj := ck.verifyJob(e)
 		if vj == nil {
 			continue
 		}
@@ -190,23 +190,23 @@ func (a *checker) checkEvidence() {
 		// says where its files are.
 		run, signedControl, signedRole, ok := evaluate.ParseJobID(vj.job.ID)
 		if !ok {
-			a.problem("index.json: job %s is listed as the %s job; its signed id is not that of a job of a run", e.ID, e.Role)
+			ck.problem("index.json: job %s is listed as the %s job; its signed id is not that of a job of a run", e.ID, e.Role)
 			continue
 		}
 		if signed := evaluate.Role(signedControl, signedRole); signed != e.Role {
-			a.problem("index.json: job %s is listed as the %s job; its signed id makes it the %s job of run %s", e.ID, e.Role, signed, run)
+			ck.problem("index.json: job %s is listed as the %s job; its signed id makes it the %s job of run %s", e.ID, e.Role, signed, run)
 			continue
 		}
 		if runID == "" {
 			runID = run
 		} else if run != runID {
-			a.problem("%s: job %s is of run %s, not of run %s like the other jobs", e.Job, e.ID, run, runID)
+			ck.problem("%s: job %s is of run %s, not of run %s like the other jobs", e.Job, e.ID, run, runID)
 			continue
 		}
-		ev := a.evals[control]
+		ev := ck.evals[control]
 		if ev == nil {
 			ev = &evaluation{}
-			a.evals[control] = ev
+			ck.evals[control] = ev
 		}
 		if role == "grader" {
 			ev.grader = vj
@@ -215,10 +215,10 @@ func (a *checker) checkEvidence() {
 		}
 	}
 	if listed["grader"] == "" {
-		a.problem("index.json: no grader job of the candidate")
+		ck.problem("index.json: no grader job of the candidate")
 	}
-	for _, control := range slices.Sorted(maps.Keys(a.evals)) {
-		ev := a.evals[control]
+	for _, control := range slices.Sorted(maps.Keys(ck.evals)) {
+		ev := ck.evals[control]
 		name := "the candidate's evaluation"
 		graderRole := "grader"
 		if control != "" {
@@ -227,166 +227,166 @@ func (a *checker) checkEvidence() {
 		}
 		if ev.grader == nil {
 			if listed[graderRole] == "" {
-				a.problem("index.json: %s has no grader job", name)
+				ck.problem("index.json: %s has no grader job", name)
 			} // else: its failure to verify is reported
 			continue
 		}
 		if (ev.candidate != nil) != (m.Candidate != nil) {
-			a.problem("index.json: %s: the bundle declares a candidate command: %t; a candidate job is present: %t", name, m.Candidate != nil, ev.candidate != nil)
+			ck.problem("index.json: %s: the bundle declares a candidate command: %t; a candidate job is present: %t", name, m.Candidate != nil, ev.candidate != nil)
 		}
-		a.checkGrader(ev.grader)
+		ck.checkGrader(ev.grader)
 		if ev.candidate != nil && m.Candidate != nil && !slices.Equal(ev.candidate.job.Argv, m.Candidate.Argv) {
-			a.problem("%s: job %s ran %q, the bundle's candidate command is %q", ev.candidate.entry.Job, ev.candidate.job.ID, ev.candidate.job.Argv, m.Candidate.Argv)
+			ck.problem("%s: job %s ran %q, the bundle's candidate command is %q", ev.candidate.entry.Job, ev.candidate.job.ID, ev.candidate.job.Argv, m.Candidate.Argv)
 		}
 		if ev.candidate != nil && m.Candidate != nil {
-			a.checkCandidate(ev.candidate)
+			ck.checkCandidate(ev.candidate)
 		}
 		if ev.candidate != nil {
-			a.checkExport(ev)
+			ck.checkExport(ev)
 		}
 		if ev.candidate == nil {
 			// Without a candidate job the grader grades the workspace itself.
 			if in, ok := input(ev.grader.job, "candidate-export"); !ok || in.Writable {
-				a.problem("%s: job %s was not given the candidate read-only", ev.grader.entry.Job, ev.grader.job.ID)
+				ck.problem("%s: job %s was not given the candidate read-only", ev.grader.entry.Job, ev.grader.job.ID)
 			}
 		}
-		if control != "" && slices.Contains(a.policy.Controls, supervisor.ControlKind(control)) {
-			a.checkControlWorkspace(supervisor.ControlKind(control), ev)
+		if control != "" && slices.Contains(ck.policy.Controls, supervisor.ControlKind(control)) {
+			ck.checkControlWorkspace(supervisor.ControlKind(control), ev)
 		}
 	}
-	if ev := a.evals[""]; ev != nil && ev.grader != nil && ev.workspace() != a.idx.WorkspaceDigest {
-		a.problem("index.json: workspace_digest is %s, the signed jobs were given %s", a.idx.WorkspaceDigest, ev.workspace())
+	if ev := ck.evals[""]; ev != nil && ev.grader != nil && ev.workspace() != ck.idx.WorkspaceDigest {
+		ck.problem("index.json: workspace_digest is %s, the signed jobs were given %s", ck.idx.WorkspaceDigest, ev.workspace())
 	}
 
 	// Every envelope in the directory is one the index names, and verifies.
-	ents, err := fs.ReadDir(a.root.FS(), ".")
+	ents, err := fs.ReadDir(ck.root.FS(), ".")
 	if err != nil {
-		a.problem("%v", err)
+		ck.problem("%v", err)
 	}
 	for _, ent := range ents {
 		n := ent.Name()
-		if !strings.HasSuffix(n, ".intoto.json") || named[n] || n == a.idx.Statement {
+		if !strings.HasSuffix(n, ".intoto.json") || named[n] || n == ck.idx.Statement {
 			continue
 		}
-		a.problem("%s: an envelope index.json does not name", n)
+		ck.problem("%s: an envelope index.json does not name", n)
 	}
 
 	// Artifacts: every one the index lists re-hashes; the reports the
 	// supervisor reads are kept in the scratch store.
 	tried := map[string]bool{}
-	for _, control := range slices.Sorted(maps.Keys(a.evals)) {
-		ev := a.evals[control]
+	for _, control := range slices.Sorted(maps.Keys(ck.evals)) {
+		ev := ck.evals[control]
 		if ev.grader == nil {
 			continue
 		}
-		art, ok := ev.grader.result.Artifact(a.policy.ReportPath)
+		art, ok := ev.grader.result.Artifact(ck.policy.ReportPath)
 		if !ok || tried[art.Digest] {
 			continue
 		}
 		tried[art.Digest] = true
 		what := fmt.Sprintf("report artifact of job %s (%s)", ev.grader.job.ID, art.Path)
-		if b, ok := a.rehash(artifactFile(art.Digest), art.Digest, art.Size, what, true); ok {
-			a.keep(b)
+		if b, ok := ck.rehash(artifactFile(art.Digest), art.Digest, art.Size, what, true); ok {
+			ck.keep(b)
 		}
 	}
-	for _, d := range slices.Sorted(maps.Keys(a.idx.Artifacts)) {
+	for _, d := range slices.Sorted(maps.Keys(ck.idx.Artifacts)) {
 		if tried[d] {
 			continue
 		}
-		if f := a.idx.Artifacts[d]; f != artifactFile(d) {
-			a.problem("index.json: artifact %s is filed as %q, not %q", d, f, artifactFile(d))
+		if f := ck.idx.Artifacts[d]; f != artifactFile(d) {
+			ck.problem("index.json: artifact %s is filed as %q, not %q", d, f, artifactFile(d))
 			continue
 		}
-		a.rehash(artifactFile(d), d, -1, "artifact", false)
+		ck.rehash(artifactFile(d), d, -1, "artifact", false)
 	}
 }
 
 // verifyJob reads a job file, its receipt and its result, and verifies
 // them against the pinned keys and each other.
-func (a *checker) verifyJob(e Job) *verifiedJob {
-	data, err := a.root.ReadFile(e.Job)
+func (ck *checker) verifyJob(e Job) *verifiedJob {
+	data, err := ck.root.ReadFile(e.Job)
 	if err != nil {
-		a.problem("job %s: %v", e.ID, err)
+		ck.problem("job %s: %v", e.ID, err)
 		return nil
 	}
 	job, err := sandbox.DecodeJob(data)
 	if err != nil {
-		a.problem("%s: %v", e.Job, err)
+		ck.problem("%s: %v", e.Job, err)
 		return nil
 	}
 	if job.ID != e.ID || job.Digest != e.Digest {
-		a.problem("%s: is job %q (%s); index.json says %q (%s)", e.Job, job.ID, job.Digest, e.ID, e.Digest)
+		ck.problem("%s: is job %q (%s); index.json says %q (%s)", e.Job, job.ID, job.Digest, e.ID, e.Digest)
 		return nil
 	}
-	rcpt, err := a.root.ReadFile(e.Receipt)
+	rcpt, err := ck.root.ReadFile(e.Receipt)
 	if err != nil {
-		a.problem("job %s: receipt: %v", e.ID, err)
+		ck.problem("job %s: receipt: %v", e.ID, err)
 		return nil
 	}
-	r, err := sandbox.VerifyReceipt(a.keys, rcpt, job)
+	r, err := sandbox.VerifyReceipt(ck.keys, rcpt, job)
 	if err != nil {
-		a.problem("%s: %s", e.Receipt, describe(err))
+		ck.problem("%s: %s", e.Receipt, describe(err))
 		return nil
 	}
-	a.envelopes++
+	ck.envelopes++
 	if r.Broker.EphemeralKey {
-		a.note("the broker signed with an ephemeral key: the envelopes prove only that this directory is consistent with the key pinned")
+		ck.note("the broker signed with an ephemeral key: the envelopes prove only that this directory is consistent with the key pinned")
 	}
-	renv, err := a.root.ReadFile(e.Result)
+	renv, err := ck.root.ReadFile(e.Result)
 	if err != nil {
-		a.problem("job %s: result: %v", e.ID, err)
+		ck.problem("job %s: result: %v", e.ID, err)
 		return nil
 	}
-	res, err := sandbox.VerifyResult(a.keys, renv, job, rcpt)
+	res, err := sandbox.VerifyResult(ck.keys, renv, job, rcpt)
 	if err != nil {
-		a.problem("%s: %s", e.Result, describe(err))
+		ck.problem("%s: %s", e.Result, describe(err))
 		return nil
 	}
-	a.envelopes++
+	ck.envelopes++
 	if string(res.Status) != e.Status {
-		a.problem("index.json: job %s is %s, its signed result says %s", e.ID, e.Status, res.Status)
+		ck.problem("index.json: job %s is %s, its signed result says %s", e.ID, e.Status, res.Status)
 	}
-	if job.Bundle != a.bundle.Digest || job.Image != a.bundle.Manifest.Image {
-		a.problem("%s: job %s ran bundle %s on image %s, not --bundle's %s on %s", e.Job, e.ID, job.Bundle, job.Image, a.bundle.Digest, a.bundle.Manifest.Image)
+	if job.Bundle != ck.bundle.Digest || job.Image != ck.bundle.Manifest.Image {
+		ck.problem("%s: job %s ran bundle %s on image %s, not --bundle's %s on %s", e.Job, e.ID, job.Bundle, job.Image, ck.bundle.Digest, ck.bundle.Manifest.Image)
 		return nil
 	}
 	return &verifiedJob{entry: e, job: job, result: res}
 }
 
-func (a *checker) note(n string) {
-	if !slices.Contains(a.notes, n) {
-		a.notes = append(a.notes, n)
+func (ck *checker) note(n string) {
+	if !slices.Contains(ck.notes, n) {
+		ck.notes = append(ck.notes, n)
 	}
 }
 
 // checkGrader checks that a grader job is the bundle's grader: its command,
 // the bundle layer mounted, and the report path it was told.
-func (a *checker) checkGrader(g *verifiedJob) {
-	m := a.bundle.Manifest
+func (ck *checker) checkGrader(g *verifiedJob) {
+	m := ck.bundle.Manifest
 	if !slices.Equal(g.job.Argv, m.Grader.Argv) {
-		a.problem("%s: job %s ran %q, the bundle's grader is %q", g.entry.Job, g.job.ID, g.job.Argv, m.Grader.Argv)
+		ck.problem("%s: job %s ran %q, the bundle's grader is %q", g.entry.Job, g.job.ID, g.job.Argv, m.Grader.Argv)
 	}
-	if in, ok := input(g.job, "bundle"); !ok || in.Digest != a.bundle.LayerDigest || in.Writable {
-		a.problem("%s: job %s was not given the bundle layer %s read-only", g.entry.Job, g.job.ID, a.bundle.LayerDigest)
+	if in, ok := input(g.job, "bundle"); !ok || in.Digest != ck.bundle.LayerDigest || in.Writable {
+		ck.problem("%s: job %s was not given the bundle layer %s read-only", g.entry.Job, g.job.ID, ck.bundle.LayerDigest)
 	}
-	if g.job.Env["SANDBOXD_REPORT"] != a.policy.ReportPath {
-		a.problem("%s: job %s was told to write its report to %q, the bundle says %q", g.entry.Job, g.job.ID, g.job.Env["SANDBOXD_REPORT"], a.policy.ReportPath)
+	if g.job.Env["SANDBOXD_REPORT"] != ck.policy.ReportPath {
+		ck.problem("%s: job %s was told to write its report to %q, the bundle says %q", g.entry.Job, g.job.ID, g.job.Env["SANDBOXD_REPORT"], ck.policy.ReportPath)
 	}
 	// And nothing else may differ: where the inputs are mounted, the rest
 	// of the environment, the outputs, the limits. The export itself is
 	// checked against the candidate job by checkExport.
 	export, _ := input(g.job, "candidate-export")
-	if err := evaluate.SameJob("grader", g.job, a.eval.On(g.job.Runtime).GraderJob(export.Digest, g.job.ID)); err != nil {
-		a.problem("%s: %v", g.entry.Job, err)
+	if err := evaluate.SameJob("grader", g.job, ck.eval.On(g.job.Runtime).GraderJob(export.Digest, g.job.ID)); err != nil {
+		ck.problem("%s: %v", g.entry.Job, err)
 	}
 }
 
 // checkControlWorkspace checks that a control's evaluation judged the
 // control's own workspace, recomputed from the bundle's layer.
-func (a *checker) checkControlWorkspace(kind supervisor.ControlKind, ev *evaluation) {
-	want, err := a.eval.ControlWorkspace(a.ctx, a.scratch, kind)
+func (ck *checker) checkControlWorkspace(kind supervisor.ControlKind, ev *evaluation) {
+	want, err := ck.eval.ControlWorkspace(ck.ctx, ck.scratch, kind)
 	if err != nil {
-		a.problem("control %s: its workspace cannot be rebuilt from the bundle: %v", kind, err)
+		ck.problem("control %s: its workspace cannot be rebuilt from the bundle: %v", kind, err)
 		return
 	}
 	if got := ev.workspace(); got != want {
@@ -394,16 +394,16 @@ func (a *checker) checkControlWorkspace(kind supervisor.ControlKind, ev *evaluat
 		if ev.candidate != nil {
 			j = ev.candidate
 		}
-		a.problem("%s: job %s of control %s judged workspace %s; the bundle's %s is %s", j.entry.Job, j.job.ID, kind, got, evaluate.ControlDir(a.bundle.Manifest, kind), want)
+		ck.problem("%s: job %s of control %s judged workspace %s; the bundle's %s is %s", j.entry.Job, j.job.ID, kind, got, evaluate.ControlDir(ck.bundle.Manifest, kind), want)
 	}
 }
 
 // checkCandidate checks that a candidate job is exactly the bundle's
 // candidate command on the workspace it was given.
-func (a *checker) checkCandidate(c *verifiedJob) {
+func (ck *checker) checkCandidate(c *verifiedJob) {
 	ws, _ := input(c.job, "workspace")
-	if err := evaluate.SameJob("candidate", c.job, a.eval.On(c.job.Runtime).CandidateJob(ws.Digest, c.job.ID)); err != nil {
-		a.problem("%s: %v", c.entry.Job, err)
+	if err := evaluate.SameJob("candidate", c.job, ck.eval.On(c.job.Runtime).CandidateJob(ws.Digest, c.job.ID)); err != nil {
+		ck.problem("%s: %v", c.entry.Job, err)
 	}
 }
 
@@ -432,10 +432,10 @@ func (e *evaluation) workspace() string {
 
 // rehash reads name and checks it against digest (and size, unless
 // negative); keep returns the bytes.
-func (a *checker) rehash(name, digest string, size int64, what string, keep bool) ([]byte, bool) {
-	f, err := a.root.Open(name)
+func (ck *checker) rehash(name, digest string, size int64, what string, keep bool) ([]byte, bool) {
+	f, err := ck.root.Open(name)
 	if err != nil {
-		a.problem("%s: %s %s: %v", name, what, digest, err)
+		ck.problem("%s: %s %s: %v", name, what, digest, err)
 		return nil, false
 	}
 	defer f.Close()
@@ -453,16 +453,16 @@ func (a *checker) rehash(name, digest string, size int64, what string, keep bool
 	}
 	n, err := io.Copy(w, r)
 	if err != nil {
-		a.problem("%s: %s: %v", name, what, err)
+		ck.problem("%s: %s: %v", name, what, err)
 		return nil, false
 	}
 	got := "sha256:" + hex.EncodeToString(h.Sum(nil))
 	if got != digest {
-		a.problem("%s: %s does not hash to %s: got %s (%d bytes)", name, what, digest, got, n)
+		ck.problem("%s: %s does not hash to %s: got %s (%d bytes)", name, what, digest, got, n)
 		return nil, false
 	}
 	if size >= 0 && n != size {
-		a.problem("%s: %s is %d bytes, the signed result says %d", name, what, n, size)
+		ck.problem("%s: %s is %d bytes, the signed result says %d", name, what, n, size)
 		return nil, false
 	}
 	return buf.Bytes(), true
@@ -472,63 +472,63 @@ func (a *checker) rehash(name, digest string, size int64, what string, keep bool
 // evaluation, then the candidate's with the controls' outcomes, and
 // compares every assessment and the signed statement with the evidence's.
 // It returns the candidate's recomputed assessment.
-func (a *checker) recompute() []byte {
+func (ck *checker) recompute() []byte {
 	files := map[string]string{}
 	verdicts := map[string]string{}
-	for _, c := range a.idx.Controls {
+	for _, c := range ck.idx.Controls {
 		if files[c.Kind] != "" {
-			a.problem("index.json: control %s is listed twice", c.Kind)
+			ck.problem("index.json: control %s is listed twice", c.Kind)
 		}
 		files[c.Kind], verdicts[c.Kind] = c.Assessment, c.Verdict
 	}
 	controls := map[supervisor.ControlKind]evaluate.Results{}
-	for kind, ev := range a.evals {
+	for kind, ev := range ck.evals {
 		if kind != "" {
 			j, err := ev.judged()
 			if err != nil {
-				a.problem("control %s: %v", kind, err)
+				ck.problem("control %s: %v", kind, err)
 				return nil
 			}
 			controls[supervisor.ControlKind(kind)] = j
 		}
 	}
-	cand := a.evals[""]
+	cand := ck.evals[""]
 	if cand == nil || cand.grader == nil {
-		a.problem("no verified grader job of the candidate") // checkEvidence has said why
+		ck.problem("no verified grader job of the candidate") // checkEvidence has said why
 		return nil
 	}
 	candJudged, err := cand.judged()
 	if err != nil {
-		a.problem("candidate: %v", err)
+		ck.problem("candidate: %v", err)
 		return nil
 	}
-	runs, as, raw, err := a.eval.Judge(a.scratch, controls, candJudged, judge)
+	runs, as, raw, err := ck.eval.Judge(ck.scratch, controls, candJudged, judge)
 	if err != nil {
-		a.problem("supervisor: %v", err)
+		ck.problem("supervisor: %v", err)
 		return nil
 	}
 	for _, r := range runs {
-		a.compare(files[string(r.Kind)], r.AssessmentJSON, "control "+string(r.Kind))
+		ck.compare(files[string(r.Kind)], r.AssessmentJSON, "control "+string(r.Kind))
 		if v := verdicts[string(r.Kind)]; files[string(r.Kind)] != "" && v != string(r.Assessment.Verdict) {
-			a.problem("index.json: control %s verdict is %q, recomputed %q", r.Kind, v, r.Assessment.Verdict)
+			ck.problem("index.json: control %s verdict is %q, recomputed %q", r.Kind, v, r.Assessment.Verdict)
 		}
 	}
-	for _, kind := range slices.Sorted(maps.Keys(a.evals)) {
-		if kind != "" && !slices.Contains(a.policy.Controls, supervisor.ControlKind(kind)) {
-			a.problem("index.json: jobs of control %s, which the bundle does not declare", kind)
+	for _, kind := range slices.Sorted(maps.Keys(ck.evals)) {
+		if kind != "" && !slices.Contains(ck.policy.Controls, supervisor.ControlKind(kind)) {
+			ck.problem("index.json: jobs of control %s, which the bundle does not declare", kind)
 		}
 	}
 	for _, kind := range slices.Sorted(maps.Keys(files)) {
-		if a.evals[kind] == nil {
-			a.problem("index.json: control %s is listed without its jobs", kind)
+		if ck.evals[kind] == nil {
+			ck.problem("index.json: control %s is listed without its jobs", kind)
 		}
 	}
-	a.verdict = as.Verdict
-	a.compare(a.idx.Assessment, raw, "the candidate")
-	if string(as.Verdict) != a.idx.Verdict {
-		a.problem("index.json: verdict is %q, recomputed %q", a.idx.Verdict, as.Verdict)
+	ck.verdict = as.Verdict
+	ck.compare(ck.idx.Assessment, raw, "the candidate")
+	if string(as.Verdict) != ck.idx.Verdict {
+		ck.problem("index.json: verdict is %q, recomputed %q", ck.idx.Verdict, as.Verdict)
 	}
-	a.checkStatement(as)
+	ck.checkStatement(as)
 	return raw
 }
 
@@ -557,9 +557,9 @@ func (e *evaluation) judged() (evaluate.Results, error) {
 }
 
 // keep puts verified bytes into the scratch store.
-func (a *checker) keep(b []byte) bool {
-	if _, err := a.scratch.PutBytes(b); err != nil {
-		a.problem("scratch store: %v", err)
+func (ck *checker) keep(b []byte) bool {
+	if _, err := ck.scratch.PutBytes(b); err != nil {
+		ck.problem("scratch store: %v", err)
 		return false
 	}
 	return true
@@ -567,14 +567,14 @@ func (a *checker) keep(b []byte) bool {
 
 // compare reports how the evidence's assessment file differs from the
 // recomputed bytes.
-func (a *checker) compare(name string, recomputed []byte, what string) {
+func (ck *checker) compare(name string, recomputed []byte, what string) {
 	if name == "" {
-		a.problem("index.json: no assessment file for %s", what)
+		ck.problem("index.json: no assessment file for %s", what)
 		return
 	}
-	old, err := a.root.ReadFile(name)
+	old, err := ck.root.ReadFile(name)
 	if err != nil {
-		a.problem("%s: %v", name, err)
+		ck.problem("%s: %v", name, err)
 		return
 	}
 	if bytes.Equal(old, recomputed) {
@@ -582,22 +582,22 @@ func (a *checker) compare(name string, recomputed []byte, what string) {
 	}
 	var o, r any
 	if err := json.Unmarshal(old, &o); err != nil {
-		a.problem("%s: not JSON (%v), so not the recomputed assessment of %s", name, err, what)
+		ck.problem("%s: not JSON (%v), so not the recomputed assessment of %s", name, err, what)
 		return
 	}
 	json.Unmarshal(recomputed, &r)
 	diffs := jsonDiff("", o, r, nil)
 	if len(diffs) == 0 {
-		a.problem("%s: the same content as the recomputed assessment of %s, but not its canonical bytes", name, what)
+		ck.problem("%s: the same content as the recomputed assessment of %s, but not its canonical bytes", name, what)
 		return
 	}
 	const max = 10
 	for i, d := range diffs {
 		if i == max {
-			a.problem("%s: … and %d more differences", name, len(diffs)-max)
+			ck.problem("%s: … and %d more differences", name, len(diffs)-max)
 			break
 		}
-		a.problem("%s: %s", name, d)
+		ck.problem("%s: %s", name, d)
 	}
 }
 
@@ -675,37 +675,37 @@ func shortJSON(s string) string {
 // checkStatement checks the signed in-toto test-result statement against
 // the recomputed assessment: present exactly when the verdict is passed or
 // failed, signed by a pinned key, and carrying the recomputed statement.
-func (a *checker) checkStatement(as supervisor.Assessment) {
+func (ck *checker) checkStatement(as supervisor.Assessment) {
 	want, err := as.StatementJSON()
 	if errors.Is(err, supervisor.ErrInconclusive) {
-		if a.idx.Statement != "" {
-			a.problem("%s: a test-result statement for an inconclusive verdict", a.idx.Statement)
+		if ck.idx.Statement != "" {
+			ck.problem("%s: a test-result statement for an inconclusive verdict", ck.idx.Statement)
 		}
 		return
 	}
 	if err != nil {
-		a.problem("test-result statement: %v", err)
+		ck.problem("test-result statement: %v", err)
 		return
 	}
-	if a.idx.Statement == "" {
-		a.problem("index.json: no signed test-result statement, though the verdict is %s", as.Verdict)
+	if ck.idx.Statement == "" {
+		ck.problem("index.json: no signed test-result statement, though the verdict is %s", as.Verdict)
 		return
 	}
-	env, err := a.root.ReadFile(a.idx.Statement)
+	env, err := ck.root.ReadFile(ck.idx.Statement)
 	if err != nil {
-		a.problem("%s: %v", a.idx.Statement, err)
+		ck.problem("%s: %v", ck.idx.Statement, err)
 		return
 	}
-	ve, err := sandbox.VerifyEnvelope(a.keys, env)
+	ve, err := sandbox.VerifyEnvelope(ck.keys, env)
 	if err != nil {
-		a.problem("%s: %s", a.idx.Statement, describe(err))
+		ck.problem("%s: %s", ck.idx.Statement, describe(err))
 		return
 	}
 	if ve.PayloadType != sandbox.InTotoPayloadType {
-		a.problem("%s: payload type %q, want %q", a.idx.Statement, ve.PayloadType, sandbox.InTotoPayloadType)
+		ck.problem("%s: payload type %q, want %q", ck.idx.Statement, ve.PayloadType, sandbox.InTotoPayloadType)
 		return
 	}
-	a.envelopes++
+	ck.envelopes++
 	if !bytes.Equal(ve.Payload, want) {
 		var o, r any
 		json.Unmarshal(ve.Payload, &o)
@@ -715,7 +715,7 @@ func (a *checker) checkStatement(as supervisor.Assessment) {
 			diffs = []string{"not the recomputed statement's canonical bytes"}
 		}
 		for _, d := range diffs {
-			a.problem("%s: %s", a.idx.Statement, d)
+			ck.problem("%s: %s", ck.idx.Statement, d)
 		}
 	}
 }
@@ -724,26 +724,26 @@ func (a *checker) checkStatement(as supervisor.Assessment) {
 // export, recomputed from the candidate's collected artifacts (re-hashed
 // from the evidence directory) into a scratch store, and keeps the reader
 // rules' word on it for the supervisor.
-func (a *checker) checkExport(ev *evaluation) {
+func (ck *checker) checkExport(ev *evaluation) {
 	c, g := ev.candidate, ev.grader
 	in, ok := input(g.job, "candidate-export")
 	if !ok || in.Writable {
-		a.problem("%s: job %s was not given the candidate's export read-only", g.entry.Job, g.job.ID)
+		ck.problem("%s: job %s was not given the candidate's export read-only", g.entry.Job, g.job.ID)
 		return
 	}
 	for _, art := range c.result.Artifacts {
-		b, ok := a.rehash(artifactFile(art.Digest), art.Digest, art.Size, "artifact of job "+c.job.ID, true)
-		if !ok || !a.keep(b) {
+		b, ok := ck.rehash(artifactFile(art.Digest), art.Digest, art.Size, "artifact of job "+c.job.ID, true)
+		if !ok || !ck.keep(b) {
 			return
 		}
 	}
-	x, err := a.eval.Handover(a.ctx, a.scratch, c.result)
+	x, err := ck.eval.Handover(ck.ctx, ck.scratch, c.result)
 	if err != nil {
-		a.problem("job %s: its export cannot be rebuilt: %v", c.job.ID, err)
+		ck.problem("job %s: its export cannot be rebuilt: %v", c.job.ID, err)
 		return
 	}
 	if x.Digest != in.Digest {
-		a.problem("%s: job %s was given export %s, job %s exported %s", g.entry.Job, g.job.ID, in.Digest, c.job.ID, x.Digest)
+		ck.problem("%s: job %s was given export %s, job %s exported %s", g.entry.Job, g.job.ID, in.Digest, c.job.ID, x.Digest)
 	}
 	ev.exportRefused = x.Refused
 }
