@@ -107,7 +107,7 @@ func TestRoundTripSupervisorParser(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer f.Close()
-			rep, err := supervisor.ParseJUnitXML(f, supervisor.Limits{})
+			rep, err := supervisor.ParseJUnitXML(f, supervisor.ParseLimits{})
 			if err != nil {
 				t.Fatalf("the supervisor does not parse the file: %v", err)
 			}

@@ -65,9 +65,9 @@ type Report struct {
 	Incomplete string `json:"incomplete,omitempty"`
 }
 
-// Limits bound what a parser reads and keeps. The zero value of a field
+// ParseLimits bound what a parser reads and keeps. The zero value of a field
 // means its default.
-type Limits struct {
+type ParseLimits struct {
 	MaxBytes    int64 // bytes read from the report
 	MaxDepth    int   // XML element nesting, TAP subtest nesting
 	MaxElements int   // XML elements (start tags)
@@ -86,7 +86,7 @@ const (
 	maxMessageBytes       = 512
 )
 
-func (l Limits) withDefaults() Limits {
+func (l ParseLimits) withDefaults() ParseLimits {
 	if l.MaxBytes <= 0 {
 		l.MaxBytes = DefaultMaxReportBytes
 	}
@@ -125,7 +125,7 @@ func tooLarge(format string, args ...any) error {
 }
 
 // Parse reads a report of the given format from r within lim.
-func Parse(format Format, r io.Reader, lim Limits) (Report, error) {
+func Parse(format Format, r io.Reader, lim ParseLimits) (Report, error) {
 	switch format {
 	case FormatGoTestJSON:
 		return ParseGoTestJSON(r, lim)

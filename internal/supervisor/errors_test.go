@@ -17,11 +17,11 @@ func TestErrorsMatchTheirClass(t *testing.T) {
 		own, class error
 	}{
 		{"a DTD in a JUnit report", func() error {
-			_, err := Parse(FormatJUnitXML, strings.NewReader(`<?xml version="1.0"?><!DOCTYPE x []><testsuites/>`), Limits{})
+			_, err := Parse(FormatJUnitXML, strings.NewReader(`<?xml version="1.0"?><!DOCTYPE x []><testsuites/>`), ParseLimits{})
 			return err
 		}, ErrUnparseable, sandbox.ErrInvalid},
 		{"a TAP report over its byte limit", func() error {
-			_, err := Parse(FormatTAP, strings.NewReader("1..1\n"+strings.Repeat("# comment\n", 100)), Limits{MaxBytes: 64})
+			_, err := Parse(FormatTAP, strings.NewReader("1..1\n"+strings.Repeat("# comment\n", 100)), ParseLimits{MaxBytes: 64})
 			return err
 		}, ErrTooLarge, sandbox.ErrTooLarge},
 		{"the statement of an inconclusive verdict", func() error {

@@ -21,7 +21,7 @@ func FuzzParseInTotoTestResult(f *testing.F) { fuzzParser(f, FormatInTotoTestRes
 // statuses and is the same when parsed twice; and the rules never pass a
 // report that has anything but passed checks.
 func fuzzParser(f *testing.F, format Format) {
-	lim := Limits{MaxBytes: 1 << 20, MaxDepth: 16, MaxElements: 10_000, MaxChecks: 1_000, MaxLine: 1 << 16}
+	lim := ParseLimits{MaxBytes: 1 << 20, MaxDepth: 16, MaxElements: 10_000, MaxChecks: 1_000, MaxLine: 1 << 16}
 	f.Fuzz(func(t *testing.T, data []byte) {
 		rep, err := Parse(format, bytes.NewReader(data), lim)
 		if err != nil {

@@ -115,7 +115,7 @@ func TestGolden(t *testing.T) {
 		t.Run(gc.name(), func(t *testing.T) {
 			data := readFixture(t, gc.file)
 
-			rep, perr := Parse(gc.format, bytes.NewReader(data), Limits{})
+			rep, perr := Parse(gc.format, bytes.NewReader(data), ParseLimits{})
 			var repJSON []byte
 			if perr != nil {
 				repJSON = []byte(`{"error":` + quoteJSON(perr.Error()) + "}\n")

@@ -30,7 +30,7 @@ type testEvent struct {
 // test binary) is an error; a package that failed without a failing test of
 // its own (a build failure, a panic outside a test, TestMain) is an error
 // check named after the package. Unknown actions are refused.
-func ParseGoTestJSON(r io.Reader, lim Limits) (Report, error) {
+func ParseGoTestJSON(r io.Reader, lim ParseLimits) (Report, error) {
 	lim = lim.withDefaults()
 	cr := newCappedReader(r, lim.MaxBytes)
 	sc := bufio.NewScanner(cr)

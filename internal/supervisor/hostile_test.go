@@ -121,7 +121,7 @@ func TestHostileXML(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			var err error
-			peak, total := peakHeap(func() { _, err = ParseJUnitXML(tc.r(), Limits{}) })
+			peak, total := peakHeap(func() { _, err = ParseJUnitXML(tc.r(), ParseLimits{}) })
 			if !errors.Is(err, tc.wantErr) {
 				t.Fatalf("got err %v, want %v", err, tc.wantErr)
 			}
@@ -183,16 +183,16 @@ func TestParserLimits(t *testing.T) {
 		name   string
 		format Format
 		r      io.Reader
-		lim    Limits
+		lim    ParseLimits
 	}{
-		{"go test bytes", FormatGoTestJSON, newGen("", `{"Action":"output","Package":"p","Output":"x"}`+"\n", "", 1<<20), Limits{MaxBytes: 1 << 16}},
-		{"go test line", FormatGoTestJSON, newGen(`{"Action":"output","Output":"`, "x", `"}`, 1<<20), Limits{MaxLine: 1 << 12}},
-		{"go test checks", FormatGoTestJSON, newGen("", `{"Action":"pass","Package":"p","Test":"T"}`+"\n", "", 1<<20), Limits{MaxChecks: 10}},
-		{"tap bytes", FormatTAP, newGen("1..1\n", "# comment\n", "", 1<<20), Limits{MaxBytes: 1 << 16}},
-		{"tap checks", FormatTAP, newGen("", "ok\n", "", 1<<20), Limits{MaxChecks: 10}},
-		{"tap depth", FormatTAP, newGen("", "    ", "ok\n", 4*1000+3), Limits{}},
-		{"in-toto bytes", FormatInTotoTestResult, newGen(`{"passedTests":["`, "x", `"]}`, 1<<20), Limits{MaxBytes: 1 << 16}},
-		{"junit depth", FormatJUnitXML, newGen("<testsuites>", "<testsuite>", "", 1<<16), Limits{MaxDepth: 8}},
+		{"go test bytes", FormatGoTestJSON, newGen("", `{"Action":"output","Package":"p","Output":"x"}`+"\n", "", 1<<20), ParseLimits{MaxBytes: 1 << 16}},
+		{"go test line", FormatGoTestJSON, newGen(`{"Action":"output","Output":"`, "x", `"}`, 1<<20), ParseLimits{MaxLine: 1 << 12}},
+		{"go test checks", FormatGoTestJSON, newGen("", `{"Action":"pass","Package":"p","Test":"T"}`+"\n", "", 1<<20), ParseLimits{MaxChecks: 10}},
+		{"tap bytes", FormatTAP, newGen("1..1\n", "# comment\n", "", 1<<20), ParseLimits{MaxBytes: 1 << 16}},
+		{"tap checks", FormatTAP, newGen("", "ok\n", "", 1<<20), ParseLimits{MaxChecks: 10}},
+		{"tap depth", FormatTAP, newGen("", "    ", "ok\n", 4*1000+3), ParseLimits{}},
+		{"in-toto bytes", FormatInTotoTestResult, newGen(`{"passedTests":["`, "x", `"]}`, 1<<20), ParseLimits{MaxBytes: 1 << 16}},
+		{"junit depth", FormatJUnitXML, newGen("<testsuites>", "<testsuite>", "", 1<<16), ParseLimits{MaxDepth: 8}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -209,7 +209,7 @@ func TestParserLimits(t *testing.T) {
 func TestParseAllocs(t *testing.T) {
 	data := readFixture(t, "junit/surefire-mixed.xml")
 	allocs := testing.AllocsPerRun(20, func() {
-		if _, err := ParseJUnitXML(bytes.NewReader(data), Limits{}); err != nil {
+		if _, err := ParseJUnitXML(bytes.NewReader(data), ParseLimits{}); err != nil {
 			t.Fatal(err)
 		}
 	})

@@ -27,8 +27,8 @@ type ResourceDescriptor struct {
 	MediaType        string            `json:"mediaType,omitempty"`
 }
 
-// TestResult is the test-result v0.1 predicate.
-type TestResult struct {
+// TestResultPredicate is the test-result v0.1 predicate.
+type TestResultPredicate struct {
 	Result        string               `json:"result"`
 	Configuration []ResourceDescriptor `json:"configuration"`
 	URL           string               `json:"url,omitempty"`
@@ -37,12 +37,12 @@ type TestResult struct {
 	FailedTests   []string             `json:"failedTests"`
 }
 
-// TestResultStatement is an in-toto v1 Statement carrying a TestResult.
+// TestResultStatement is an in-toto v1 Statement carrying a TestResultPredicate.
 type TestResultStatement struct {
 	Type          string               `json:"_type"`
 	Subject       []ResourceDescriptor `json:"subject"`
 	PredicateType string               `json:"predicateType"`
-	Predicate     TestResult           `json:"predicate"`
+	Predicate     TestResultPredicate  `json:"predicate"`
 }
 
 // ParseInTotoTestResult parses an in-toto v1 Statement whose predicate is a
@@ -52,7 +52,7 @@ type TestResultStatement struct {
 // remark), failedTests failed. A report whose result disagrees with its
 // lists (PASSED with failures, FAILED without) is refused as inconsistent.
 // The predicate names no skipped tests and no durations.
-func ParseInTotoTestResult(r io.Reader, lim Limits) (Report, error) {
+func ParseInTotoTestResult(r io.Reader, lim ParseLimits) (Report, error) {
 	lim = lim.withDefaults()
 	data, err := io.ReadAll(newCappedReader(r, lim.MaxBytes))
 	if err != nil {

@@ -28,7 +28,7 @@ import (
 // make the check an error, because a rerun is not a pass of the same run.
 // A <testsuite> whose tests="N" disagrees with the cases it holds is refused
 // as inconsistent (a sign of a cut or spliced report).
-func ParseJUnitXML(r io.Reader, lim Limits) (Report, error) {
+func ParseJUnitXML(r io.Reader, lim ParseLimits) (Report, error) {
 	lim = lim.withDefaults()
 	cr := newCappedReader(r, lim.MaxBytes)
 	dec := xml.NewDecoder(cr)

@@ -78,7 +78,7 @@ func TestFakePassInReportOutput(t *testing.T) {
 			t.Fatalf("fixture does not contain the fake line %q", fake)
 		}
 	}
-	rep, err := ParseGoTestJSON(bytes.NewReader(data), Limits{})
+	rep, err := ParseGoTestJSON(bytes.NewReader(data), ParseLimits{})
 	if err != nil {
 		t.Fatal(err)
 	}

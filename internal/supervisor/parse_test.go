@@ -96,7 +96,7 @@ func TestParseEdges(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			rep, err := Parse(tc.format, strings.NewReader(tc.in), Limits{})
+			rep, err := Parse(tc.format, strings.NewReader(tc.in), ParseLimits{})
 			if tc.want.err != nil {
 				if !errors.Is(err, tc.want.err) {
 					t.Fatalf("got err %v (checks %+v), want %v", err, rep.Checks, tc.want.err)

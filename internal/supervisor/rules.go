@@ -398,7 +398,7 @@ func readReport(ev *Evidence) reportOutcome {
 	}
 	h := sha256.New()
 	cr := &countingHash{r: io.LimitReader(ev.Report, limit+1), h: h}
-	out.report, out.parseErr = Parse(ev.Policy.Format, cr, Limits{MaxBytes: limit})
+	out.report, out.parseErr = Parse(ev.Policy.Format, cr, ParseLimits{MaxBytes: limit})
 	// Read what the parser left, still within the cap, so that the digest
 	// covers every byte given.
 	if _, err := io.Copy(io.Discard, cr); err != nil {

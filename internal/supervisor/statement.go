@@ -45,7 +45,7 @@ func (a *Assessment) Statement() (TestResultStatement, error) {
 		Type:          sandbox.StatementType,
 		Subject:       []ResourceDescriptor{subject},
 		PredicateType: sandbox.PredicateTestResult,
-		Predicate: TestResult{
+		Predicate: TestResultPredicate{
 			Result: result,
 			Configuration: []ResourceDescriptor{
 				{Name: "bundle", Digest: digestMap(a.Binding.BundleDigest)},

@@ -32,7 +32,7 @@ func TestStatementRoundTrip(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			rep, err := ParseInTotoTestResult(bytes.NewReader(data), Limits{})
+			rep, err := ParseInTotoTestResult(bytes.NewReader(data), ParseLimits{})
 			if err != nil {
 				t.Fatalf("own statement does not parse: %v", err)
 			}

@@ -42,7 +42,7 @@ type tapFrame struct {
 // Either marks the report Incomplete: the tests it did not run may be the
 // ones a policy requires, so it is inconclusive (RuleReportIncomplete).
 // YAML diagnostics, comments and unknown lines are skipped unread.
-func ParseTAP(r io.Reader, lim Limits) (Report, error) {
+func ParseTAP(r io.Reader, lim ParseLimits) (Report, error) {
 	lim = lim.withDefaults()
 	cr := newCappedReader(r, lim.MaxBytes)
 	sc := bufio.NewScanner(cr)
