@@ -13,29 +13,29 @@ import (
 	"slices"
 )
 
-// Check names the verification step that rejected an envelope.
-type Check string
+// VerifyCheck names the verification step that rejected an envelope.
+type VerifyCheck string
 
 const (
-	CheckMalformed      Check = "malformed_envelope" // not a DSSE envelope, bad base64, undecodable statement
-	CheckNoSignatures   Check = "no_signatures"      // the envelope carries no signature at all
-	CheckPayloadType    Check = "payload_type"       // payloadType is not InTotoPayloadType
-	CheckSignature      Check = "signature"          // a signature by a pinned key does not verify
-	CheckUnknownKey     Check = "unknown_key"        // no signature is by a pinned key (the wrong key)
-	CheckKeyIDMismatch  Check = "key_id_mismatch"    // a pinned key's signature carries another key's id
-	CheckStatementType  Check = "statement_type"     // "_type" is not StatementType
-	CheckPredicateType  Check = "predicate_type"     // not the predicate type asked for
-	CheckPredicate      Check = "predicate"          // the predicate is malformed or inconsistent
-	CheckSubject        Check = "subject"            // the subjects do not match the predicate
-	CheckJobBinding     Check = "job_binding"        // the envelope is about another job
-	CheckReceiptBinding Check = "receipt_binding"    // the result is chained to another receipt
+	CheckMalformed      VerifyCheck = "malformed_envelope" // not a DSSE envelope, bad base64, undecodable statement
+	CheckNoSignatures   VerifyCheck = "no_signatures"      // the envelope carries no signature at all
+	CheckPayloadType    VerifyCheck = "payload_type"       // payloadType is not InTotoPayloadType
+	CheckSignature      VerifyCheck = "signature"          // a signature by a pinned key does not verify
+	CheckUnknownKey     VerifyCheck = "unknown_key"        // no signature is by a pinned key (the wrong key)
+	CheckKeyIDMismatch  VerifyCheck = "key_id_mismatch"    // a pinned key's signature carries another key's id
+	CheckStatementType  VerifyCheck = "statement_type"     // "_type" is not StatementType
+	CheckPredicateType  VerifyCheck = "predicate_type"     // not the predicate type asked for
+	CheckPredicate      VerifyCheck = "predicate"          // the predicate is malformed or inconsistent
+	CheckSubject        VerifyCheck = "subject"            // the subjects do not match the predicate
+	CheckJobBinding     VerifyCheck = "job_binding"        // the envelope is about another job
+	CheckReceiptBinding VerifyCheck = "receipt_binding"    // the result is chained to another receipt
 )
 
 // VerifyError says which check rejected an envelope. errors.Is matches it
 // against the sentinel of the same check (ErrSignature, …), so callers can
 // branch without parsing messages.
 type VerifyError struct {
-	Check  Check
+	Check  VerifyCheck
 	Detail string
 }
 
@@ -72,7 +72,7 @@ var (
 	ErrReceiptBinding    = &VerifyError{Check: CheckReceiptBinding}
 )
 
-func verifyErr(c Check, format string, args ...any) error {
+func verifyErr(c VerifyCheck, format string, args ...any) error {
 	return &VerifyError{Check: c, Detail: fmt.Sprintf(format, args...)}
 }
 
