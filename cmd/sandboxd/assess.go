@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -12,7 +11,6 @@ import (
 	"github.com/sandboxd/sandboxd/internal/bundle"
 	"github.com/sandboxd/sandboxd/internal/evidence"
 	"github.com/sandboxd/sandboxd/internal/supervisor"
-	"github.com/sandboxd/sandboxd/sandbox"
 )
 
 // assessOptions are the flags of `sandboxd assess`.
@@ -36,23 +34,9 @@ type assessOptions struct {
 // --out`: it trusts only the pinned key and the bundle given, and prints the
 // recomputed assessment JSON.
 func cmdAssess(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	var o assessOptions
-	fset := flag.NewFlagSet("assess", flag.ContinueOnError)
-	fset.SetOutput(stderr)
-	fset.Var(&o.keys, "key", "pinned broker public key `PEM` file (repeat for key rotation)")
-	fset.StringVar(&o.bundle, "bundle", "", "the evaluator bundle `REF` (directory with bundle.json or OCI layout) whose policy judges the evidence")
-	fset.BoolVar(&o.json, "json", false, "print whether the evidence holds, its problems and the recomputed assessment as one line of JSON (docs/schema/assess.json)")
-	fset.StringVar(&o.junit, "junit", "", "when the evidence holds, also write the recomputed assessment as JUnit XML to `FILE`")
-	fset.Usage = func() {
-		fmt.Fprintln(stderr, "usage: sandboxd assess --key PUB [--key PUB2] --bundle DIR|LAYOUT [--junit FILE] [--json] EVIDENCE_DIR")
-		fset.PrintDefaults()
-		fmt.Fprintln(stderr, "exit: 0 the evidence verifies and its assessment is reproduced byte for byte, 1 it does not, 3 bad input")
-	}
-	if err := fset.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return exitOK
-		}
-		return exitUsage
+	o, fset := assessFlags(stderr)
+	if code := parseFlags(fset, args); code >= 0 {
+		return code
 	}
 	if len(o.keys) == 0 || o.bundle == "" || fset.NArg() != 1 {
 		fset.Usage()
@@ -62,27 +46,16 @@ func cmdAssess(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		fmt.Fprintf(stderr, "sandboxd assess: "+format+"\n", a...)
 		return exitBadInput
 	}
-
-	var pems [][]byte
-	for _, p := range o.keys {
-		b, err := os.ReadFile(p)
-		if err != nil {
-			return bad("--key: %v", err)
-		}
-		pems = append(pems, b)
-	}
-	keys, err := sandbox.ParseKeySet(pems...)
+	keys, err := readKeySet(o.keys)
 	if err != nil {
 		return bad("--key: %v", err)
 	}
-
 	dir := fset.Arg(0)
 	ev, err := evidence.Open(dir)
 	if err != nil {
 		return bad("%v", err)
 	}
 	defer ev.Close()
-
 	tmp, err := os.MkdirTemp("", "sandboxd-assess-")
 	if err != nil {
 		return bad("%v", err)
@@ -101,22 +74,52 @@ func cmdAssess(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		return bad("bundle %s: %v", o.bundle, err)
 	}
 	if o.json {
-		var a json.RawMessage // null when nothing was recomputed
-		if rep.Assessment != nil {
-			a = rep.Assessment
-		}
-		printJSON(stdout, stderr, struct {
-			Evidence   string             `json:"evidence"`
-			Verified   bool               `json:"verified"`
-			Recomputed bool               `json:"recomputed"`
-			Envelopes  int                `json:"envelopes"`
-			Verdict    supervisor.Verdict `json:"verdict"`
-			Problems   []string           `json:"problems"`
-			Notes      []string           `json:"notes"`
-			Assessment json.RawMessage    `json:"assessment"`
-		}{dir, rep.Recomputed && len(rep.Problems) == 0, rep.Recomputed, rep.Envelopes, rep.Verdict,
-			append([]string{}, rep.Problems...), append([]string{}, rep.Notes...), a})
+		printAssessJSON(stdout, stderr, dir, rep)
 	}
+	return o.report(stdout, stderr, dir, ev, rep)
+}
+
+// assessFlags declares the flags of `sandboxd assess`.
+func assessFlags(stderr io.Writer) (*assessOptions, *flag.FlagSet) {
+	o := &assessOptions{}
+	fset := flag.NewFlagSet("assess", flag.ContinueOnError)
+	fset.SetOutput(stderr)
+	fset.Var(&o.keys, "key", "pinned broker public key `PEM` file (repeat for key rotation)")
+	fset.StringVar(&o.bundle, "bundle", "", "the evaluator bundle `REF` (directory with bundle.json or OCI layout) whose policy judges the evidence")
+	fset.BoolVar(&o.json, "json", false, "print whether the evidence holds, its problems and the recomputed assessment as one line of JSON (docs/schema/assess.json)")
+	fset.StringVar(&o.junit, "junit", "", "when the evidence holds, also write the recomputed assessment as JUnit XML to `FILE`")
+	fset.Usage = func() {
+		fmt.Fprintln(stderr, "usage: sandboxd assess --key PUB [--key PUB2] --bundle DIR|LAYOUT [--junit FILE] [--json] EVIDENCE_DIR")
+		fset.PrintDefaults()
+		fmt.Fprintln(stderr, "exit: 0 the evidence verifies and its assessment is reproduced byte for byte, 1 it does not, 3 bad input")
+	}
+	return o, fset
+}
+
+// printAssessJSON prints the check's report as one line of JSON
+// (docs/schema/assess.json).
+func printAssessJSON(stdout, stderr io.Writer, dir string, rep *evidence.Report) {
+	var a json.RawMessage // null when nothing was recomputed
+	if rep.Assessment != nil {
+		a = rep.Assessment
+	}
+	printJSON(stdout, stderr, struct {
+		Evidence   string             `json:"evidence"`
+		Verified   bool               `json:"verified"`
+		Recomputed bool               `json:"recomputed"`
+		Envelopes  int                `json:"envelopes"`
+		Verdict    supervisor.Verdict `json:"verdict"`
+		Problems   []string           `json:"problems"`
+		Notes      []string           `json:"notes"`
+		Assessment json.RawMessage    `json:"assessment"`
+	}{dir, rep.Recomputed && len(rep.Problems) == 0, rep.Recomputed, rep.Envelopes, rep.Verdict,
+		append([]string{}, rep.Problems...), append([]string{}, rep.Notes...), a})
+}
+
+// report says what the check found, prints the recomputed assessment
+// (without --json), writes --junit when the evidence holds, and returns
+// the exit code.
+func (o *assessOptions) report(stdout, stderr io.Writer, dir string, ev *evidence.Dir, rep *evidence.Report) int {
 	if !rep.Recomputed {
 		for _, p := range rep.Problems {
 			fmt.Fprintf(stderr, "sandboxd assess: %s\n", p)

@@ -17,6 +17,7 @@ import (
 	"github.com/sandboxd/sandboxd/internal/evidence"
 	"github.com/sandboxd/sandboxd/internal/progress"
 	"github.com/sandboxd/sandboxd/internal/receipt"
+	"github.com/sandboxd/sandboxd/internal/selfcheck"
 	"github.com/sandboxd/sandboxd/internal/supervisor"
 	"github.com/sandboxd/sandboxd/sandbox"
 )
@@ -35,12 +36,65 @@ type runOptions struct {
 	junit                       string
 	json, ephemeralKey, quiet   bool
 	maxBytes, maxFiles          int64
+	parallel                    int
+	engine                      *engineOptions
+	cache                       *broker.CachePolicy
+	runtime                     *runtimeFlag
 }
 
 // cmdRun evaluates one candidate against one bundle, end to end, with no
 // daemon: state lives under the state directory.
 func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	var o runOptions
+	o, fs := runFlags(stderr)
+	if code := parseFlags(fs, args); code >= 0 {
+		return code
+	}
+	if code := o.checkUsage(fs, stderr); code >= 0 {
+		return code
+	}
+	r := &runInvocation{o: o, stdout: stdout, stderr: stderr}
+	if code := r.checkOut(); code >= 0 {
+		return code
+	}
+	r.rep = newReporter(stderr, o.quiet)
+	signer, err := loadSigner(o.key)
+	if err != nil {
+		return r.bad("--key %s: %v", o.key, err)
+	}
+	s, err := openOneShot(ctx, o.engine, o.runtime.runsc())
+	if err != nil {
+		return r.infra("", err)
+	}
+	defer s.Close()
+	// Last, after the verdict is printed and the evidence written.
+	defer collectCaches(ctx, s.broker, s.leave, *o.cache, stderr, "sandboxd run")
+
+	bun, cleanup, code := r.openBundle(ctx, s)
+	defer cleanup()
+	if code >= 0 {
+		return code
+	}
+	ws, code := r.ingestWorkspace(ctx, s, bun)
+	if code >= 0 {
+		return code
+	}
+	gated, code := r.checkIsolation(ctx, s, bun)
+	if code >= 0 {
+		return code
+	}
+	outcome, code := r.runEvaluation(ctx, s, gated, signer, bun, ws)
+	if code >= 0 {
+		return code
+	}
+	if code := r.writeOutputs(s, signer, bun, ws, outcome); code >= 0 {
+		return code
+	}
+	return r.report(bun, ws, outcome)
+}
+
+// runFlags declares the flags of `sandboxd run`.
+func runFlags(stderr io.Writer) (*runOptions, *flag.FlagSet) {
+	o := &runOptions{}
 	fs := flag.NewFlagSet("run", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.StringVar(&o.bundle, "bundle", "", "bundle directory (with bundle.json) or OCI layout `REF`")
@@ -53,17 +107,20 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs.BoolVar(&o.quiet, "quiet", false, "print no progress on stderr")
 	fs.Int64Var(&o.maxBytes, "workspace-max-bytes", bundle.DefaultLimits().MaxBytes, "ceiling on the workspace's file bytes")
 	fs.Int64Var(&o.maxFiles, "workspace-max-files", bundle.DefaultLimits().MaxFiles, "ceiling on the workspace's files and directories")
-	eo := addEngineFlags(fs)
-	cache := addCacheFlags(fs)
-	rt := fs.String("runtime", sandbox.RuntimeRunc, "runtime every job of the evaluation runs on: runc or runsc (gVisor)")
+	fs.IntVar(&o.parallel, "parallel", 0, "run the jobs of at most `N` workspaces (each control's, the candidate's) at once; 0 is all of them")
+	o.engine = addEngineFlags(fs)
+	o.cache = addCacheFlags(fs)
+	o.runtime = addRuntimeFlag(fs, "runtime every job of the evaluation runs on: runc or runsc (gVisor)")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: sandboxd run --bundle DIR|LAYOUT --workspace DIR|TAR --key FILE|--ephemeral-key [--out DIR] [--json] [--junit FILE] [--quiet]")
+		fmt.Fprintln(stderr, "usage: sandboxd run --bundle DIR|LAYOUT --workspace DIR|TAR --key FILE|--ephemeral-key [--out DIR] [--json] [--junit FILE] [--quiet] [--parallel N]")
 		fs.PrintDefaults()
 		fmt.Fprintln(stderr, "exit: 0 passed, 1 failed, 2 inconclusive, 3 bad input, 4 infrastructure error, 64 usage")
 	}
-	if code := parseFlags(fs, args); code >= 0 {
-		return code
-	}
+	return o, fs
+}
+
+// checkUsage refuses what the flags cannot mean together (exitUsage).
+func (o *runOptions) checkUsage(fs *flag.FlagSet, stderr io.Writer) int {
 	if o.bundle == "" || o.workspace == "" || fs.NArg() != 0 {
 		fs.Usage()
 		return exitUsage
@@ -73,55 +130,59 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "sandboxd run: give exactly one of --key FILE and --ephemeral-key")
 		return exitUsage
 	}
-	if err := cache.Validate(); err != nil {
+	if err := o.cache.Validate(); err != nil {
 		fmt.Fprintln(stderr, "sandboxd run: --volume-budget:", err)
 		return exitUsage
 	}
-	bad := func(format string, a ...any) int {
-		fmt.Fprintf(stderr, "sandboxd run: "+format+"\n", a...)
-		return exitBadInput
+	if o.parallel < 0 {
+		fmt.Fprintf(stderr, "sandboxd run: --parallel %d: want 0 (all at once) or more\n", o.parallel)
+		return exitUsage
 	}
-	if o.out != "" {
-		if ents, err := os.ReadDir(o.out); err == nil && len(ents) > 0 {
-			return bad("--out %s: directory is not empty; evidence is never mixed with other files", o.out)
-		} else if err != nil && !errors.Is(err, os.ErrNotExist) {
-			return bad("--out %s: %v", o.out, err)
-		}
-	}
-	rep := newReporter(stderr, o.quiet)
+	return -1
+}
 
-	signer, err := loadSigner(o.key)
-	if err != nil {
-		return bad("--key %s: %v", o.key, err)
-	}
-	eng, err := broker.NewEngine()
-	if err != nil {
-		fmt.Fprintln(stderr, "sandboxd run: engine:", err)
-		return exitInfraError
-	}
-	defer eng.Close()
-	if *rt != sandbox.RuntimeRunc && *rt != sandbox.RuntimeRunsc {
-		return bad("--runtime %q is not runc or runsc", *rt)
-	}
-	runsc := *rt == sandbox.RuntimeRunsc
-	beng, closeEng, err := eo.open(ctx, eng, runsc)
-	if err != nil {
-		fmt.Fprintln(stderr, "sandboxd run: engine:", err)
-		return exitInfraError
-	}
-	defer closeEng.Close()
-	b, blobs, leave, err := newBrokerAllowing(beng, runsc)
-	if err != nil {
-		fmt.Fprintln(stderr, "sandboxd run:", err)
-		return exitInfraError
-	}
-	// Last, after the verdict is printed and the evidence written.
-	defer collectCaches(ctx, b, leave, *cache, stderr, "sandboxd run")
-	state, _ := stateDir()
+// runInvocation is one `sandboxd run` under way. Each of its steps says on stderr
+// why the command stops and returns its exit code, or -1 to go on.
+type runInvocation struct {
+	o              *runOptions
+	stdout, stderr io.Writer
+	rep            progress.Reporter
+}
 
-	step := progress.Start(rep, "checking bundle "+o.bundle)
-	bun, cleanup, err := bundle.OpenRef(ctx, o.bundle, filepath.Join(state, "tmp"))
-	defer cleanup()
+// bad says why an input was refused: exitBadInput.
+func (r *runInvocation) bad(format string, a ...any) int {
+	fmt.Fprintf(r.stderr, "sandboxd run: "+format+"\n", a...)
+	return exitBadInput
+}
+
+// infra says what failed on the engine or the host: exitInfraError.
+func (r *runInvocation) infra(what string, err error) int {
+	if what == "" {
+		fmt.Fprintln(r.stderr, "sandboxd run:", err)
+	} else {
+		fmt.Fprintln(r.stderr, "sandboxd run: "+what+":", err)
+	}
+	return exitInfraError
+}
+
+// checkOut refuses an --out directory that has files in it already.
+func (r *runInvocation) checkOut() int {
+	if r.o.out == "" {
+		return -1
+	}
+	if ents, err := os.ReadDir(r.o.out); err == nil && len(ents) > 0 {
+		return r.bad("--out %s: directory is not empty; evidence is never mixed with other files", r.o.out)
+	} else if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return r.bad("--out %s: %v", r.o.out, err)
+	}
+	return -1
+}
+
+// openBundle opens and verifies the bundle and copies its layer into the
+// blob store. cleanup is never nil.
+func (r *runInvocation) openBundle(ctx context.Context, s *sandboxes) (bun *bundle.Bundle, cleanup func(), code int) {
+	step := progress.Start(r.rep, "checking bundle "+r.o.bundle)
+	bun, cleanup, err := bundle.OpenRef(ctx, r.o.bundle, filepath.Join(s.state, "tmp"))
 	if err == nil {
 		err = bun.Verify(ctx)
 		if err != nil {
@@ -130,91 +191,119 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	endStep(step, err)
 	if err != nil {
-		return bad("bundle %s: %v", o.bundle, err)
+		return nil, cleanup, r.bad("bundle %s: %v", r.o.bundle, err)
 	}
-	if err := bun.CopyLayer(blobs); err != nil {
-		return bad("bundle %s: %v", o.bundle, err)
+	if err := bun.CopyLayer(s.blobs); err != nil {
+		return nil, cleanup, r.bad("bundle %s: %v", r.o.bundle, err)
 	}
+	return bun, cleanup, -1
+}
+
+// ingestWorkspace reads the candidate workspace into the blob store under
+// the workspace limits and the bundle's refusals, and returns its digest.
+func (r *runInvocation) ingestWorkspace(ctx context.Context, s *sandboxes, bun *bundle.Bundle) (digest string, code int) {
 	lim := bundle.DefaultLimits()
-	lim.MaxBytes, lim.MaxFiles = o.maxBytes, o.maxFiles
+	lim.MaxBytes, lim.MaxFiles = r.o.maxBytes, r.o.maxFiles
 	if err := lim.Validate(); err != nil {
-		return bad("%v", err)
+		return "", r.bad("%v", err)
 	}
-	step = progress.Start(rep, "ingesting workspace "+o.workspace)
-	ws, err := bundle.Ingest(ctx, blobs, o.workspace, bundle.Options{Limits: lim, Refuse: bun.Manifest.Refused(), Progress: func(n int64) { step.Update("reading", n, -1) }})
+	step := progress.Start(r.rep, "ingesting workspace "+r.o.workspace)
+	ws, err := bundle.Ingest(ctx, s.blobs, r.o.workspace, bundle.Options{Limits: lim, Refuse: bun.Manifest.Refused(), Progress: func(n int64) { step.Update("reading", n, -1) }})
 	endStep(step, err)
 	if err != nil {
-		return bad("workspace %s: %v", o.workspace, err)
+		return "", r.bad("workspace %s: %v", r.o.workspace, err)
 	}
-	// No job runs on an engine where the isolation properties do not hold
-	// (cached per engine, profile, image, runtime and probe), for the image
-	// and runtime of each job the evaluation builds; the broker the
-	// evaluation runs them on checks each job's own key again.
-	step = progress.Start(rep, "checking isolation on this engine (selfcheck)")
-	gated := gatedBroker(beng, b, blobs, state)
-	jobs := []sandbox.Job{evaluate.GraderJob(bun.Manifest, "", "", "", "", *rt)}
-	if bun.Manifest.Candidate != nil { // a bundle without a candidate command runs no candidate job
-		jobs = append(jobs, evaluate.CandidateJob(bun.Manifest, "", "", "", *rt))
+	return ws.Digest, -1
+}
+
+// checkIsolation returns the gated broker once the isolation properties
+// hold. No job runs on an engine where they do not (cached per engine,
+// profile, image, runtime and probe), for the image and runtime of each job
+// the evaluation builds; the broker the evaluation runs them on checks each
+// job's own key again.
+func (r *runInvocation) checkIsolation(ctx context.Context, s *sandboxes, bun *bundle.Bundle) (selfcheck.GatedBroker, int) {
+	step := progress.Start(r.rep, "checking isolation on this engine (selfcheck)")
+	gated := s.gated()
+	e, err := evaluate.Of(bun, string(*r.o.runtime))
+	if err != nil {
+		endStep(step, err)
+		return gated, r.bad("bundle %s: %v", r.o.bundle, err)
+	}
+	jobs := []sandbox.Job{e.GraderTemplate("")}
+	if e.HasCandidate() { // a bundle without a candidate command runs no candidate job
+		jobs = append(jobs, e.CandidateJob("", ""))
 	}
 	for _, job := range jobs {
 		if err := gated.Precheck(ctx, job); err != nil {
 			endStep(step, err)
 			if errors.Is(err, sandbox.ErrImageRefused) {
-				return bad("bundle %s: evaluator image %s: %v", o.bundle, bun.Manifest.Image, err)
+				return gated, r.bad("bundle %s: evaluator image %s: %v", r.o.bundle, bun.Manifest.Image, err)
 			}
-			fmt.Fprintln(stderr, "sandboxd run: selfcheck:", err)
-			return exitInfraError
+			return gated, r.infra("selfcheck", err)
 		}
 	}
 	step.End("done")
-	sstore, err := supervisor.NewDirStore(filepath.Join(state, "assessments"))
+	return gated, -1
+}
+
+// runEvaluation runs the evaluation: candidate, grader, controls, assessment.
+func (r *runInvocation) runEvaluation(ctx context.Context, s *sandboxes, gated selfcheck.GatedBroker, signer *receipt.Signer, bun *bundle.Bundle, ws string) (*evaluate.Outcome, int) {
+	sstore, err := supervisor.NewDirStore(filepath.Join(s.state, "assessments"))
 	if err != nil {
-		fmt.Fprintln(stderr, "sandboxd run:", err)
-		return exitInfraError
+		return nil, r.infra("", err)
 	}
 	outcome, err := evaluate.Run(ctx, evaluate.Deps{
-		Broker: reportingBroker{gated, rep}, Blobs: blobs, Signer: signer, Supervisor: supervisor.New(sstore), Progress: rep,
-	}, evaluate.Request{Bundle: bun, WorkspaceDigest: ws.Digest, Runtime: *rt})
+		Broker: reportingBroker{gated, r.rep}, Blobs: s.blobs, Signer: signer, Supervisor: supervisor.New(sstore), Progress: r.rep,
+		Parallel: r.o.parallel,
+	}, evaluate.Request{Bundle: bun, WorkspaceDigest: ws, Runtime: string(*r.o.runtime)})
 	switch {
 	case err == nil:
+		return outcome, -1
 	case errors.Is(err, evaluate.ErrCandidateExport):
 		// The candidate's doing: no verdict can be reached, which is
 		// inconclusive, never the caller's bad input.
-		fmt.Fprintln(stderr, "sandboxd run: inconclusive:", err)
-		return exitInconclusive
+		fmt.Fprintln(r.stderr, "sandboxd run: inconclusive:", err)
+		return nil, exitInconclusive
 	case errors.Is(err, sandbox.ErrImageRefused):
-		return bad("bundle %s: evaluator image %s: %v", o.bundle, bun.Manifest.Image, err)
+		return nil, r.bad("bundle %s: evaluator image %s: %v", r.o.bundle, bun.Manifest.Image, err)
 	case errors.Is(err, sandbox.ErrInvalid):
-		return bad("%v", err)
-	default:
-		fmt.Fprintln(stderr, "sandboxd run:", err)
-		return exitInfraError
+		return nil, r.bad("%v", err)
 	}
-	if o.out != "" {
-		step = progress.Start(rep, "writing evidence to "+o.out)
-		err := evidence.Write(o.out, blobs, signer, bun, ws.Digest, outcome)
+	return nil, r.infra("", err)
+}
+
+// writeOutputs writes the evidence directory (--out) and the JUnit XML
+// (--junit), the latter from the assessment the evaluation verified, never
+// from a log.
+func (r *runInvocation) writeOutputs(s *sandboxes, signer *receipt.Signer, bun *bundle.Bundle, ws string, outcome *evaluate.Outcome) int {
+	if r.o.out != "" {
+		step := progress.Start(r.rep, "writing evidence to "+r.o.out)
+		err := evidence.Write(r.o.out, s.blobs, signer, bun, ws, outcome)
 		endStep(step, err)
 		if err != nil {
-			fmt.Fprintln(stderr, "sandboxd run: evidence:", err)
-			return exitInfraError
+			return r.infra("evidence", err)
 		}
 	}
-	if o.junit != "" {
-		// From the assessment the evaluation verified, never from a log.
-		if err := writeJUnit(o.junit, outcome.AssessmentJSON); err != nil {
-			fmt.Fprintln(stderr, "sandboxd run: --junit:", err)
-			return exitInfraError
+	if r.o.junit != "" {
+		if err := writeJUnit(r.o.junit, outcome.AssessmentJSON); err != nil {
+			return r.infra("--junit", err)
 		}
 	}
-	if o.json {
-		stdout.Write(outcome.AssessmentJSON)
-		fmt.Fprintln(stdout)
+	return -1
+}
+
+// report prints the assessment and returns the verdict's exit code, or
+// exitInfraError when a job ended with the sandbox failing.
+func (r *runInvocation) report(bun *bundle.Bundle, ws string, outcome *evaluate.Outcome) int {
+	if r.o.json {
+		r.stdout.Write(outcome.AssessmentJSON)
+		fmt.Fprintln(r.stdout)
 	} else {
-		printVerdict(stdout, bun, ws.Digest, outcome)
+		printVerdict(r.stdout, bun, ws, outcome)
 	}
 	for _, j := range outcome.Jobs {
 		if j.Result.Status == sandbox.StatusError || j.Result.Status == sandbox.StatusUncertain {
-			fmt.Fprintf(stderr, "sandboxd run: %s job %s ended %s: %s\n", j.Role, j.Job.ID, j.Result.Status, j.Result.Cause)
+			fmt.Fprintf(r.stderr, "sandboxd run: %s job %s ended %s: %s\n", j.Role, j.Job.ID, j.Result.Status, j.Result.Cause)
 			return exitInfraError
 		}
 	}

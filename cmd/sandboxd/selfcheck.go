@@ -14,7 +14,6 @@ import (
 	"github.com/sandboxd/sandboxd/internal/image"
 	"github.com/sandboxd/sandboxd/internal/selfcheck"
 	"github.com/sandboxd/sandboxd/internal/store"
-	"github.com/sandboxd/sandboxd/sandbox"
 )
 
 // cmdSelfcheck proves the isolation properties on this engine: it runs the
@@ -27,7 +26,7 @@ func cmdSelfcheck(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	force := fs.Bool("force", false, "ignore a cached pass and check again")
 	asJSON := fs.Bool("json", false, "print the full report as JSON")
 	eo := addEngineFlags(fs)
-	rt := fs.String("runtime", sandbox.RuntimeRunc, "runtime to check: runc or runsc (each is checked on its own)")
+	rt := addRuntimeFlag(fs, "runtime to check: runc or runsc (each is checked on its own)")
 	if code := parseFlags(fs, args); code >= 0 {
 		return code
 	}
@@ -35,40 +34,18 @@ func cmdSelfcheck(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		fmt.Fprintln(stderr, "usage: sandboxd selfcheck [--engine docker|containerd] [--runtime runc|runsc] [--image DIR] [--force] [--json]")
 		return exitUsage
 	}
-	eng, err := broker.NewEngine()
-	if err != nil {
-		fmt.Fprintln(stderr, "sandboxd selfcheck: engine:", err)
-		return exitInfraError
-	}
-	defer eng.Close()
-	img, err := image.Build(ctx, eng, *imageDir, "", nil)
+	s, err := openOneShot(ctx, eo, rt.runsc())
 	if err != nil {
 		fmt.Fprintln(stderr, "sandboxd selfcheck:", err)
 		return exitInfraError
 	}
-	runsc := *rt == sandbox.RuntimeRunsc
-	if !runsc && *rt != sandbox.RuntimeRunc {
-		fmt.Fprintf(stderr, "sandboxd selfcheck: --runtime %q is not runc or runsc\n", *rt)
-		return exitUsage
-	}
-	beng, closeEng, err := eo.open(ctx, eng, runsc)
-	if err != nil {
-		fmt.Fprintln(stderr, "sandboxd selfcheck: engine:", err)
-		return exitInfraError
-	}
-	defer closeEng.Close()
-	b, blobs, leave, err := newBrokerAllowing(beng, runsc)
+	defer s.Close()
+	img, err := image.Build(ctx, s.docker, *imageDir, "", nil)
 	if err != nil {
 		fmt.Fprintln(stderr, "sandboxd selfcheck:", err)
 		return exitInfraError
 	}
-	defer leave()
-	state, err := stateDir()
-	if err != nil {
-		fmt.Fprintln(stderr, "sandboxd selfcheck:", err)
-		return exitInfraError
-	}
-	r, err := runSelfcheck(ctx, beng, b, blobs, state, img.ID, *rt, *force)
+	r, err := runSelfcheck(ctx, s.engine, s.broker, s.blobs, s.state, img.ID, string(*rt), *force)
 	if r != nil {
 		printSelfcheck(stdout, r, *asJSON)
 	}
@@ -91,11 +68,6 @@ func selfcheckGate(eng selfcheck.Engine, b *broker.Broker, blobs *store.Store, s
 		_, err := runSelfcheck(ctx, eng, b, blobs, state, k.Image, k.Runtime, false)
 		return err
 	})
-}
-
-// gatedBroker is b with every job behind the process's selfcheck gate.
-func gatedBroker(eng broker.Engine, b *broker.Broker, blobs *store.Store, state string) selfcheck.GatedBroker {
-	return selfcheck.GatedBroker{Broker: b, Gate: selfcheckGate(eng, b, blobs, state), Engine: engineKey(eng)}
 }
 
 // runSelfcheck is what the gate runs: the cached pass for this engine,

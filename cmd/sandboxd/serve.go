@@ -19,9 +19,7 @@ import (
 	"github.com/sandboxd/sandboxd/internal/journal"
 	"github.com/sandboxd/sandboxd/internal/receipt"
 	"github.com/sandboxd/sandboxd/internal/server"
-	"github.com/sandboxd/sandboxd/internal/store"
 	"github.com/sandboxd/sandboxd/internal/supervisor"
-	"github.com/sandboxd/sandboxd/sandbox"
 	"github.com/sandboxd/sandboxd/sandbox/fleet"
 )
 
@@ -37,7 +35,7 @@ type serveOptions struct {
 	maxBlob, maxUpload           int64
 	blobBudget, volumeBudget     int64
 	allowRunsc                   bool
-	runtime                      string
+	runtime                      *runtimeFlag
 	debug                        bool
 	engine                       *engineOptions
 	fleet                        fleetFlags
@@ -56,7 +54,28 @@ const faultEnv = "SANDBOXD_TEST_FAULT"
 // jobs, waits --drain-timeout for running ones and exits; jobs still
 // running are recovered by the next start (see internal/server).
 func cmdServe(ctx context.Context, args []string, _, stderr io.Writer) int {
-	var o serveOptions
+	o, fs := serveFlags(stderr)
+	if code := parseFlags(fs, args); code >= 0 {
+		return code
+	}
+	if code := o.checkUsage(fs, stderr); code >= 0 {
+		return code
+	}
+	level := slog.LevelInfo
+	if o.debug {
+		level = slog.LevelDebug
+	}
+	log := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: level}))
+	if err := serve(ctx, *o, log); err != nil {
+		log.Error("serve", "error", err)
+		return exitInfraError
+	}
+	return exitOK
+}
+
+// serveFlags declares the flags of `sandboxd serve`.
+func serveFlags(stderr io.Writer) (*serveOptions, *flag.FlagSet) {
+	o := &serveOptions{}
 	def := server.Default()
 	fs := flag.NewFlagSet("serve", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -80,7 +99,7 @@ func cmdServe(ctx context.Context, args []string, _, stderr io.Writer) int {
 	fs.Int64Var(&o.blobBudget, "blob-budget", def.BlobBudget, "bytes the blob store keeps; beyond it the least recently used blobs no queued or running job needs are removed")
 	fs.Int64Var(&o.volumeBudget, "volume-budget", def.VolumeBudget, "bytes of read-only input volumes kept; beyond it the least recently used no queued or running job needs are removed")
 	fs.BoolVar(&o.allowRunsc, "allow-runsc", false, "allow jobs that ask for the runsc runtime")
-	fs.StringVar(&o.runtime, "runtime", sandbox.RuntimeRunc, "runtime of the jobs POST /v1/plan prescribes: runc or runsc (needs --allow-runsc)")
+	o.runtime = addRuntimeFlag(fs, "runtime of the jobs POST /v1/plan prescribes: runc or runsc (needs --allow-runsc)")
 	o.engine = addEngineFlags(fs)
 	o.fleet.register(fs)
 	fs.DurationVar(&o.fleetLease, "fleet-lease", 5*time.Minute, "with --fleet: how long past its last heartbeat (and past a job's deadline) this host's claims hold if it stops; then another host ends them uncertain")
@@ -88,34 +107,24 @@ func cmdServe(ctx context.Context, args []string, _, stderr io.Writer) int {
 	fs.Var(&o.fleetKeys, "fleet-key", "with --fleet: another host's public key `PEM` file (repeatable): results it signed are assessed here")
 	fs.IntVar(&o.fleetReplicas, "fleet-replicas", 3, "with --fleet: replicas of the fleet's streams and buckets when this host creates them (1, 3 or 5)")
 	fs.BoolVar(&o.debug, "debug", false, "log every request")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return exitOK
-		}
-		return exitUsage
-	}
+	return o, fs
+}
+
+// checkUsage refuses what the flags cannot mean together (exitUsage).
+func (o *serveOptions) checkUsage(fs *flag.FlagSet, stderr io.Writer) int {
 	if o.state == "" || fs.NArg() != 0 || (o.socket == "" && o.listen == "") {
 		fmt.Fprintln(stderr, "usage: sandboxd serve --state DIR (--key FILE | --ephemeral-key) [--socket PATH] [--listen ADDR --tls-cert F --tls-key F --tls-client-ca F]")
 		return exitUsage
 	}
-	if o.runtime != sandbox.RuntimeRunc && (o.runtime != sandbox.RuntimeRunsc || !o.allowRunsc) {
-		fmt.Fprintf(stderr, "sandboxd serve: --runtime %q is not runc, or runsc with --allow-runsc\n", o.runtime)
+	if o.runtime.runsc() && !o.allowRunsc {
+		fmt.Fprintf(stderr, "sandboxd serve: --runtime %q is not runc, or runsc with --allow-runsc\n", *o.runtime)
 		return exitUsage
 	}
 	if (o.key == "") == !o.ephemeralKey {
 		fmt.Fprintln(stderr, "sandboxd serve: give exactly one of --key FILE and --ephemeral-key; the daemon does not sign with a key it was not given unless told to")
 		return exitUsage
 	}
-	level := slog.LevelInfo
-	if o.debug {
-		level = slog.LevelDebug
-	}
-	log := slog.New(slog.NewJSONHandler(stderr, &slog.HandlerOptions{Level: level}))
-	if err := serve(ctx, o, log); err != nil {
-		log.Error("serve", "error", err)
-		return exitInfraError
-	}
-	return exitOK
+	return -1
 }
 
 func serve(ctx context.Context, o serveOptions, log *slog.Logger) error {
@@ -126,18 +135,7 @@ func serve(ctx context.Context, o serveOptions, log *slog.Logger) error {
 		return err
 	}
 	defer unlock()
-	var signer *receipt.Signer
-	if o.ephemeralKey {
-		signer, err = receipt.NewEphemeralSigner()
-		log.Warn("signing with an ephemeral key: envelopes prove nothing once this process is gone")
-	} else {
-		signer, err = receipt.LoadSigner(o.key, []byte(os.Getenv("SANDBOXD_KEY_PASSWORD")))
-	}
-	if err != nil {
-		return err
-	}
-	signer = signer.WithName(o.name)
-	blobs, err := store.Open(filepath.Join(o.state, "blobs"))
+	signer, err := o.signer(log)
 	if err != nil {
 		return err
 	}
@@ -150,95 +148,140 @@ func serve(ctx context.Context, o serveOptions, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	eng, err := broker.NewEngine()
-	if err != nil {
-		return fmt.Errorf("engine: %w", err)
-	}
-	defer eng.Close()
-	beng, closeEng, err := o.engine.open(ctx, eng, o.allowRunsc)
-	if err != nil {
-		return fmt.Errorf("engine: %w", err)
-	}
-	defer closeEng.Close()
-	shim, err := shimPath()
+	s, err := openSandboxes(ctx, o.engine, o.brokerConfig(log), o.state, false)
 	if err != nil {
 		return err
 	}
+	defer s.Close()
+	cfg := o.serverConfig(s, jr, signer, assessments, log)
+	if o.fleet.set() {
+		co, err := o.joinFleet(ctx, &cfg, log)
+		if err != nil {
+			return err
+		}
+		defer co.Close()
+	}
+	srv, err := server.New(cfg)
+	if err != nil {
+		return err
+	}
+	lns, err := o.listeners()
+	if err != nil {
+		return err
+	}
+	if err := srv.Start(ctx); err != nil {
+		closeAll(lns)
+		return err
+	}
+	hs, errc := serveHTTP(srv, lns)
+	log.Info("serving", "socket", o.socket, "listen", o.listen, "key_id", signer.KeyID(), "ephemeral_key", signer.Ephemeral(), "concurrency", cfg.Concurrency, "queue", cfg.QueueSize)
+	return drain(ctx, o, srv, s.broker, hs, len(lns), errc, log)
+}
+
+// signer is the daemon's signing key, named --name: --key, or one made now.
+func (o serveOptions) signer(log *slog.Logger) (*receipt.Signer, error) {
+	var signer *receipt.Signer
+	var err error
+	if o.ephemeralKey {
+		signer, err = receipt.NewEphemeralSigner()
+		log.Warn("signing with an ephemeral key: envelopes prove nothing once this process is gone")
+	} else {
+		signer, err = receipt.LoadSigner(o.key, []byte(os.Getenv("SANDBOXD_KEY_PASSWORD")))
+	}
+	if err != nil {
+		return nil, err
+	}
+	return signer.WithName(o.name), nil
+}
+
+// brokerConfig is the daemon's broker: its name and volumes, runsc,
+// its pool of ready sandboxes.
+func (o serveOptions) brokerConfig(log *slog.Logger) broker.Config {
 	bcfg := broker.Default()
 	bcfg.Name = o.name
 	bcfg.VolumePrefix = o.volumePrefix
 	if bcfg.VolumePrefix == "" {
 		bcfg.VolumePrefix = o.name
 	}
-	bcfg.Version = version
-	bcfg.ShimPath = shim
-	bcfg.CacheDir = filepath.Join(o.state, "checked-volumes")
 	bcfg.AllowRunsc = o.allowRunsc
 	bcfg.PoolSize = o.pool
 	bcfg.Logger = log
-	b, err := broker.New(beng, blobs, bcfg)
-	if err != nil {
-		return err
-	}
-	defer b.ClosePool()
+	return bcfg
+}
+
+// serverConfig is the daemon's configuration from the flags and what
+// serve opened.
+func (o serveOptions) serverConfig(s *sandboxes, jr *journal.Journal, signer *receipt.Signer, assessments *supervisor.DirStore, log *slog.Logger) server.Config {
 	cfg := server.Default()
 	cfg.Name, cfg.Version = o.name, version
-	cfg.Broker, cfg.Blobs, cfg.Journal, cfg.Signer = b, blobs, jr, signer
+	cfg.Blobs, cfg.Journal, cfg.Signer = s.blobs, jr, signer
 	cfg.Supervisor = supervisor.New(assessments)
 	cfg.Concurrency, cfg.QueueSize = o.concurrency, o.queue
 	cfg.ReapGrace, cfg.DrainTimeout, cfg.MaxBlobBytes = o.reapGrace, o.drainTimeout, o.maxBlob
 	cfg.MaxUploadBytes = o.maxUpload
 	cfg.BlobBudget, cfg.VolumeBudget = o.blobBudget, o.volumeBudget
 	cfg.Logger = log
-	cfg.Preflight = b.Preflight
-	cfg.Runtime = o.runtime
+	cfg.Preflight = s.broker.Preflight
+	cfg.Runtime = string(*o.runtime)
 	// No job runs on an image before the isolation selfcheck passed on it
 	// (checked before a job is journaled dispatched, once per image and
 	// runtime: server.Prechecker).
-	cfg.Broker = gatedBroker(beng, b, blobs, o.state)
-	if f := os.Getenv(faultEnv); f != "" {
-		step, id, _ := strings.Cut(f, ":")
-		cfg.Fault = func(s, jobID string) {
-			if s == step && jobID == id {
-				log.Warn("test fault: killing the daemon", "step", s, "job_id", jobID)
-				syscall.Kill(os.Getpid(), syscall.SIGKILL)
-				select {} // the signal is on its way
-			}
-		}
-	}
-	if o.fleet.set() {
-		// A fleet that does not answer within two minutes is an error
-		// naming it, not a daemon that serves without it.
-		octx, cancel := context.WithTimeout(ctx, 2*time.Minute)
-		co, err := o.fleet.openWith(octx, fleet.Options{Name: "sandboxd host " + o.name, Setup: true, Replicas: o.fleetReplicas, AckWait: o.fleetAckWait})
-		cancel()
-		if err != nil {
-			return err
-		}
-		defer co.Close()
-		cfg.Fleet = &server.FleetConfig{Coordinator: co, Lease: o.fleetLease, AckWait: o.fleetAckWait}
-		for _, p := range o.fleetKeys {
-			pem, err := os.ReadFile(p)
-			if err != nil {
-				return fmt.Errorf("--fleet-key: %w", err)
-			}
-			cfg.Fleet.Keys = append(cfg.Fleet.Keys, pem)
-		}
-		log.Info("joined the fleet", "fleet", o.fleet.urls, "lease", o.fleetLease.String())
-	}
-	srv, err := server.New(cfg)
-	if err != nil {
-		return err
-	}
+	cfg.Broker = s.gated()
+	cfg.Fault = faultHook(log)
+	return cfg
+}
 
+// faultHook is the test-only fault of $SANDBOXD_TEST_FAULT (faultEnv), or
+// nil.
+func faultHook(log *slog.Logger) func(step, jobID string) {
+	f := os.Getenv(faultEnv)
+	if f == "" {
+		return nil
+	}
+	step, id, _ := strings.Cut(f, ":")
+	return func(s, jobID string) {
+		if s == step && jobID == id {
+			log.Warn("test fault: killing the daemon", "step", s, "job_id", jobID)
+			syscall.Kill(os.Getpid(), syscall.SIGKILL)
+			select {} // the signal is on its way
+		}
+	}
+}
+
+// joinFleet connects to the fleet of --fleet and sets cfg.Fleet. A fleet
+// that does not answer within two minutes is an error naming it, not a
+// daemon that serves without it.
+func (o serveOptions) joinFleet(ctx context.Context, cfg *server.Config, log *slog.Logger) (*fleet.JetStream, error) {
+	octx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	co, err := o.fleet.openWith(octx, fleet.Options{Name: "sandboxd host " + o.name, Setup: true, Replicas: o.fleetReplicas, AckWait: o.fleetAckWait})
+	cancel()
+	if err != nil {
+		return nil, err
+	}
+	fc := &server.FleetConfig{Coordinator: co, Lease: o.fleetLease, AckWait: o.fleetAckWait}
+	for _, p := range o.fleetKeys {
+		pem, err := os.ReadFile(p)
+		if err != nil {
+			co.Close()
+			return nil, fmt.Errorf("--fleet-key: %w", err)
+		}
+		fc.Keys = append(fc.Keys, pem)
+	}
+	cfg.Fleet = fc
+	log.Info("joined the fleet", "fleet", o.fleet.urls, "lease", o.fleetLease.String())
+	return co, nil
+}
+
+// listeners listens on --socket and --listen.
+func (o serveOptions) listeners() ([]net.Listener, error) {
 	var lns []net.Listener
 	if o.socket != "" {
 		if err := os.MkdirAll(filepath.Dir(o.socket), 0o750); err != nil {
-			return err
+			return nil, err
 		}
 		ln, err := server.ListenUnix(o.socket)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		lns = append(lns, ln)
 	}
@@ -246,23 +289,28 @@ func serve(ctx context.Context, o serveOptions, log *slog.Logger) error {
 		ln, err := server.ListenTLS(o.listen, o.tlsCert, o.tlsKey, o.tlsClientCA)
 		if err != nil {
 			closeAll(lns)
-			return err
+			return nil, err
 		}
 		lns = append(lns, ln)
 	}
-	if err := srv.Start(ctx); err != nil {
-		closeAll(lns)
-		return err
-	}
+	return lns, nil
+}
+
+// serveHTTP serves the API on every listener; errc gets each one's end.
+func serveHTTP(srv *server.Server, lns []net.Listener) (hs *http.Server, errc chan error) {
 	// Long polls are bounded by the server's own wait limit; idle and slow
 	// connections are not kept forever.
-	hs := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 5 * time.Minute, IdleTimeout: 2 * time.Minute}
-	errc := make(chan error, len(lns))
+	hs = &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 5 * time.Minute, IdleTimeout: 2 * time.Minute}
+	errc = make(chan error, len(lns))
 	for _, ln := range lns {
 		go func() { errc <- hs.Serve(ln) }()
 	}
-	log.Info("serving", "socket", o.socket, "listen", o.listen, "key_id", signer.KeyID(), "ephemeral_key", signer.Ephemeral(), "concurrency", cfg.Concurrency, "queue", cfg.QueueSize)
+	return hs, errc
+}
 
+// drain waits for a signal (ctx) or a listener's failure, then stops taking
+// jobs, waits --drain-timeout for running ones and stops serving HTTP.
+func drain(ctx context.Context, o serveOptions, srv *server.Server, b *broker.Broker, hs *http.Server, listeners int, errc chan error, log *slog.Logger) error {
 	var serveErr error
 	select {
 	case <-ctx.Done():
@@ -280,7 +328,7 @@ func serve(ctx context.Context, o serveOptions, log *slog.Logger) error {
 	hctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	hs.Shutdown(hctx)
 	cancel()
-	for range lns {
+	for range listeners {
 		if err := <-errc; err != nil && !errors.Is(err, http.ErrServerClosed) && serveErr == nil {
 			serveErr = err
 		}

@@ -135,7 +135,47 @@ func orNone(digest string) string {
 // test-result says its verdict first: a well-signed FAILED verdict is a
 // fact that verifies, so only --expect makes the verdict an exit code.
 func cmdVerify(_ context.Context, args []string, stdout, stderr io.Writer) int {
-	var o verifyOptions
+	o, fset := verifyFlags(stderr)
+	if code := parseFlags(fset, args); code >= 0 {
+		return code
+	}
+	if code := o.checkUsage(fset, stderr); code >= 0 {
+		return code
+	}
+	keys, err := readKeySet(o.keys)
+	if err != nil {
+		fmt.Fprintf(stderr, "sandboxd: verify: %v\n", err)
+		return exitBadInput
+	}
+	job, err := o.readJob()
+	if err != nil {
+		fmt.Fprintf(stderr, "sandboxd: verify: %v\n", err)
+		return exitBadInput
+	}
+	envs := make([]*verified, 0, fset.NArg())
+	for _, p := range fset.Args() {
+		envs = append(envs, verifyEnvelope(keys, job, *o, p))
+	}
+	for _, v := range envs {
+		if v.err == nil && v.att.Completion != nil {
+			chainResult(keys, job, v, envs)
+		}
+	}
+	verdicts := checkVerdicts(envs, o.expect)
+	if o.json {
+		rep := verifyReport(envs, o.expect != "" && verdicts == 0)
+		printJSON(stdout, stderr, rep)
+		if !rep.Verified {
+			return exitFailed
+		}
+		return exitOK
+	}
+	return printVerified(stdout, envs, o.expect, verdicts)
+}
+
+// verifyFlags declares the flags of `sandboxd verify`.
+func verifyFlags(stderr io.Writer) (*verifyOptions, *flag.FlagSet) {
+	o := &verifyOptions{}
 	fset := flag.NewFlagSet("verify", flag.ContinueOnError)
 	fset.SetOutput(stderr)
 	fset.Var(&o.keys, "key", "pinned public key `PEM` file (repeat for key rotation)")
@@ -148,12 +188,11 @@ func cmdVerify(_ context.Context, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "usage: sandboxd verify --key PUB [--key PUB2] [--job JOBFILE] [--expect passed|failed --bundle DIGEST --workspace DIGEST] [--json] ENVELOPE...")
 		fset.PrintDefaults()
 	}
-	if err := fset.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return exitOK
-		}
-		return exitUsage
-	}
+	return o, fset
+}
+
+// checkUsage refuses what the flags cannot mean together (exitUsage).
+func (o *verifyOptions) checkUsage(fset *flag.FlagSet, stderr io.Writer) int {
 	if len(o.keys) == 0 || fset.NArg() == 0 {
 		fset.Usage()
 		return exitUsage
@@ -172,101 +211,112 @@ func cmdVerify(_ context.Context, args []string, stdout, stderr io.Writer) int {
 			return exitUsage
 		}
 	}
+	return -1
+}
 
+// readKeySet reads the pinned public key files.
+func readKeySet(paths []string) (sandbox.KeySet, error) {
 	var pems [][]byte
-	for _, p := range o.keys {
+	for _, p := range paths {
 		b, err := os.ReadFile(p)
 		if err != nil {
-			fmt.Fprintf(stderr, "sandboxd: verify: %v\n", err)
-			return exitBadInput
+			return sandbox.KeySet{}, err
 		}
 		pems = append(pems, b)
 	}
-	keys, err := sandbox.ParseKeySet(pems...)
-	if err != nil {
-		fmt.Fprintf(stderr, "sandboxd: verify: %v\n", err)
-		return exitBadInput
-	}
-	var job *sandbox.Job
-	if o.jobFile != "" {
-		b, err := os.ReadFile(o.jobFile)
-		if err != nil {
-			fmt.Fprintf(stderr, "sandboxd: verify: %v\n", err)
-			return exitBadInput
-		}
-		j, err := sandbox.DecodeJob(b)
-		if err != nil {
-			fmt.Fprintf(stderr, "sandboxd: verify: %s: %v\n", o.jobFile, err)
-			return exitBadInput
-		}
-		job = &j
-	}
+	return sandbox.ParseKeySet(pems...)
+}
 
-	envs := make([]*verified, 0, fset.NArg())
-	for _, p := range fset.Args() {
-		v := &verified{path: p}
-		envs = append(envs, v)
-		if v.bytes, v.err = os.ReadFile(p); v.err != nil {
-			continue
+// readJob reads the sealed job of --job, or nil without it.
+func (o *verifyOptions) readJob() (*sandbox.Job, error) {
+	if o.jobFile == "" {
+		return nil, nil
+	}
+	b, err := os.ReadFile(o.jobFile)
+	if err != nil {
+		return nil, err
+	}
+	j, err := sandbox.DecodeJob(b)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", o.jobFile, err)
+	}
+	return &j, nil
+}
+
+// verifyEnvelope verifies one envelope file: a receipt or result (bound to
+// job when one is given), else a signed assessment or a test-result
+// statement (bound to the bundle, workspace and job given).
+func verifyEnvelope(keys sandbox.KeySet, job *sandbox.Job, o verifyOptions, path string) *verified {
+	v := &verified{path: path}
+	if v.bytes, v.err = os.ReadFile(path); v.err != nil {
+		return v
+	}
+	if v.att, v.err = sandbox.VerifyAttestation(keys, v.bytes); v.err != nil {
+		if errors.Is(v.err, sandbox.ErrPredicateType) {
+			verifyStatement(keys, job, o, v)
 		}
-		if v.att, v.err = sandbox.VerifyAttestation(keys, v.bytes); v.err != nil {
-			if errors.Is(v.err, sandbox.ErrPredicateType) {
-				if va, err := sandbox.VerifyAssessmentEnvelope(keys, v.bytes); err == nil {
-					v.err, v.assessment = nil, &va
-					v.notes, v.err = assessmentBound(va.Assessment, o)
-					if v.err == nil && job != nil {
-						if v.err = assessmentAbout(va.Assessment, *job); v.err == nil {
-							v.notes = append(v.notes, "bound to "+o.jobFile)
-						}
-					}
-				} else if !errors.Is(err, sandbox.ErrPredicateType) {
-					v.err = err
-				} else if tr, err := sandbox.VerifyTestResult(keys, v.bytes); err == nil {
-					v.testResult = &tr
-					v.notes, v.err = testResultAbout(&tr, o, job)
-				}
-			}
-			continue
+		return v
+	}
+	if job != nil {
+		if v.err = v.att.CheckJob(*job); v.err != nil {
+			return v
 		}
-		if job != nil {
-			if v.err = v.att.CheckJob(*job); v.err != nil {
-				continue
+		v.notes = append(v.notes, "bound to "+o.jobFile)
+	}
+	return v
+}
+
+// verifyStatement verifies an envelope that is no receipt or result: a
+// signed assessment, else a test-result statement. v.err stays the
+// attestation's error if it is neither.
+func verifyStatement(keys sandbox.KeySet, job *sandbox.Job, o verifyOptions, v *verified) {
+	va, err := sandbox.VerifyAssessmentEnvelope(keys, v.bytes)
+	switch {
+	case err == nil:
+		v.err, v.assessment = nil, &va
+		v.notes, v.err = assessmentBound(va.Assessment, o)
+		if v.err == nil && job != nil {
+			if v.err = assessmentAbout(va.Assessment, *job); v.err == nil {
+				v.notes = append(v.notes, "bound to "+o.jobFile)
 			}
-			v.notes = append(v.notes, "bound to "+o.jobFile)
+		}
+	case !errors.Is(err, sandbox.ErrPredicateType):
+		v.err = err
+	default:
+		if tr, err := sandbox.VerifyTestResult(keys, v.bytes); err == nil {
+			v.testResult = &tr
+			v.notes, v.err = testResultAbout(&tr, o, job)
 		}
 	}
-	for _, v := range envs {
-		if v.err == nil && v.att.Completion != nil {
-			chainResult(keys, job, v, envs)
-		}
-	}
-	testResults := 0
+}
+
+// checkVerdicts fails each verified test-result and signed assessment
+// whose verdict is not --expect's, and returns how many verdicts were
+// given.
+func checkVerdicts(envs []*verified, expect string) (verdicts int) {
 	for _, v := range envs {
 		if v.err == nil && v.testResult != nil {
-			testResults++
-			if got := v.testResult.Result; o.expect != "" && !strings.EqualFold(got, o.expect) {
+			verdicts++
+			if got := v.testResult.Result; expect != "" && !strings.EqualFold(got, expect) {
 				v.err = fmt.Errorf("verdict: the signed verdict is %s, --expect %s (signature verified; %d passed, %d failed)",
-					got, o.expect, len(v.testResult.PassedTests), len(v.testResult.FailedTests))
+					got, expect, len(v.testResult.PassedTests), len(v.testResult.FailedTests))
 			}
 		}
 		// A signed assessment carries a verdict too, inconclusive ones
 		// included.
 		if v.err == nil && v.assessment != nil {
-			testResults++
-			if got := v.assessment.Assessment.Verdict; o.expect != "" && string(got) != o.expect {
-				v.err = fmt.Errorf("verdict: the signed assessment's verdict is %s, --expect %s (signature verified)", got, o.expect)
+			verdicts++
+			if got := v.assessment.Assessment.Verdict; expect != "" && string(got) != expect {
+				v.err = fmt.Errorf("verdict: the signed assessment's verdict is %s, --expect %s (signature verified)", got, expect)
 			}
 		}
 	}
+	return verdicts
+}
 
-	if o.json {
-		rep := verifyReport(envs, o.expect != "" && testResults == 0)
-		printJSON(stdout, stderr, rep)
-		if !rep.Verified {
-			return exitFailed
-		}
-		return exitOK
-	}
+// printVerified prints a line per envelope and returns the exit code:
+// exitFailed if any did not verify, or --expect found no verdict.
+func printVerified(stdout io.Writer, envs []*verified, expect string, verdicts int) int {
 	code := exitOK
 	for _, v := range envs {
 		switch {
@@ -279,8 +329,8 @@ func cmdVerify(_ context.Context, args []string, stdout, stderr io.Writer) int {
 			fmt.Fprintf(stdout, "%s: ok: %s\n", v.path, describe(v))
 		}
 	}
-	if o.expect != "" && testResults == 0 {
-		fmt.Fprintf(stdout, "sandboxd verify: FAILED: verdict: --expect %s, but no test-result statement was given\n", o.expect)
+	if expect != "" && verdicts == 0 {
+		fmt.Fprintf(stdout, "sandboxd verify: FAILED: verdict: --expect %s, but no test-result statement was given\n", expect)
 		code = exitFailed
 	}
 	return code
