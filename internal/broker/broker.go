@@ -45,6 +45,9 @@ type Broker struct {
 	factsOnce sync.Once
 	facts     sandbox.RuntimeFacts
 	factsErr  error
+
+	hostMu sync.Mutex
+	host   *hostLimits // once the engine told them
 }
 
 // New returns a broker. It reads the helper binary once and has no other
@@ -161,8 +164,9 @@ func (h Hooks) progress(phase string, bytes, files int64) {
 var CollectSteps = []string{"collect-begin", "collect-half", "collect-summary", "collect-status"}
 
 // Preflight refuses a job before anything is created: an invalid or
-// unsealed job, a runtime this broker does not allow, an image that is not
-// a local ID present in the engine, an input blob the store lacks.
+// unsealed job, a runtime this broker does not allow, limits beyond what
+// this host can give one container, an image that is not a local ID
+// present in the engine, an input blob the store lacks.
 func (b *Broker) Preflight(ctx context.Context, job sandbox.Job) error {
 	_, err := b.preflight(ctx, job)
 	return err
@@ -180,6 +184,9 @@ func (b *Broker) preflight(ctx context.Context, job sandbox.Job) (imagePath stri
 		if err := nc.CheckContainerName(name); err != nil {
 			return "", &sandbox.FieldError{Field: "job.id", Reason: fmt.Sprintf("this engine cannot name the job's container %q (%v): use an id of single separators between letters and digits, at most %d characters here", name, err, max(0, 76-len(ContainerName(b.cfg.Name, "", job.Digest))))}
 		}
+	}
+	if err := b.checkHostLimits(ctx, job.Limits); err != nil {
+		return "", err
 	}
 	imgPath, err := b.checkImage(ctx, job.Image)
 	if err != nil {
@@ -259,6 +266,53 @@ func (b *Broker) RunWithHooks(ctx context.Context, job sandbox.Job, hooks Hooks)
 		}
 	}
 	return r.res, nil
+}
+
+// hostLimits are the most one container can be given on the engine's
+// host, as the engine reports them.
+type hostLimits struct {
+	cpus   int
+	memory int64
+}
+
+// hostLimitsOf asks the engine once (an answer is kept; an error is not).
+func (b *Broker) hostLimitsOf(ctx context.Context) (hostLimits, error) {
+	b.hostMu.Lock()
+	defer b.hostMu.Unlock()
+	if b.host != nil {
+		return *b.host, nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, b.cfg.EngineTimeout)
+	defer cancel()
+	info, err := b.eng.Info(ctx, client.InfoOptions{})
+	if err != nil {
+		return hostLimits{}, fmt.Errorf("engine info (the host's CPUs and memory): %w", err)
+	}
+	if info.Info.NCPU < 1 || info.Info.MemTotal <= 0 {
+		return hostLimits{}, fmt.Errorf("engine info: the engine reports %d CPUs and %d bytes of memory", info.Info.NCPU, info.Info.MemTotal)
+	}
+	b.host = &hostLimits{cpus: info.Info.NCPU, memory: info.Info.MemTotal}
+	return *b.host, nil
+}
+
+// checkHostLimits refuses, naming the limit, what asks more than this host
+// can give one container: Docker refuses CPUs beyond the host's at create
+// ("Range of CPUs is from 0.01 to 2.00"), after a receipt was signed, and
+// containerd would set a quota that bounds nothing; a memory limit beyond
+// the host's memory is no limit either.
+func (b *Broker) checkHostLimits(ctx context.Context, l sandbox.Limits) error {
+	h, err := b.hostLimitsOf(ctx)
+	if err != nil {
+		return err
+	}
+	if most := int64(h.cpus) * 1000; l.CPUMillis > most {
+		return &sandbox.FieldError{Field: "job.limits.cpu_millis", Reason: fmt.Sprintf("%d (%s CPUs) is more than this host can give: at most %d (%d CPUs, as the engine reports)",
+			l.CPUMillis, strconv.FormatFloat(float64(l.CPUMillis)/1000, 'f', -1, 64), most, h.cpus)}
+	}
+	if l.MemoryBytes > h.memory {
+		return &sandbox.FieldError{Field: "job.limits.memory_bytes", Reason: fmt.Sprintf("%d bytes is more than this host can give: at most %d (its memory, as the engine reports)", l.MemoryBytes, h.memory)}
+	}
+	return nil
 }
 
 // checkImage refuses anything but a local image ID present in the engine

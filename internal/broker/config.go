@@ -51,6 +51,11 @@ type Config struct {
 	// PoolIdle is how long a shape's sandboxes stay ready after the last
 	// job of that shape.
 	PoolIdle time.Duration
+	// NameBeat is how often a daemon renews its hold on its name on the
+	// engine (ClaimName); NameStale is how long a starting daemon watches
+	// the hold of a process it cannot check (another host, container or
+	// boot) for a renewal before it takes the name as a dead daemon's.
+	NameBeat, NameStale time.Duration
 	// Logger receives structured logs; nil discards them.
 	Logger *slog.Logger
 }
@@ -69,6 +74,8 @@ func Default() Config {
 		NProc:         8192,
 		VolumePrefix:  "sandboxd",
 		PoolIdle:      10 * time.Minute,
+		NameBeat:      5 * time.Second,
+		NameStale:     45 * time.Second, // many beats: a holder's engine calls may be slow for a while
 	}
 }
 
@@ -95,6 +102,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("broker config: PoolSize %d is not within 0..64", c.PoolSize)
 	case c.PoolSize > 0 && c.PoolIdle < time.Second:
 		return fmt.Errorf("broker config: PoolIdle %v is under 1s", c.PoolIdle)
+	case c.NameBeat <= 0 || c.NameStale < 3*c.NameBeat:
+		return fmt.Errorf("broker config: NameBeat %v must be positive and NameStale %v at least three of it", c.NameBeat, c.NameStale)
 	}
 	return nil
 }

@@ -26,6 +26,9 @@ type Engine interface {
 	VolumeRemove(ctx context.Context, id string, options client.VolumeRemoveOptions) (client.VolumeRemoveResult, error)
 	VolumeList(ctx context.Context, options client.VolumeListOptions) (client.VolumeListResult, error)
 	ServerVersion(ctx context.Context, options client.ServerVersionOptions) (client.ServerVersionResult, error)
+	// Info is read for NCPU and MemTotal only: the most one container
+	// can be given on this host (hostLimits).
+	Info(ctx context.Context, options client.InfoOptions) (client.SystemInfoResult, error)
 }
 
 var _ Engine = (*client.Client)(nil)

@@ -12,6 +12,7 @@ import (
 	containerd "github.com/containerd/containerd"
 	"github.com/containerd/containerd/namespaces"
 	"github.com/moby/moby/client"
+	"golang.org/x/sys/unix"
 )
 
 // Sockets of containerd, in the order they are tried: a dedicated host's
@@ -140,6 +141,26 @@ func (e *Engine) Close() error { return e.c.Close() }
 
 func (e *Engine) ns(ctx context.Context) context.Context {
 	return namespaces.WithNamespace(ctx, e.cfg.Namespace)
+}
+
+// Info reports what one container can be given on this host, where
+// containerd runs (its socket is local): NCPU, the CPUs this process may
+// run on, counted as dockerd counts its own (a job's CPU quota beyond
+// them would bound nothing), and MemTotal, the host's memory.
+func (e *Engine) Info(context.Context, client.InfoOptions) (client.SystemInfoResult, error) {
+	var cpus unix.CPUSet
+	if err := unix.SchedGetaffinity(0, &cpus); err != nil {
+		return client.SystemInfoResult{}, fmt.Errorf("host CPUs: %w", err)
+	}
+	var si unix.Sysinfo_t
+	if err := unix.Sysinfo(&si); err != nil {
+		return client.SystemInfoResult{}, fmt.Errorf("host memory: %w", err)
+	}
+	var r client.SystemInfoResult
+	r.Info.NCPU = cpus.Count()
+	r.Info.MemTotal = int64(si.Totalram) * int64(si.Unit)
+	r.Info.OSType = "linux"
+	return r, nil
 }
 
 // ServerVersion reports containerd's version; the engine is named in

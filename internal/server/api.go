@@ -245,8 +245,13 @@ func (s *Server) admit(ctx context.Context, job sandbox.Job, claim func(context.
 	}
 	ok, draining := s.reserve()
 	if draining {
-		return journal.Record{}, false, &refusal{code: http.StatusServiceUnavailable, reason: "draining",
-			err: errors.New("the daemon is shutting down; submit again after it restarts")}
+		err := errors.New("the daemon is shutting down; submit again after it restarts")
+		s.mu.Lock()
+		if s.halted != nil {
+			err = s.halted
+		}
+		s.mu.Unlock()
+		return journal.Record{}, false, &refusal{code: http.StatusServiceUnavailable, reason: "draining", err: err}
 	}
 	if !ok {
 		return journal.Record{}, false, &refusal{code: http.StatusTooManyRequests, reason: "queue_full", retryAfter: s.retryAfter(),
@@ -415,14 +420,23 @@ func (s *Server) putBlob(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusRequestEntityTooLarge, fmt.Errorf("blob of %d bytes is larger than %d: %w", r.ContentLength, s.cfg.MaxBlobBytes, store.ErrTooLarge))
 		return
 	}
+	// A blob stored already is leased, not uploaded again (its body, if
+	// any, is not read), and counted against the quota like an upload.
+	switch found, err := s.leaseStored(want); {
+	case errors.Is(err, errQuota):
+		writeError(w, quotaStatus, fmt.Errorf("blob %s: %w", want, err))
+		return
+	case err != nil:
+		writeError(w, http.StatusInternalServerError, fmt.Errorf("blob %s: %w", want, err))
+		return
+	case found:
+		writeJSON(w, http.StatusOK, map[string]any{"digest": want})
+		return
+	}
 	// Leased before it is stored: a sweep keeps it for the job that will
 	// name it.
 	if err := s.cfg.Blobs.Lease(want); err != nil {
 		writeError(w, http.StatusInternalServerError, fmt.Errorf("blob %s: %w", want, err))
-		return
-	}
-	if s.cfg.Blobs.Keep(want) { // found and touched with no sweep in between
-		writeJSON(w, http.StatusOK, map[string]any{"digest": want})
 		return
 	}
 	room, release, err := s.reserveUpload(r.ContentLength)

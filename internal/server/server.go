@@ -39,6 +39,15 @@ type Prechecker interface {
 	Precheck(ctx context.Context, job sandbox.Job) error
 }
 
+// NameHolder is a broker that holds its name on the engine while the
+// daemon lives (broker.ClaimName): a second daemon of the name, on another
+// state directory, would reap this one's sandboxes.
+type NameHolder interface {
+	ClaimName(ctx context.Context, holder string) (*broker.NameLease, error)
+}
+
+var _ NameHolder = (*broker.Broker)(nil)
+
 // errCancelledByAPI is the cause of a job's context cancelled through the
 // API: a job stopped by it before it ran ends cancelled, not error.
 var errCancelledByAPI = errors.New("cancelled through the API")
@@ -75,6 +84,12 @@ type Server struct {
 	gcMu    sync.Mutex // one collection at a time
 
 	fleet *fleetAgent // nil unless Config.Fleet
+
+	// name is the hold on the broker name (nil: the broker holds none);
+	// halted, once set, is why this daemon stopped dispatching and
+	// reaping while it runs (it lost its name).
+	name   *broker.NameLease
+	halted error
 
 	ready atomic.Bool
 	// avgJob is an exponentially weighted mean job duration in
@@ -133,9 +148,27 @@ func (s *Server) Start(ctx context.Context) error {
 	s.started = time.Now()
 	wctx, stop := context.WithCancel(context.WithoutCancel(ctx))
 	s.stop = stop
+	// Before recovery touches a container: another live daemon of this
+	// name would have its own taken for leftovers.
+	if h, ok := s.cfg.Broker.(NameHolder); ok {
+		lease, err := h.ClaimName(ctx, "blob store "+s.cfg.Blobs.Dir())
+		if err != nil {
+			stop()
+			return err
+		}
+		s.name = lease
+	}
 	if err := s.recover(ctx); err != nil {
 		stop()
+		s.releaseName()
 		return err
+	}
+	if s.name != nil {
+		s.workers.Add(1)
+		go func() {
+			defer s.workers.Done()
+			s.watchName(wctx)
+		}()
 	}
 	for range s.cfg.Concurrency {
 		s.workers.Add(1)
@@ -161,10 +194,37 @@ func (s *Server) Start(ctx context.Context) error {
 	return nil
 }
 
+// watchName halts the daemon if another process takes its name: it
+// stops dispatching, reaping and collecting (that process now settles the
+// name's containers) and says so; jobs already running go on to their end.
+func (s *Server) watchName(ctx context.Context) {
+	select {
+	case <-ctx.Done():
+		return
+	case <-s.name.Lost():
+	}
+	err := fmt.Errorf("this daemon no longer holds its broker name and takes no jobs: stop it: %w", s.name.Err())
+	s.log.Error("broker name lost", "error", err)
+	s.mu.Lock()
+	s.halted, s.draining = err, true
+	s.mu.Unlock()
+	s.ready.Store(false)
+	s.stop()
+}
+
+// releaseName lets the next daemon of the name start at once.
+func (s *Server) releaseName() {
+	if s.name != nil {
+		s.name.Release()
+	}
+}
+
 // Shutdown stops accepting submissions and dispatching queued jobs, then
 // waits for running jobs until ctx is done. It reports the jobs it left
-// running; they are recovered at the next start.
+// running; they are recovered at the next start. The broker name is
+// released as it returns.
 func (s *Server) Shutdown(ctx context.Context) error {
+	defer s.releaseName()
 	s.shutOnce.Do(func() {
 		s.ready.Store(false)
 		s.mu.Lock()

@@ -86,6 +86,10 @@ func (s *Store) Lease(d string) error {
 	return os.Chtimes(p, now, now)
 }
 
+// Leased reports whether d has a lease younger than ttl: LeasedBytes
+// counts it already.
+func (s *Store) Leased(d string, ttl time.Duration) bool { return s.leased(d, ttl) }
+
 // leased reports whether d has a lease younger than ttl.
 func (s *Store) leased(d string, ttl time.Duration) bool {
 	st, err := os.Stat(filepath.Join(s.dir, "leases", strings.TrimPrefix(d, "sha256:")))

@@ -52,6 +52,9 @@ type Engine struct {
 	// RemoveError, when set, is what ContainerRemove answers (the
 	// container stays): an engine that failed a removal.
 	RemoveError error
+	// NCPU and MemTotal are the host Info reports (New: 8 CPUs, 32 GiB).
+	NCPU     int
+	MemTotal int64
 }
 
 // Container is one container.
@@ -88,7 +91,7 @@ type file struct {
 
 // New returns an empty engine.
 func New() *Engine {
-	return &Engine{images: map[string]bool{}, containers: map[string]*Container{}, volumes: map[string]*Volume{}}
+	return &Engine{images: map[string]bool{}, containers: map[string]*Container{}, volumes: map[string]*Volume{}, NCPU: 8, MemTotal: 32 << 30}
 }
 
 // AddImage makes an image ID present.
@@ -181,6 +184,16 @@ func (e *Engine) ImageInspect(ctx context.Context, id string, _ ...client.ImageI
 	}
 	var r client.ImageInspectResult
 	r.ID = id
+	return r, nil
+}
+
+// Info reports the host's CPUs and memory (NCPU, MemTotal).
+func (e *Engine) Info(context.Context, client.InfoOptions) (client.SystemInfoResult, error) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.record("Info", "")
+	var r client.SystemInfoResult
+	r.Info.NCPU, r.Info.MemTotal = e.NCPU, e.MemTotal
 	return r, nil
 }
 
