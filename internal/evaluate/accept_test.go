@@ -103,3 +103,30 @@ func TestAcceptTakesOnlyThePrescribedJobs(t *testing.T) {
 		t.Errorf("a candidate job for a bundle without one: got %v, want ErrNotPrescribed", err)
 	}
 }
+
+// Every export the broker can collect can be handed over: a candidate
+// cannot move its verdict to inconclusive by exporting a tree the ingest
+// would refuse. The deepest the collector takes (artifact paths of at
+// most sandbox.MaxArtifactPathBytes) is far deeper than a workspace may be.
+func TestHandoverTakesEveryCollectableExport(t *testing.T) {
+	ctx := context.Background()
+	b, err := bundle.Pack(ctx, "../bundle/testdata/example-bundle", t.TempDir(), bundle.DefaultLimits())
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := mustOf(t, b, "")
+	blobs, err := store.Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := blobs.PutBytes([]byte("deep\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	deepest := ExportPath + strings.Repeat("/a", (sandbox.MaxArtifactPathBytes-len(ExportPath))/2)
+	res := sandbox.Result{Artifacts: []sandbox.Artifact{{Path: deepest, Digest: d, Size: 5}}}
+	x, err := e.Handover(ctx, blobs, res)
+	if err != nil || x.Refused != "" {
+		t.Fatalf("an export %d components deep (%d bytes): %+v, %v", strings.Count(deepest, "/")-2, len(deepest), x, err)
+	}
+}

@@ -370,7 +370,12 @@ func ExportOf(ctx context.Context, blobs *store.Store, res sandbox.Result, l san
 		_, err := sandbox.WriteCandidateExport(pw, res, func(a sandbox.Artifact) (io.ReadCloser, error) { return blobs.Open(a.Digest) })
 		pw.CloseWithError(err)
 	}()
+	// Whatever the broker collected must fit, or a candidate could make
+	// its export unbuildable (and its verdict inconclusive): an artifact
+	// path has at most sandbox.MaxArtifactPathBytes, so at most half as
+	// many components, each a directory of the export.
 	lim := bundle.DefaultLimits()
+	lim.MaxDepth = max(lim.MaxDepth, sandbox.MaxArtifactPathBytes/2)
 	lim.MaxBytes = max(lim.MaxBytes, l.OutputBytes)
 	lim.MaxFiles = max(lim.MaxFiles, l.FileCount*int64(lim.MaxDepth+1)+1)
 	sum, err := bundle.IngestTar(ctx, blobs, pr, bundle.Options{Limits: lim})
