@@ -860,3 +860,108 @@ func TestFleetQuorumLossLongerThanALease(t *testing.T) {
 		d.stop()
 	}
 }
+
+// fleetAccounts is docs/fleet.md's "Accounts and permissions", as NATS
+// server configuration: one account for the fleet, hosts with all of it,
+// submitters with only what a submitter does (queue a job, create and read
+// job records, put and get blobs).
+const fleetAccounts = `
+accounts {
+  FLEET {
+    jetstream: enabled
+    users: [
+      { user: host, password: host-secret }
+      { user: submitter, password: submitter-secret, permissions: {
+          publish: { allow: [
+            "sandboxd.jobs",
+            "$KV.sandboxd-jobs.job.>",
+            "$O.sandboxd-blobs.C.>", "$O.sandboxd-blobs.M.>",
+            "$JS.API.INFO", "$JS.API.STREAM.INFO.>",
+            "$JS.API.DIRECT.GET.KV_sandboxd-jobs.$KV.sandboxd-jobs.job.>",
+            "$JS.API.DIRECT.GET.OBJ_sandboxd-blobs.>", "$JS.API.STREAM.MSG.GET.OBJ_sandboxd-blobs",
+            "$JS.API.CONSUMER.CREATE.KV_sandboxd-jobs.*.$KV.sandboxd-jobs.job.>",
+            "$JS.API.CONSUMER.CREATE.OBJ_sandboxd-blobs.>",
+            "$JS.API.CONSUMER.DELETE.KV_sandboxd-jobs.>", "$JS.API.CONSUMER.DELETE.OBJ_sandboxd-blobs.>",
+            "$JS.FC.>"
+          ] }
+          subscribe: { allow: ["_INBOX.>"] }
+      } }
+    ]
+  }
+}
+`
+
+// TestFleetPermissionsAsDocumented runs docs/fleet.md's account and
+// permissions on a real server: a submitter queues a job, reads its record
+// and watches it, and puts and gets blobs; it cannot take a job from the
+// queue, mark a claim held or beat as a host, and what it tried leaves no
+// trace; a host, with the whole account, takes the job.
+func TestFleetPermissionsAsDocumented(t *testing.T) {
+	c := testharness.StartNATSWith(t, 1, fleetAccounts)
+	as := func(user, password string, setup bool) *fleet.JetStream {
+		t.Helper()
+		url := strings.Replace(c.URLs()[0], "nats://", "nats://"+user+":"+password+"@", 1)
+		ctx := ctxFor(t, 30*time.Second)
+		co, err := fleet.Open(ctx, fleet.Options{URLs: []string{url}, Name: t.Name() + "-" + user, Setup: setup, Replicas: 1,
+			CallTimeout: 2 * time.Second, AckWait: 3 * time.Second})
+		if err != nil {
+			t.Fatalf("open the fleet as %s: %v", user, err)
+		}
+		t.Cleanup(co.Close)
+		return co
+	}
+	host := as("host", "host-secret", true)
+	sub := as("submitter", "submitter-secret", false)
+	ctx := ctxFor(t, 2*time.Minute)
+
+	job := jobWithoutEngine(t, "perm-"+randHex(3), "true")
+	rec, err := sub.Submit(ctx, job)
+	if err != nil || rec.State != fleet.StateQueued {
+		t.Fatalf("a submitter's submit: %+v, %v", rec, err)
+	}
+	if got, err := sub.Record(ctx, job.ID); err != nil || got.Digest != job.Digest {
+		t.Errorf("a submitter reads its job's record: %+v, %v", got, err)
+	}
+	content := []byte("a workspace")
+	digest := sandbox.DigestBytes(content)
+	if err := sub.PutBlob(ctx, digest, int64(len(content)), bytes.NewReader(content)); err != nil {
+		t.Errorf("a submitter puts a blob: %v", err)
+	}
+	if got, err := fleet.NewRunner(sub, sandbox.KeySet{}).Blob(ctx, digest, 1<<10); err != nil || !bytes.Equal(got, content) {
+		t.Errorf("a submitter gets a blob: %q, %v", got, err)
+	}
+
+	if d, err := sub.Next(ctx, 2*time.Second); err == nil {
+		d.Later(0)
+		t.Errorf("a submitter took job %s from the queue", d.Job.ID)
+	}
+	if err := sub.Hold(ctx, "h1", job.ID); err == nil {
+		t.Error("a submitter marked a claim held")
+	}
+	if err := sub.Heartbeat(ctx, fleet.Host{Name: "h1", At: time.Now().UTC()}); err == nil {
+		t.Error("a submitter beat as a host")
+	}
+	if ids, err := host.Held(ctx, "h1"); err != nil || len(ids) != 0 {
+		t.Errorf("held by h1 after the submitter's try: %q, %v, want none", ids, err)
+	}
+	if hosts, err := host.Hosts(ctx); err != nil || len(hosts) != 0 {
+		t.Errorf("hosts after the submitter's beat: %+v, %v, want none", hosts, err)
+	}
+
+	d, err := host.Next(ctx, 10*time.Second)
+	if err != nil || d.Err != nil || d.Job.ID != job.ID {
+		t.Fatalf("the host takes the job: %+v, %v", d, err)
+	}
+	rec, err = host.Record(ctx, job.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec.State, rec.Host = fleet.StateClaimed, "h1"
+	if _, err := host.Update(ctx, rec); err != nil {
+		t.Errorf("the host claims it: %v", err)
+	}
+	if got, err := sub.Watch(ctx, job.ID, func(r fleet.Record) bool { return r.State == fleet.StateClaimed }); err != nil || got.Host != "h1" {
+		t.Errorf("the submitter watches its job claimed: %+v, %v", got, err)
+	}
+	d.Done(ctx)
+}

@@ -78,6 +78,13 @@ func freePorts(t testing.TB, n int) []int {
 // until every node answers /healthz with JetStream ready.
 func StartNATS(t testing.TB, n int) *NATSCluster {
 	t.Helper()
+	return StartNATSWith(t, n, "")
+}
+
+// StartNATSWith is StartNATS with more server configuration (accounts and
+// users, say) appended to every node's.
+func StartNATSWith(t testing.TB, n int, extra string) *NATSCluster {
+	t.Helper()
 	c := &NATSCluster{t: t, bin: NATSServer(t), dir: t.TempDir()}
 	ports := freePorts(t, 3*n)
 	for i := range n {
@@ -100,6 +107,7 @@ jetstream { store_dir: %q, sync_interval: always }
 		if n > 1 {
 			conf += fmt.Sprintf("cluster { name: sandboxd-test, listen: 127.0.0.1:%d, routes: [%s] }\n", node.RoutePort, strings.Join(routes, ", "))
 		}
+		conf += extra
 		node.conf = filepath.Join(c.dir, node.Name+".conf")
 		node.log = filepath.Join(c.dir, node.Name+".log")
 		if err := os.WriteFile(node.conf, []byte(conf), 0o600); err != nil {
