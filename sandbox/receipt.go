@@ -69,8 +69,8 @@ type Subject struct {
 	Digest map[string]string `json:"digest"`
 }
 
-// Broker identifies the broker that signed an envelope.
-type Broker struct {
+// BrokerIdentity identifies the broker that signed an envelope.
+type BrokerIdentity struct {
 	Name    string `json:"name"`
 	KeyID   string `json:"key_id"` // the signing key's "SHA256:" fingerprint
 	Version string `json:"version"`
@@ -82,18 +82,18 @@ type Broker struct {
 // Receipt is the predicate of an accepted statement: what the broker durably
 // accepted, under which runtime, and when.
 type Receipt struct {
-	Job        Job          `json:"job"`
-	Broker     Broker       `json:"broker"`
-	Runtime    RuntimeFacts `json:"runtime"`
-	AcceptedAt time.Time    `json:"accepted_at"`
+	Job        Job            `json:"job"`
+	Broker     BrokerIdentity `json:"broker"`
+	Runtime    RuntimeFacts   `json:"runtime"`
+	AcceptedAt time.Time      `json:"accepted_at"`
 }
 
 // Completion is the predicate of a completed statement: the job's Result,
 // chained to the receipt by ReceiptDigest (see EnvelopeDigest).
 type Completion struct {
-	Result        Result `json:"result"`
-	ReceiptDigest string `json:"receipt_digest"`
-	Broker        Broker `json:"broker"`
+	Result        Result         `json:"result"`
+	ReceiptDigest string         `json:"receipt_digest"`
+	Broker        BrokerIdentity `json:"broker"`
 }
 
 // EnvelopeDigest returns the digest that chains a result to its receipt:

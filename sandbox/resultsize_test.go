@@ -166,7 +166,7 @@ func signedSize(t *testing.T, res Result) int {
 		t.Fatal(err)
 	}
 	pred, err := CanonicalJSON(Completion{Result: res, ReceiptDigest: res.ReceiptDigest,
-		Broker: Broker{Name: strings.Repeat("b", 64), KeyID: "SHA256:" + strings.Repeat("k", 43), Version: "0.1.0-dev+" + strings.Repeat("0", 40)}})
+		Broker: BrokerIdentity{Name: strings.Repeat("b", 64), KeyID: "SHA256:" + strings.Repeat("k", 43), Version: "0.1.0-dev+" + strings.Repeat("0", 40)}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -390,7 +390,7 @@ func describe(v *verified) string {
 		}
 		return b.String()
 	}
-	var broker sandbox.Broker
+	var broker sandbox.BrokerIdentity
 	if r := v.att.Receipt; r != nil {
 		broker = r.Broker
 		fmt.Fprintf(&b, "receipt: job %q (%s) accepted %s", r.Job.ID, r.Job.Digest, r.AcceptedAt.Format("2006-01-02T15:04:05Z07:00"))

@@ -40,7 +40,7 @@ func idOf(fi fs.FileInfo) fileID {
 type dirScan struct {
 	ctx     context.Context
 	root    *os.Root
-	lim     Limits
+	lim     TreeLimits
 	skip    map[string]bool
 	entries []entry
 	dirs    map[string]fileID // every directory listed, to re-check after writing
@@ -52,7 +52,7 @@ type dirScan struct {
 // top-level entries left out (bundle.json of a bundle). The returned
 // entries read their content lazily, re-checking each file as they do;
 // recheck must be called after they were written.
-func scanDir(ctx context.Context, dir string, lim Limits, skip ...string) (entries []entry, recheck func() error, closeRoot func(), err error) {
+func scanDir(ctx context.Context, dir string, lim TreeLimits, skip ...string) (entries []entry, recheck func() error, closeRoot func(), err error) {
 	if err := lim.Validate(); err != nil {
 		return nil, nil, nil, err
 	}

@@ -9,7 +9,7 @@ import (
 )
 
 // fuzzLimits keep each input cheap.
-var fuzzLimits = Limits{MaxBytes: 1 << 20, MaxFiles: 256, MaxPathBytes: 256, MaxDepth: 16}
+var fuzzLimits = TreeLimits{MaxBytes: 1 << 20, MaxFiles: 256, MaxPathBytes: 256, MaxDepth: 16}
 
 // FuzzWriteTar: whatever tar WriteTar accepts, its output passes CheckTar
 // with the same digest and ingests again to the very same bytes.

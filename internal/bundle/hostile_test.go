@@ -207,7 +207,7 @@ func TestHostileDirs(t *testing.T) {
 // TestCeilings: each ceiling refuses a tree just over it, from a directory
 // and from a tar, and accepts one at it.
 func TestCeilings(t *testing.T) {
-	base := Limits{MaxBytes: 10, MaxFiles: 4, MaxPathBytes: 12, MaxDepth: 3}
+	base := TreeLimits{MaxBytes: 10, MaxFiles: 4, MaxPathBytes: 12, MaxDepth: 3}
 	cases := []struct {
 		name  string
 		nodes []node

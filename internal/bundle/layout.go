@@ -52,7 +52,7 @@ type Bundle struct {
 	Manifest Manifest
 
 	blobs  *store.Store
-	limits Limits
+	limits TreeLimits
 	oci    ocispec.Manifest
 }
 
@@ -62,13 +62,13 @@ type Bundle struct {
 // layout: blobs first, then oci-layout and index.json, each written by
 // temp file, fsync and rename. Nothing is written before the tree was
 // listed and checked. index.json lists only this bundle afterwards.
-func Pack(ctx context.Context, dir, layout string, lim Limits) (*Bundle, error) {
+func Pack(ctx context.Context, dir, layout string, lim TreeLimits) (*Bundle, error) {
 	return PackProgress(ctx, dir, layout, lim, nil)
 }
 
 // PackProgress is Pack telling report (if not nil) the layer bytes written
 // so far.
-func PackProgress(ctx context.Context, dir, layout string, lim Limits, report func(bytes int64)) (*Bundle, error) {
+func PackProgress(ctx context.Context, dir, layout string, lim TreeLimits, report func(bytes int64)) (*Bundle, error) {
 	if err := lim.Validate(); err != nil {
 		return nil, err
 	}
@@ -238,7 +238,7 @@ func checkControls(m *Manifest, isDir func(string) bool) error {
 // bundle with that manifest digest). The manifest and bundle.json are read
 // from blobs whose content must hash to their digests; call Verify before
 // the bundle's layer is used.
-func Open(ref string, lim Limits) (*Bundle, error) {
+func Open(ref string, lim TreeLimits) (*Bundle, error) {
 	if err := lim.Validate(); err != nil {
 		return nil, err
 	}

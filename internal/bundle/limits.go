@@ -5,9 +5,9 @@ import "fmt"
 // maxComponentBytes is NAME_MAX on Linux: no path component may be longer.
 const maxComponentBytes = 255
 
-// Limits are the ceilings enforced while a tree is read, before the bytes
+// TreeLimits are the ceilings enforced while a tree is read, before the bytes
 // they guard are accepted. Every field must be positive.
-type Limits struct {
+type TreeLimits struct {
 	// MaxBytes bounds the total content bytes of all regular files.
 	MaxBytes int64
 	// MaxFiles bounds the number of entries: regular files and directories.
@@ -20,8 +20,8 @@ type Limits struct {
 
 // DefaultLimits are the ceilings for workspaces and bundles unless an
 // operator tightens them.
-func DefaultLimits() Limits {
-	return Limits{
+func DefaultLimits() TreeLimits {
+	return TreeLimits{
 		MaxBytes:     1 << 30,
 		MaxFiles:     100_000,
 		MaxPathBytes: 1024,
@@ -30,7 +30,7 @@ func DefaultLimits() Limits {
 }
 
 // Validate checks that every ceiling is set and sane.
-func (l Limits) Validate() error {
+func (l TreeLimits) Validate() error {
 	switch {
 	case l.MaxBytes <= 0:
 		return fmt.Errorf("limits: max bytes %d must be positive", l.MaxBytes)
@@ -47,6 +47,6 @@ func (l Limits) Validate() error {
 // rawTarBudget is how many bytes of tar input a tree within l may take:
 // its content plus, per entry, a header, an extended header of at most one
 // path record and the padding of both.
-func (l Limits) rawTarBudget() int64 {
+func (l TreeLimits) rawTarBudget() int64 {
 	return l.MaxBytes + (l.MaxFiles+1)*int64(4*512+l.MaxPathBytes) + 1<<16
 }

@@ -11,7 +11,7 @@ import (
 // leading "./", no trailing "/"): valid UTF-8, no control characters, not
 // absolute, clean, never leaving the tree, and within the length and depth
 // ceilings. Each violation has its own sentinel.
-func checkName(name string, lim Limits) error {
+func checkName(name string, lim TreeLimits) error {
 	if !utf8.ValidString(name) {
 		return fmt.Errorf("%q: %w", name, ErrInvalidUTF8)
 	}

@@ -205,12 +205,12 @@ func tarReadError(err error) error {
 // If want is not empty it is a claimed digest, and a different content
 // digest is ErrDigestMismatch. The broker uses it to re-check an input
 // before staging it; nothing is extracted.
-func CheckTar(ctx context.Context, r io.Reader, lim Limits, want string) (Summary, error) {
+func CheckTar(ctx context.Context, r io.Reader, lim TreeLimits, want string) (Summary, error) {
 	return checkTar(ctx, r, lim, want, nil)
 }
 
 // checkTar is CheckTar that also reports each directory to onDir.
-func checkTar(ctx context.Context, r io.Reader, lim Limits, want string, onDir func(string)) (Summary, error) {
+func checkTar(ctx context.Context, r io.Reader, lim TreeLimits, want string, onDir func(string)) (Summary, error) {
 	if err := lim.Validate(); err != nil {
 		return Summary{}, err
 	}

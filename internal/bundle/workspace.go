@@ -24,7 +24,7 @@ import (
 //     directory's file with more than one link, or a tar link entry, is
 //     ErrHardLink); devices, FIFOs and sockets are refused;
 //   - every name passes the name rules (checkName);
-//   - the ceilings in Limits hold while reading, before the bytes they
+//   - the ceilings in TreeLimits hold while reading, before the bytes they
 //     guard are accepted: a tar header's size is checked before its content
 //     is read, a directory's entries are counted as they are listed;
 //   - from a directory, every file is compared (device, inode, size, mtime,
@@ -42,7 +42,7 @@ import (
 // Options configure an ingestion.
 type Options struct {
 	// Limits are the ceilings; the zero value means DefaultLimits.
-	Limits Limits
+	Limits TreeLimits
 	// Expect, if set, is the digest the caller claims the workspace has. It
 	// is checked, never used as the identity: a mismatch is
 	// ErrDigestMismatch and nothing is stored.
@@ -54,23 +54,23 @@ type Options struct {
 	Progress func(bytes int64)
 }
 
-func (o Options) limits() Limits {
-	if o.Limits == (Limits{}) {
+func (o Options) limits() TreeLimits {
+	if o.Limits == (TreeLimits{}) {
 		return DefaultLimits()
 	}
 	return o.Limits
 }
 
 // WriteDir writes the tree at dir to w in the canonical form.
-func WriteDir(ctx context.Context, dir string, w io.Writer, lim Limits) (Summary, error) {
+func WriteDir(ctx context.Context, dir string, w io.Writer, lim TreeLimits) (Summary, error) {
 	return writeDir(ctx, dir, w, lim)
 }
 
-func writeDir(ctx context.Context, dir string, w io.Writer, lim Limits, skip ...string) (Summary, error) {
+func writeDir(ctx context.Context, dir string, w io.Writer, lim TreeLimits, skip ...string) (Summary, error) {
 	return writeDirRefusing(ctx, dir, w, lim, nil, skip...)
 }
 
-func writeDirRefusing(ctx context.Context, dir string, w io.Writer, lim Limits, refuse []string, skip ...string) (Summary, error) {
+func writeDirRefusing(ctx context.Context, dir string, w io.Writer, lim TreeLimits, refuse []string, skip ...string) (Summary, error) {
 	entries, recheck, closeRoot, err := scanDir(ctx, dir, lim, skip...)
 	if err != nil {
 		return Summary{}, err
@@ -92,11 +92,11 @@ func writeDirRefusing(ctx context.Context, dir string, w io.Writer, lim Limits, 
 // WriteTar reads a tar stream (any common format and order), applies the
 // reader rules and writes the tree to w in the canonical form. Nothing is
 // written to w unless the whole input was accepted.
-func WriteTar(ctx context.Context, r io.Reader, w io.Writer, lim Limits) (Summary, error) {
+func WriteTar(ctx context.Context, r io.Reader, w io.Writer, lim TreeLimits) (Summary, error) {
 	return writeTarRefusing(ctx, r, w, lim, nil)
 }
 
-func writeTarRefusing(ctx context.Context, r io.Reader, w io.Writer, lim Limits, refuse []string) (Summary, error) {
+func writeTarRefusing(ctx context.Context, r io.Reader, w io.Writer, lim TreeLimits, refuse []string) (Summary, error) {
 	if err := lim.Validate(); err != nil {
 		return Summary{}, err
 	}
@@ -132,7 +132,7 @@ type tarNode struct {
 
 type tarNodes map[string]*tarNode
 
-func spoolTar(ctx context.Context, r io.Reader, spool *os.File, lim Limits) (tarNodes, error) {
+func spoolTar(ctx context.Context, r io.Reader, spool *os.File, lim TreeLimits) (tarNodes, error) {
 	in := &budgetReader{r: r, max: lim.rawTarBudget()}
 	tr := tar.NewReader(in)
 	nodes := tarNodes{}
@@ -217,7 +217,7 @@ func (s spoolWriter) Write(p []byte) (int, error) {
 
 // entries checks the structure of the spooled tree (parents are
 // directories, symlinks resolve inside it) and turns it into entries.
-func (nodes tarNodes) entries(spool *os.File, lim Limits) ([]entry, error) {
+func (nodes tarNodes) entries(spool *os.File, lim TreeLimits) ([]entry, error) {
 	names := make([]string, 0, len(nodes))
 	for name := range nodes {
 		names = append(names, name)

@@ -240,7 +240,7 @@ func canonReg(name string) tarEntry {
 }
 
 func TestLimitsValidate(t *testing.T) {
-	for _, l := range []Limits{{}, {MaxBytes: 1, MaxFiles: 1, MaxPathBytes: 5000, MaxDepth: 1}, {MaxBytes: -1, MaxFiles: 1, MaxPathBytes: 1, MaxDepth: 1}} {
+	for _, l := range []TreeLimits{{}, {MaxBytes: 1, MaxFiles: 1, MaxPathBytes: 5000, MaxDepth: 1}, {MaxBytes: -1, MaxFiles: 1, MaxPathBytes: 1, MaxDepth: 1}} {
 		if err := l.Validate(); err == nil {
 			t.Errorf("%+v: got nil, want an error", l)
 		}

@@ -396,7 +396,7 @@ func TestSignAcceptedPayloadIsDeterministic(t *testing.T) {
 	if r.AcceptedAt.Location() != time.UTC || !r.AcceptedAt.Equal(testAt) {
 		t.Errorf("accepted_at: got %v, want %v in UTC", r.AcceptedAt, testAt)
 	}
-	if r.Broker != (sandbox.Broker{Name: DefaultBrokerName, KeyID: s.KeyID(), Version: testFacts.BrokerVersion}) {
+	if r.Broker != (sandbox.BrokerIdentity{Name: DefaultBrokerName, KeyID: s.KeyID(), Version: testFacts.BrokerVersion}) {
 		t.Errorf("broker: got %+v", r.Broker)
 	}
 	if r.Job.Digest != job.Digest || r.Job.Inputs == nil || r.Job.Env == nil {

@@ -105,8 +105,8 @@ func (s *Signer) KeyID() string { return s.keys[0].keyID }
 // Ephemeral reports whether the primary key exists only in memory.
 func (s *Signer) Ephemeral() bool { return s.keys[0].ephemeral }
 
-func (s *Signer) broker(version string) sandbox.Broker {
-	return sandbox.Broker{Name: s.name, KeyID: s.KeyID(), Version: version, EphemeralKey: s.Ephemeral()}
+func (s *Signer) broker(version string) sandbox.BrokerIdentity {
+	return sandbox.BrokerIdentity{Name: s.name, KeyID: s.KeyID(), Version: version, EphemeralKey: s.Ephemeral()}
 }
 
 // SignAccepted signs the receipt of a sealed job accepted at the given time
