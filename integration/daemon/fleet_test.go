@@ -450,6 +450,19 @@ func TestFleetSocketSubmitIsClaimedFleetWide(t *testing.T) {
 	ds[1].stop()
 }
 
+// endedRecord is the job's ended record. It is watched for, not read
+// once: a read may be answered by a replica a write has not reached yet
+// (KV reads are direct gets), or time out on a loaded machine (CI once got
+// an empty record here from an error it did not look at).
+func endedRecord(t *testing.T, co fleet.Coordinator, id string) fleet.Record {
+	t.Helper()
+	rec, err := co.Watch(ctxFor(t, time.Minute), id, func(r fleet.Record) bool { return r.State == fleet.StateEnded })
+	if err != nil {
+		t.Fatalf("job %s: its ended record: %v", id, err)
+	}
+	return rec
+}
+
 // waitClaimed waits until a host holds the job and returns the record.
 func waitClaimed(t *testing.T, co fleet.Coordinator, id string) fleet.Record {
 	t.Helper()
@@ -494,7 +507,7 @@ func TestFleetHostKilledAndRestartedFinishesItsJob(t *testing.T) {
 	if err != nil || sr.Result.Status != sandbox.StatusSucceeded {
 		t.Fatalf("after its host was killed and restarted: %s, %v (%s)", sr.Result.Status, err, sr.Result.Cause)
 	}
-	end, _ := co.Record(ctx, job.ID)
+	end := endedRecord(t, co, job.ID)
 	if end.EndedBy != rec.Host {
 		t.Errorf("ended by %s, want its own host %s", end.EndedBy, rec.Host)
 	}
@@ -530,7 +543,7 @@ func TestFleetLostHostsJobEndsUncertainAndItsLateResultIsNotTaken(t *testing.T) 
 	if !errors.Is(err, sandbox.ErrUncertain) || sr.Result.Status != sandbox.StatusUncertain {
 		t.Fatalf("a lost host's job: got %s, %v; want uncertain", sr.Result.Status, err)
 	}
-	end, _ := co.Record(ctx, job.ID)
+	end := endedRecord(t, co, job.ID)
 	if end.EndedBy != other.name || !strings.Contains(sr.Result.Cause, lost.name) {
 		t.Errorf("ended by %s (%s), want %s naming the lost host", end.EndedBy, sr.Result.Cause, other.name)
 	}
