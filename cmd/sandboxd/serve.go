@@ -43,6 +43,8 @@ type serveOptions struct {
 	fleetReplicas                int
 	fleetAckWait                 time.Duration
 	fleetKeys                    verifyKeyFlags
+	tenants                      string
+	retain                       time.Duration
 }
 
 // faultEnv names the test-only fault injection: "STEP:JOBID" makes the
@@ -106,6 +108,8 @@ func serveFlags(stderr io.Writer) (*serveOptions, *flag.FlagSet) {
 	fs.DurationVar(&o.fleetAckWait, "fleet-ack-wait", 30*time.Second, "with --fleet: how long a job message stays with a host that sends no word before it is delivered again (every host of a fleet must give the same)")
 	fs.Var(&o.fleetKeys, "fleet-key", "with --fleet: another host's public key `PEM` file (repeatable): results it signed are assessed here")
 	fs.IntVar(&o.fleetReplicas, "fleet-replicas", 3, "with --fleet: replicas of the fleet's streams and buckets when this host creates them (1, 3 or 5)")
+	fs.StringVar(&o.tenants, "tenants", "", "tenants `FILE` (JSON, schema "+server.TenantsSchema+"): socket peers (uid, gid) and client certificate subjects mapped to tenants, roles and quotas; each tenant sees only its own jobs and blobs. Without it, whoever reaches the socket or holds a certificate of the client CA may read, cancel and fetch every job and blob")
+	fs.DurationVar(&o.retain, "retain", 0, "how long an ended job's journal record (its receipt and result envelopes) is kept; then it is removed, and the blobs only it named with the next collection (0: forever)")
 	fs.BoolVar(&o.debug, "debug", false, "log every request")
 	return o, fs
 }
@@ -128,6 +132,11 @@ func (o *serveOptions) checkUsage(fs *flag.FlagSet, stderr io.Writer) int {
 }
 
 func serve(ctx context.Context, o serveOptions, log *slog.Logger) error {
+	// Before anything is opened: a bad tenants file is the first error.
+	tenants, err := o.loadTenants()
+	if err != nil {
+		return err
+	}
 	// One process per state directory: a second one says who holds it
 	// instead of timing out on the journal.
 	unlock, err := server.LockState(o.state)
@@ -154,6 +163,7 @@ func serve(ctx context.Context, o serveOptions, log *slog.Logger) error {
 	}
 	defer s.Close()
 	cfg := o.serverConfig(s, jr, signer, assessments, log)
+	cfg.Tenants = tenants
 	if o.fleet.set() {
 		co, err := o.joinFleet(ctx, &cfg, log)
 		if err != nil {
@@ -176,6 +186,18 @@ func serve(ctx context.Context, o serveOptions, log *slog.Logger) error {
 	hs, errc := serveHTTP(srv, lns)
 	log.Info("serving", "socket", o.socket, "listen", o.listen, "key_id", signer.KeyID(), "ephemeral_key", signer.Ephemeral(), "concurrency", cfg.Concurrency, "queue", cfg.QueueSize)
 	return drain(ctx, o, srv, s.broker, hs, len(lns), errc, log)
+}
+
+// loadTenants reads --tenants (nil without it).
+func (o serveOptions) loadTenants() (*server.Tenants, error) {
+	if o.tenants == "" {
+		return nil, nil
+	}
+	data, err := os.ReadFile(o.tenants)
+	if err != nil {
+		return nil, fmt.Errorf("--tenants: %w", err)
+	}
+	return server.ParseTenants(o.tenants, data)
 }
 
 // signer is the daemon's signing key, named --name: --key, or one made now.
@@ -219,6 +241,7 @@ func (o serveOptions) serverConfig(s *sandboxes, jr *journal.Journal, signer *re
 	cfg.Concurrency, cfg.QueueSize = o.concurrency, o.queue
 	cfg.ReapGrace, cfg.DrainTimeout, cfg.MaxBlobBytes = o.reapGrace, o.drainTimeout, o.maxBlob
 	cfg.MaxUploadBytes = o.maxUpload
+	cfg.Retain = o.retain
 	cfg.BlobBudget, cfg.VolumeBudget = o.blobBudget, o.volumeBudget
 	cfg.Logger = log
 	cfg.Preflight = s.broker.Preflight
@@ -300,7 +323,7 @@ func (o serveOptions) listeners() ([]net.Listener, error) {
 func serveHTTP(srv *server.Server, lns []net.Listener) (hs *http.Server, errc chan error) {
 	// Long polls are bounded by the server's own wait limit; idle and slow
 	// connections are not kept forever.
-	hs = &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 5 * time.Minute, IdleTimeout: 2 * time.Minute}
+	hs = &http.Server{Handler: srv.Handler(), ConnContext: srv.ConnContext, ReadHeaderTimeout: 10 * time.Second, ReadTimeout: 5 * time.Minute, IdleTimeout: 2 * time.Minute}
 	errc = make(chan error, len(lns))
 	for _, ln := range lns {
 		go func() { errc <- hs.Serve(ln) }()

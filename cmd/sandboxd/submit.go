@@ -2,12 +2,15 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/sandboxd/sandboxd/sandbox"
@@ -19,10 +22,18 @@ type clientOptions struct {
 	socket string
 	keys   verifyKeyFlags
 	fleet  fleetFlags
+	// daemon is a daemon's https://HOST:PORT (serve --listen), reached
+	// with mutual TLS instead of the socket.
+	daemon                 string
+	tlsCA, tlsCert, tlsKey string
 }
 
 func (o *clientOptions) register(fs *flag.FlagSet, needKeys bool) {
 	fs.StringVar(&o.socket, "socket", "/run/sandboxd/sandboxd.sock", "daemon unix socket `PATH`")
+	fs.StringVar(&o.daemon, "daemon", "", "a daemon's `URL` https://HOST:PORT (serve --listen), over mutual TLS instead of --socket (needs --tls-ca, --tls-cert, --tls-key)")
+	fs.StringVar(&o.tlsCA, "tls-ca", "", "with --daemon: CA `FILE` the daemon's certificate chains to")
+	fs.StringVar(&o.tlsCert, "tls-cert", "", "with --daemon: client certificate `FILE` (its subject is the tenant, with serve --tenants)")
+	fs.StringVar(&o.tlsKey, "tls-key", "", "with --daemon: client key `FILE`")
 	if needKeys {
 		fs.Var(&o.keys, "key", "pinned broker public key `PEM` file (repeat for rotation; over a fleet, every host's)")
 	}
@@ -49,7 +60,38 @@ func (o *clientOptions) client() (*client.Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	return client.New(o.socket, keys), nil
+	if o.daemon == "" {
+		return client.New(o.socket, keys), nil
+	}
+	cfg, err := o.tlsConfig()
+	if err != nil {
+		return nil, err
+	}
+	return client.NewTLS(strings.TrimRight(o.daemon, "/"), cfg, keys), nil
+}
+
+// tlsConfig is the mutual TLS of --daemon: TLS 1.3, the daemon's
+// certificate checked against --tls-ca, --tls-cert presented.
+func (o *clientOptions) tlsConfig() (*tls.Config, error) {
+	if !strings.HasPrefix(o.daemon, "https://") {
+		return nil, fmt.Errorf("--daemon %q: want https://HOST:PORT: %w", o.daemon, sandbox.ErrInvalid)
+	}
+	if o.tlsCA == "" || o.tlsCert == "" || o.tlsKey == "" {
+		return nil, fmt.Errorf("--daemon needs --tls-ca, --tls-cert and --tls-key (the daemon takes mutual TLS only): %w", sandbox.ErrInvalid)
+	}
+	caPEM, err := os.ReadFile(o.tlsCA)
+	if err != nil {
+		return nil, fmt.Errorf("--tls-ca: %w", err)
+	}
+	roots := x509.NewCertPool()
+	if !roots.AppendCertsFromPEM(caPEM) {
+		return nil, fmt.Errorf("--tls-ca: no certificates in %s: %w", o.tlsCA, sandbox.ErrInvalid)
+	}
+	cert, err := tls.LoadX509KeyPair(o.tlsCert, o.tlsKey)
+	if err != nil {
+		return nil, fmt.Errorf("--tls-cert, --tls-key: %w", err)
+	}
+	return &tls.Config{RootCAs: roots, Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS13}, nil
 }
 
 // jobClient is what submit, wait and status need of a daemon or a fleet.
@@ -62,6 +104,9 @@ type jobClient interface {
 // jobClient opens the daemon's client, or the fleet's with --fleet.
 func (o *clientOptions) jobClient(ctx context.Context) (jobClient, func(), error) {
 	if o.fleet.set() {
+		if o.daemon != "" {
+			return nil, nil, fmt.Errorf("give one of --daemon and --fleet: %w", sandbox.ErrInvalid)
+		}
 		return o.fleetRunner(ctx)
 	}
 	c, err := o.client()
@@ -105,7 +150,7 @@ func cmdSubmit(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		return code
 	}
 	if fs.NArg() != 1 || len(o.keys) == 0 {
-		fmt.Fprintln(stderr, "usage: sandboxd submit (--socket PATH | --fleet URL) --key PUB [--blob FILE]... JOBFILE")
+		fmt.Fprintln(stderr, "usage: sandboxd submit (--socket PATH | --daemon URL --tls-ca F --tls-cert F --tls-key F | --fleet URL) --key PUB [--blob FILE]... JOBFILE")
 		return exitUsage
 	}
 	job, err := readJobFile(fs.Arg(0))
@@ -153,7 +198,7 @@ func cmdWait(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return code
 	}
 	if fs.NArg() != 1 || len(o.keys) == 0 {
-		fmt.Fprintln(stderr, "usage: sandboxd wait (--socket PATH | --fleet URL) --key PUB [--timeout D] [--json] JOBFILE")
+		fmt.Fprintln(stderr, "usage: sandboxd wait (--socket PATH | --daemon URL --tls-ca F --tls-cert F --tls-key F | --fleet URL) --key PUB [--timeout D] [--json] JOBFILE")
 		return exitUsage
 	}
 	job, err := readJobFile(fs.Arg(0))
@@ -200,7 +245,7 @@ func cmdStatus(ctx context.Context, args []string, stdout, stderr io.Writer) int
 		return code
 	}
 	if fs.NArg() != 1 {
-		fmt.Fprintln(stderr, "usage: sandboxd status (--socket PATH | --fleet URL) [--json] JOBID")
+		fmt.Fprintln(stderr, "usage: sandboxd status (--socket PATH | --daemon URL --tls-ca F --tls-cert F --tls-key F | --fleet URL) [--json] JOBID")
 		return exitUsage
 	}
 	if o.fleet.set() {

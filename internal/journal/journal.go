@@ -54,6 +54,10 @@ type Record struct {
 	// (0 in records of a journal from before it was kept): the queue's
 	// order after a restart, whatever the clock did.
 	Seq uint64 `json:"seq,omitempty"`
+	// Tenant is who submitted the job when the daemon separates tenants
+	// ("" in records of a daemon without tenants, or of a journal from
+	// before they were kept: such a job is an admin's alone).
+	Tenant string `json:"tenant,omitempty"`
 }
 
 // DecodeJob returns the record's sealed job.
@@ -66,7 +70,13 @@ var (
 	ErrTransition = errors.New("journal: transition not allowed")
 )
 
-var bucketJobs = []byte("jobs")
+var (
+	bucketJobs = []byte("jobs")
+	// bucketBlobTenants holds one key per blob and tenant that may read
+	// it: digest, a zero byte, tenant name. Uploads and a job's outputs
+	// grant it; it survives restarts as the uploads do.
+	bucketBlobTenants = []byte("blob_tenants")
+)
 
 // Journal is a bbolt database of job records.
 type Journal struct {
@@ -87,7 +97,10 @@ func Open(path string) (*Journal, error) {
 		return nil, errors.New("journal: bbolt NoSync is set; transitions would not be durable")
 	}
 	if err := db.Update(func(tx *bolt.Tx) error {
-		_, err := tx.CreateBucketIfNotExists(bucketJobs)
+		if _, err := tx.CreateBucketIfNotExists(bucketJobs); err != nil {
+			return err
+		}
+		_, err := tx.CreateBucketIfNotExists(bucketBlobTenants)
 		return err
 	}); err != nil {
 		db.Close()
@@ -105,6 +118,13 @@ func (j *Journal) Close() error { return j.db.Close() }
 // another digest it returns an error wrapping sandbox.ErrConflict and
 // changes nothing. canonical must be the job's canonical JSON.
 func (j *Journal) Accept(job sandbox.Job, canonical, receipt []byte, at time.Time) (rec Record, existing bool, err error) {
+	return j.AcceptAs("", job, canonical, receipt, at)
+}
+
+// AcceptAs is Accept of a job tenant submitted: a new record carries the
+// tenant; an existing one is returned as it is (its tenant may differ:
+// the caller decides what another tenant's job id answers).
+func (j *Journal) AcceptAs(tenant string, job sandbox.Job, canonical, receipt []byte, at time.Time) (rec Record, existing bool, err error) {
 	if job.ID == "" || !sandbox.ValidDigest(job.Digest) {
 		return Record{}, false, fmt.Errorf("journal: accept: %w: job is not sealed", sandbox.ErrInvalid)
 	}
@@ -124,7 +144,7 @@ func (j *Journal) Accept(job sandbox.Job, canonical, receipt []byte, at time.Tim
 		if err != nil {
 			return err
 		}
-		rec = Record{ID: job.ID, Digest: job.Digest, Job: bytes.Clone(canonical), State: Accepted, Receipt: bytes.Clone(receipt), AcceptedAt: at.UTC(), Seq: seq}
+		rec = Record{ID: job.ID, Digest: job.Digest, Job: bytes.Clone(canonical), State: Accepted, Receipt: bytes.Clone(receipt), AcceptedAt: at.UTC(), Seq: seq, Tenant: tenant}
 		return put(b, &rec)
 	})
 	if err != nil {
@@ -292,4 +312,128 @@ func put(b *bolt.Bucket, rec *Record) error {
 		return err
 	}
 	return b.Put([]byte(rec.ID), v)
+}
+
+// GrantBlobs records that tenant may read the blobs ds (it uploaded them,
+// or a job of its produced them). A grant lasts until the blob leaves the
+// store (PruneGrants).
+func (j *Journal) GrantBlobs(tenant string, ds ...string) error {
+	if tenant == "" || len(ds) == 0 {
+		return nil
+	}
+	return j.db.Update(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucketBlobTenants)
+		for _, d := range ds {
+			if d == "" {
+				continue
+			}
+			if err := b.Put(blobTenantKey(d, tenant), []byte{1}); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// BlobGranted reports whether tenant may read blob d.
+func (j *Journal) BlobGranted(tenant, d string) (bool, error) {
+	if tenant == "" {
+		return false, nil
+	}
+	var ok bool
+	err := j.db.View(func(tx *bolt.Tx) error {
+		ok = tx.Bucket(bucketBlobTenants).Get(blobTenantKey(d, tenant)) != nil
+		return nil
+	})
+	return ok, err
+}
+
+func blobTenantKey(d, tenant string) []byte {
+	return []byte(d + "\x00" + tenant)
+}
+
+// RemoveFinishedBefore removes the records of the jobs that ended before
+// cutoff (retention: their signed envelopes go with them) and returns
+// their ids. Records of jobs that have not ended are never removed.
+func (j *Journal) RemoveFinishedBefore(cutoff time.Time) ([]string, error) {
+	var ids []string
+	err := j.db.Update(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucketJobs)
+		var old [][]byte
+		err := b.ForEach(func(k, v []byte) error {
+			var rec Record
+			if err := json.Unmarshal(v, &rec); err != nil {
+				return nil // kept: an undecodable record is the operator's to look at
+			}
+			if rec.State.Terminal() && !rec.FinishedAt.IsZero() && rec.FinishedAt.Before(cutoff) {
+				old = append(old, bytes.Clone(k))
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		for _, k := range old {
+			if err := b.Delete(k); err != nil {
+				return err
+			}
+			ids = append(ids, string(k))
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("journal: retention: %w", err)
+	}
+	return ids, nil
+}
+
+// Len is how many job records the journal holds.
+func (j *Journal) Len() (int, error) {
+	var n int
+	err := j.db.View(func(tx *bolt.Tx) error {
+		n = tx.Bucket(bucketJobs).Stats().KeyN
+		return nil
+	})
+	return n, err
+}
+
+// PruneGrants removes the grants of every blob keep refuses (one the
+// store no longer holds), and returns how many it removed.
+func (j *Journal) PruneGrants(keep func(d string) bool) (int, error) {
+	n := 0
+	err := j.db.Update(func(tx *bolt.Tx) error {
+		b := tx.Bucket(bucketBlobTenants)
+		var gone [][]byte
+		b.ForEach(func(k, _ []byte) error {
+			d, _, _ := bytes.Cut(k, []byte{0})
+			if !keep(string(d)) {
+				gone = append(gone, bytes.Clone(k))
+			}
+			return nil
+		})
+		for _, k := range gone {
+			if err := b.Delete(k); err != nil {
+				return err
+			}
+		}
+		n = len(gone)
+		return nil
+	})
+	return n, err
+}
+
+// GrantedBlobs lists the blobs tenant may read (it uploaded them, or a job
+// of its produced them).
+func (j *Journal) GrantedBlobs(tenant string) ([]string, error) {
+	var ds []string
+	suffix := append([]byte{0}, tenant...)
+	err := j.db.View(func(tx *bolt.Tx) error {
+		return tx.Bucket(bucketBlobTenants).ForEach(func(k, _ []byte) error {
+			if bytes.HasSuffix(k, suffix) {
+				ds = append(ds, string(k[:len(k)-len(suffix)]))
+			}
+			return nil
+		})
+	})
+	return ds, err
 }

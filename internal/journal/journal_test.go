@@ -188,3 +188,48 @@ func TestAcceptanceOrderOfRecordsWithoutSeq(t *testing.T) {
 		t.Errorf("got %v, want records of an older journal (by time) before numbered ones", got)
 	}
 }
+
+// A job's tenant is kept with its record, and a blob's readers across a
+// reopen; a record written before tenants were kept reads as no tenant's.
+func TestTenantsAndBlobGrantsAreDurable(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "journal.db")
+	jr, err := Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	job, canon := testJob(t, "t1", "true")
+	if _, _, err := jr.AcceptAs("team-a", job, canon, []byte("r"), time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	old, oldCanon := testJob(t, "t0", "true")
+	if _, _, err := jr.Accept(old, oldCanon, []byte("r"), time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	// Another tenant's acceptance of the id finds the record as it is.
+	if rec, existing, err := jr.AcceptAs("team-b", job, canon, []byte("r2"), time.Now()); err != nil || !existing || rec.Tenant != "team-a" {
+		t.Fatalf("second accept: %v existing=%v tenant=%q, want team-a's record", err, existing, rec.Tenant)
+	}
+	d := sandbox.DigestBytes([]byte("layer"))
+	if err := jr.GrantBlobs("team-a", d); err != nil {
+		t.Fatal(err)
+	}
+	jr.Close()
+	if jr, err = Open(path); err != nil {
+		t.Fatal(err)
+	}
+	defer jr.Close()
+	if rec, err := jr.Get("t1"); err != nil || rec.Tenant != "team-a" {
+		t.Errorf("t1 after reopen: %v tenant %q, want team-a", err, rec.Tenant)
+	}
+	if rec, err := jr.Get("t0"); err != nil || rec.Tenant != "" {
+		t.Errorf("t0: %v tenant %q, want none", err, rec.Tenant)
+	}
+	for _, tc := range []struct {
+		tenant, d string
+		want      bool
+	}{{"team-a", d, true}, {"team-b", d, false}, {"", d, false}, {"team-a", sandbox.DigestBytes([]byte("other")), false}, {"team-a\x00" + d, "", false}} {
+		if got, err := jr.BlobGranted(tc.tenant, tc.d); err != nil || got != tc.want {
+			t.Errorf("BlobGranted(%q, %q): got %v %v, want %v", tc.tenant, tc.d, got, err, tc.want)
+		}
+	}
+}

@@ -2,6 +2,7 @@ package server
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -70,7 +71,7 @@ type ErrorBody struct {
 	Error string `json:"error"`
 	// Code classifies the error for clients: invalid, too_large, conflict,
 	// not_found, image_refused, queue_full, draining, result_not_recorded,
-	// insufficient_storage or internal.
+	// insufficient_storage, forbidden, quota_exceeded or internal.
 	Code string `json:"code"`
 	// Field names the offending field when validation failed.
 	Field string `json:"field,omitempty"`
@@ -78,6 +79,10 @@ type ErrorBody struct {
 
 func codeOf(status int, err error) string {
 	switch {
+	case errors.Is(err, errTenantQuota):
+		return "quota_exceeded"
+	case errors.Is(err, errForbidden):
+		return "forbidden"
 	case status == http.StatusTooManyRequests:
 		return "queue_full"
 	case errors.Is(err, errNotRecorded):
@@ -172,13 +177,23 @@ func (s *Server) submit(w http.ResponseWriter, r *http.Request) {
 		s.reject(w, "invalid", http.StatusBadRequest, err)
 		return
 	}
+	admit := func() (journal.Record, bool, *refusal) {
+		if s.fleet != nil {
+			return s.fleet.admitSubmitted(r.Context(), job)
+		}
+		return s.admit(r.Context(), job, nil)
+	}
 	var rec journal.Record
 	var existing bool
 	var ref *refusal
-	if s.fleet != nil {
-		rec, existing, ref = s.fleet.admitSubmitted(r.Context(), job)
+	if t := tenantOf(r.Context()); t != nil {
+		rec, existing, ref = s.admitTenant(r.Context(), t, job, admit)
 	} else {
-		rec, existing, ref = s.admit(r.Context(), job, nil)
+		rec, existing, ref = admit()
+	}
+	if ref == nil && existing && !s.mayRead(r.Context(), rec) {
+		// Another tenant took the id at the same moment.
+		ref = &refusal{code: http.StatusConflict, reason: "conflict", err: fmt.Errorf("job id %s is taken; choose another: %w", job.ID, sandbox.ErrConflict)}
 	}
 	switch {
 	case ref != nil:
@@ -307,7 +322,7 @@ func (s *Server) accept(ctx context.Context, job sandbox.Job) (journal.Record, b
 	if err != nil {
 		return journal.Record{}, false, fmt.Errorf("sign receipt: %w", err)
 	}
-	rec, existing, err := s.cfg.Journal.Accept(job, canon, env, at)
+	rec, existing, err := s.cfg.Journal.AcceptAs(tenantName(ctx), job, canon, env, at)
 	if err == nil && !existing {
 		s.m.envelopesSigned.WithLabelValues("receipt").Inc()
 	}
@@ -315,7 +330,7 @@ func (s *Server) accept(ctx context.Context, job sandbox.Job) (journal.Record, b
 }
 
 func (s *Server) getJob(w http.ResponseWriter, r *http.Request) {
-	rec, err := s.jobRecord(r.Context(), r.PathValue("id"))
+	rec, err := s.ownedRecord(r.Context(), r.PathValue("id"))
 	if err != nil {
 		writeError(w, statusOf(err), err)
 		return
@@ -335,6 +350,12 @@ func (s *Server) waitJob(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		timeout = min(d, s.cfg.MaxWait)
+	}
+	if s.cfg.Tenants != nil {
+		if _, err := s.ownedRecord(r.Context(), id); err != nil {
+			writeError(w, statusOf(err), err)
+			return
+		}
 	}
 	if _, err := s.cfg.Journal.Get(id); errors.Is(err, sandbox.ErrNotFound) && s.fleet != nil {
 		// Another host's job: the fleet's record says when it ends.
@@ -382,6 +403,10 @@ func (s *Server) waitJob(w http.ResponseWriter, r *http.Request) {
 // restart keeps its deadline; the request is recorded.
 func (s *Server) cancelJob(w http.ResponseWriter, r *http.Request) {
 	id := r.PathValue("id")
+	if _, err := s.ownedRecord(r.Context(), id); err != nil {
+		writeError(w, statusOf(err), err)
+		return
+	}
 	rec, err := s.cfg.Journal.RequestCancel(id)
 	if err != nil {
 		writeError(w, statusOf(err), err)
@@ -422,7 +447,15 @@ func (s *Server) putBlob(w http.ResponseWriter, r *http.Request) {
 	}
 	// A blob stored already is leased, not uploaded again (its body, if
 	// any, is not read), and counted against the quota like an upload.
-	switch found, err := s.leaseStored(want); {
+	// With tenants, only for a tenant that may read it already: any other
+	// proves it holds the bytes by uploading them (an empty PUT of a
+	// guessed digest grants nothing).
+	granted, err := s.mayReadBlob(r.Context(), want)
+	if err != nil {
+		writeError(w, http.StatusInternalServerError, fmt.Errorf("blob %s: %w", want, err))
+		return
+	}
+	switch found, err := s.leaseStoredIf(granted, want); {
 	case errors.Is(err, errQuota):
 		writeError(w, quotaStatus, fmt.Errorf("blob %s: %w", want, err))
 		return
@@ -439,6 +472,13 @@ func (s *Server) putBlob(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusInternalServerError, fmt.Errorf("blob %s: %w", want, err))
 		return
 	}
+	releaseTenant, err := s.reserveTenantUpload(tenantOf(r.Context()), r.ContentLength)
+	if err != nil {
+		s.cfg.Blobs.Unlease(want)
+		writeError(w, quotaStatus, fmt.Errorf("blob %s: %w", want, err))
+		return
+	}
+	defer releaseTenant()
 	room, release, err := s.reserveUpload(r.ContentLength)
 	if err != nil {
 		s.cfg.Blobs.Unlease(want)
@@ -452,6 +492,10 @@ func (s *Server) putBlob(w http.ResponseWriter, r *http.Request) {
 		writeError(w, statusOf(err), fmt.Errorf("blob %s: %w", want, err))
 		return
 	}
+	if err := s.cfg.Journal.GrantBlobs(tenantName(r.Context()), d); err != nil {
+		writeError(w, http.StatusInternalServerError, fmt.Errorf("blob %s: %w", want, err))
+		return
+	}
 	s.m.bytesUploaded.Add(float64(n))
 	writeJSON(w, http.StatusCreated, map[string]any{"digest": d, "size": n})
 }
@@ -462,6 +506,15 @@ func (s *Server) getBlob(w http.ResponseWriter, r *http.Request) {
 	d := r.PathValue("digest")
 	if !sandbox.ValidDigest(d) {
 		writeError(w, http.StatusBadRequest, fmt.Errorf("digest %q: %w", d, sandbox.ErrInvalid))
+		return
+	}
+	switch ok, err := s.mayReadBlob(r.Context(), d); {
+	case err != nil:
+		writeError(w, http.StatusInternalServerError, err)
+		return
+	case !ok:
+		err := errBlobNotFound(d)
+		writeError(w, statusOf(err), err)
 		return
 	}
 	f, err := s.cfg.Blobs.Open(d)
@@ -546,6 +599,12 @@ func (s *Server) signedAssessment(ctx context.Context, req AssessRequest) ([]byt
 	if err != nil {
 		return nil, fmt.Errorf("grader job: %w", err)
 	}
+	if req.WorkspaceDigest != "" {
+		// The workspace is read from the store: the tenant's own only.
+		if ok, err := s.mayReadBlob(ctx, req.WorkspaceDigest); err != nil || !ok {
+			return nil, cmp.Or(err, fmt.Errorf("workspace: %w", errBlobNotFound(req.WorkspaceDigest)))
+		}
+	}
 	bm, layer, err := bundleOf(grader.Job, req.BundleManifest, req.BundleConfig)
 	if err != nil {
 		return nil, err
@@ -596,7 +655,7 @@ var errNotEnded = errors.New("not ended")
 // this daemon's keys (a fleet's pinned ones too) and chained to its
 // receipt.
 func (s *Server) ranJob(ctx context.Context, id string) (ranJob, error) {
-	rec, err := s.jobRecord(ctx, id)
+	rec, err := s.ownedRecord(ctx, id)
 	if err != nil {
 		return ranJob{}, err
 	}

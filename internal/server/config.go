@@ -51,6 +51,11 @@ type Config struct {
 	// often both are collected (also at start and on POST /v1/gc).
 	BlobBudget, VolumeBudget int64
 	GCInterval               time.Duration
+	// Retain is how long the journal keeps an ended job's record (and its
+	// signed envelopes) after it ended; then the record goes, checked at
+	// every collection, and the blobs only it named with the collection.
+	// Zero keeps every record.
+	Retain time.Duration
 	// GCMinAge spares, in a collection while the daemon runs, every blob
 	// used more recently (a selfcheck's inputs, a result a client is
 	// about to fetch).
@@ -69,6 +74,10 @@ type Config struct {
 	// ("" too) or runsc, the operator's choice (the broker must allow
 	// runsc), as an evaluation's Request.Runtime is.
 	Runtime string
+	// Tenants, when set, separates the daemon's callers (authz.go): each
+	// sees, waits for and cancels its own jobs and reads its own blobs
+	// only, within its quota. Nil lets every caller do everything.
+	Tenants *Tenants
 	// Logger receives JSON logs; nil discards them.
 	Logger *slog.Logger
 	// Fleet, when set, joins the daemon to a fleet (fleet.go).
@@ -116,6 +125,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("server config: MaxUploadBytes %d is under MaxBlobBytes %d", c.MaxUploadBytes, c.MaxBlobBytes)
 	case c.BlobBudget <= 0 || c.VolumeBudget <= 0:
 		return fmt.Errorf("server config: BlobBudget %d and VolumeBudget %d must be positive", c.BlobBudget, c.VolumeBudget)
+	case c.Retain < 0:
+		return fmt.Errorf("server config: Retain %v is negative", c.Retain)
 	case c.GCMinAge < 0:
 		return fmt.Errorf("server config: GCMinAge %v is negative", c.GCMinAge)
 	case c.GCInterval < time.Second:

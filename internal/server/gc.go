@@ -120,6 +120,7 @@ type gcStats struct {
 func (s *Server) collectGarbage(ctx context.Context) (GCReport, error) {
 	s.gcMu.Lock()
 	defer s.gcMu.Unlock()
+	s.retire()
 	recs, err := s.cfg.Journal.List()
 	if err != nil {
 		return GCReport{}, fmt.Errorf("gc: %w", err)
@@ -135,6 +136,11 @@ func (s *Server) collectGarbage(ctx context.Context) (GCReport, error) {
 	s.gc.blobBytes = rep.Blobs.Bytes
 	s.gc.evictedBlobs += rep.Blobs.RemovedBytes + rep.Blobs.EvictedBytes
 	s.gc.mu.Unlock()
+	// Grants of blobs the store no longer holds go too: a tenant uploads
+	// such a blob again to use it.
+	if _, err := s.cfg.Journal.PruneGrants(s.cfg.Blobs.Has); err != nil {
+		errs = append(errs, fmt.Errorf("gc blob grants: %w", err))
+	}
 	if v, ok := s.cfg.Broker.(volumeEvicter); ok {
 		vr, err := v.EvictInputVolumes(ctx, s.cfg.VolumeBudget)
 		if err != nil {
@@ -151,6 +157,24 @@ func (s *Server) collectGarbage(ctx context.Context) (GCReport, error) {
 			"blob_bytes", rep.Blobs.Bytes, "volumes", rep.Volumes)
 	}
 	return rep, errors.Join(errs...)
+}
+
+// retire removes the journal records of jobs that ended more than Retain
+// ago, with their signed envelopes; the blobs only they named are then
+// orphans the collection removes (once GCMinAge past their last use).
+func (s *Server) retire() {
+	if s.cfg.Retain <= 0 {
+		return
+	}
+	ids, err := s.cfg.Journal.RemoveFinishedBefore(time.Now().Add(-s.cfg.Retain))
+	if err != nil {
+		s.log.Error("retention", "error", err)
+		return
+	}
+	if len(ids) > 0 {
+		s.m.retired.Add(float64(len(ids)))
+		s.log.Info("removed the records of jobs ended before the retention", "records", len(ids), "retain", s.cfg.Retain.String())
+	}
 }
 
 // gcLoop collects the caches every GCInterval until ctx is done.
@@ -188,6 +212,12 @@ func (s *Server) registerGC() {
 		}
 	}
 	s.m.reg.MustRegister(
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "sandboxd_journal_records", Help: "Job records the journal holds (ended ones are removed after --retain)."},
+			func() float64 {
+				n, _ := s.cfg.Journal.Len()
+				return float64(n)
+			}),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 			Name: "sandboxd_blob_store_bytes", Help: "Bytes the blob store held after the last collection (budget: --blob-budget)."},
 			get(func() int64 { return s.gc.blobBytes })),

@@ -22,6 +22,7 @@ type metrics struct {
 	bytesCollected  prometheus.Counter
 	envelopesSigned *prometheus.CounterVec
 	reconcile       *prometheus.CounterVec
+	retired         prometheus.Counter
 }
 
 func newMetrics() *metrics {
@@ -58,10 +59,12 @@ func newMetrics() *metrics {
 			Name: "sandboxd_envelopes_signed_total", Help: "DSSE envelopes signed, by kind."}, []string{"kind"}),
 		reconcile: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "sandboxd_reconcile_actions_total", Help: "Recovery and reaping actions, by action."}, []string{"action"}),
+		retired: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "sandboxd_journal_records_removed_total", Help: "Records of ended jobs removed after --retain."}),
 	}
 	m.reg.MustRegister(m.accepted, m.rejected, m.jobs, m.duration, m.queueDepth, m.running, m.recovering,
 		m.createLatency, m.startLatency, m.bytesUploaded, m.bytesStaged, m.bytesCollected,
-		m.envelopesSigned, m.reconcile,
+		m.envelopesSigned, m.reconcile, m.retired,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

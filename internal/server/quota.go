@@ -21,6 +21,8 @@ var errQuota = errors.New("upload quota reached")
 type uploadQuota struct {
 	mu       sync.Mutex
 	inflight int64
+	// byTenant are the bytes arriving per tenant (Quota.MaxUploadBytes).
+	byTenant map[string]int64
 }
 
 // reserveUpload reserves room for an upload of size bytes (-1: unknown)
@@ -49,14 +51,18 @@ func (s *Server) reserveUpload(size int64) (int64, func(), error) {
 	}, nil
 }
 
-// leaseStored leases blob d for a job not yet submitted if the store holds
-// it, and reports whether it did. The lease keeps d from every sweep for
+// leaseStoredIf leases blob d for a job not yet submitted if the store
+// holds it and may (the caller may read d; if not, it uploads d, proving
+// it holds the bytes), and reports whether it did. The lease keeps d from every sweep for
 // its time to live, as an upload's does, so a new one takes d's size of
 // the quota and is refused as an upload would be when the room is not
 // there (leases of stored blobs had taken the room of other clients'
 // uploads unchecked); renewing a lease the quota counts already takes
 // nothing more.
-func (s *Server) leaseStored(d string) (bool, error) {
+func (s *Server) leaseStoredIf(may bool, d string) (bool, error) {
+	if !may {
+		return false, nil
+	}
 	q := &s.uploads
 	q.mu.Lock()
 	defer q.mu.Unlock()
@@ -109,3 +115,44 @@ func (s *Server) registerQuota() {
 
 // quotaStatus is the HTTP status of an upload the quota refused.
 const quotaStatus = http.StatusInsufficientStorage
+
+// reserveTenantUpload reserves room for an upload of size bytes (-1:
+// unknown, the most a blob may be) under the tenant's max_upload_bytes:
+// its leased uploads and those arriving. It returns a release func; a
+// tenant without that quota (or no tenant) is not counted.
+func (s *Server) reserveTenantUpload(t *caller, size int64) (func(), error) {
+	if t == nil || t.Quota.MaxUploadBytes == 0 {
+		return func() {}, nil
+	}
+	if size < 0 {
+		size = s.cfg.MaxBlobBytes
+	}
+	ds, err := s.cfg.Journal.GrantedBlobs(t.Name)
+	if err != nil {
+		return nil, err
+	}
+	q := &s.uploads
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	var held int64
+	for _, d := range ds {
+		if s.cfg.Blobs.Leased(d, s.cfg.BlobLeaseTTL) {
+			if n, err := s.cfg.Blobs.Size(d); err == nil {
+				held += n
+			}
+		}
+	}
+	if held+q.byTenant[t.Name]+size > t.Quota.MaxUploadBytes {
+		return nil, fmt.Errorf("%w: tenant %q's uploads no accepted job names yet hold %d bytes (%d more arriving); %d more would pass its quota max_upload_bytes %d; submit the jobs that use them, or wait for their leases (%v) to end: %w",
+			errQuota, t.Name, held, q.byTenant[t.Name], size, t.Quota.MaxUploadBytes, s.cfg.BlobLeaseTTL, errTenantQuota)
+	}
+	if q.byTenant == nil {
+		q.byTenant = map[string]int64{}
+	}
+	q.byTenant[t.Name] += size
+	return func() {
+		q.mu.Lock()
+		q.byTenant[t.Name] -= size
+		q.mu.Unlock()
+	}, nil
+}

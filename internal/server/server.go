@@ -85,6 +85,9 @@ type Server struct {
 
 	fleet *fleetAgent // nil unless Config.Fleet
 
+	// tenantLocks serialize each tenant's submissions (its max_jobs).
+	tenantLocks tenantLocks
+
 	// name is the hold on the broker name (nil: the broker holds none);
 	// halted, once set, is why this daemon stopped dispatching and
 	// reaping while it runs (it lost its name).
@@ -139,7 +142,7 @@ func New(cfg Config) (*Server, error) {
 }
 
 // Handler returns the HTTP API.
-func (s *Server) Handler() http.Handler { return s.logRequests(s.mux) }
+func (s *Server) Handler() http.Handler { return s.logRequests(s.authorize(s.mux)) }
 
 // Start recovers the jobs a previous process left unfinished, then starts
 // the workers and the reaper. Recovery of containers that still run goes
@@ -520,6 +523,11 @@ func (s *Server) finish(log *slog.Logger, rec journal.Record, res sandbox.Result
 		return fmt.Errorf("sign result: %w", err)
 	}
 	s.m.envelopesSigned.WithLabelValues("result").Inc()
+	// Its owner may read its outputs once the result says it ended (an
+	// admin may read every blob).
+	if err := s.cfg.Journal.GrantBlobs(rec.Tenant, resultBlobs(res)...); err != nil {
+		return fmt.Errorf("grant the job's outputs to tenant %q: %w", rec.Tenant, err)
+	}
 	if _, err := finishRecord(s.cfg.Journal, rec.ID, res.Status, env, time.Now()); err != nil {
 		return fmt.Errorf("journal result: %w", err)
 	}

@@ -37,3 +37,17 @@ func TestAPIErrorCodesUnwrapToTheSentinels(t *testing.T) {
 		}
 	}
 }
+
+// A tenant at its max_jobs is busy (429, submitted again after
+// Retry-After); over another quota it is refused.
+func TestQuotaExceededIsBusyOnlyAt429(t *testing.T) {
+	for _, c := range []struct {
+		status int
+		busy   bool
+	}{{429, true}, {403, false}, {507, false}} {
+		err := error(&client.APIError{StatusCode: c.status, Code: "quota_exceeded", Message: "m"})
+		if got := errors.Is(err, client.ErrBusy); got != c.busy {
+			t.Errorf("quota_exceeded at %d: busy %v, want %v", c.status, got, c.busy)
+		}
+	}
+}

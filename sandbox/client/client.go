@@ -83,6 +83,13 @@ func (e *APIError) Unwrap() []error {
 		return []error{sandbox.ErrImageRefused}
 	case "queue_full", "draining":
 		return []error{ErrBusy}
+	case "quota_exceeded":
+		// A tenant's jobs at its max_jobs (429): busy for this tenant, and
+		// submitted again after Retry-After as a full queue's are. A
+		// limit over its quota (403) or its uploads' (507) is no wait.
+		if e.StatusCode == http.StatusTooManyRequests {
+			return []error{ErrBusy}
+		}
 	}
 	return nil
 }

@@ -1,0 +1,207 @@
+package server
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"slices"
+
+	"github.com/sandboxd/sandboxd/sandbox"
+)
+
+// TenantsSchema is the schema string of a tenants file (--tenants).
+const TenantsSchema = "sandboxd.tenants/v1"
+
+// Role is what a tenant's identities may do.
+type Role string
+
+// The roles. A reader reads its tenant's jobs and blobs; a submitter also
+// uploads, submits, cancels, plans and assesses; an admin does all of it
+// for every tenant's jobs, and collects (POST /v1/gc) and reads /metrics.
+const (
+	RoleReader    Role = "reader"
+	RoleSubmitter Role = "submitter"
+	RoleAdmin     Role = "admin"
+)
+
+// Tenant is one entry of a tenants file: who acts for it, in which role
+// (its identities), and how much it may ask for (its quota). Its jobs,
+// uploads and their outputs are its own.
+type Tenant struct {
+	// Name names the tenant in job records, errors and logs.
+	Name       string           `json:"name"`
+	Identities []TenantIdentity `json:"identities"`
+	Quota      Quota            `json:"quota"`
+}
+
+// TenantIdentity is who may act for a tenant, and in which role.
+type TenantIdentity struct {
+	Role Role `json:"role"`
+	// UIDs and GIDs are unix socket peers (SO_PEERCRED: the peer's uid,
+	// and its primary gid only); a uid match wins over a gid match.
+	UIDs []uint32 `json:"uids,omitempty"`
+	GIDs []uint32 `json:"gids,omitempty"`
+	// Subjects are verified mTLS client certificate subjects, as Go's
+	// pkix.Name.String prints them (RFC 2253, e.g. "CN=team-a,O=example").
+	Subjects []string `json:"subjects,omitempty"`
+}
+
+// caller is a tenant acting in one role.
+type caller struct {
+	*Tenant
+	Role Role
+}
+
+// Quota is how much one tenant may ask of the daemon; zero fields are
+// unbounded (the host's own limits still hold).
+type Quota struct {
+	// MaxLimits caps each limit a job may ask for, by its JSON name
+	// (sandbox.Limits); a job over one is refused 403, naming it.
+	MaxLimits sandbox.Limits `json:"max_limits"`
+	// MaxJobs caps the tenant's jobs queued and running together; beyond
+	// it a submission is refused 429 with Retry-After.
+	MaxJobs int `json:"max_jobs,omitempty"`
+	// MaxUploadBytes caps the bytes of the tenant's uploads no accepted
+	// job names yet (leased) and those arriving; beyond it an upload is
+	// refused 507. The daemon's --max-upload-bytes holds for all of them.
+	MaxUploadBytes int64 `json:"max_upload_bytes,omitempty"`
+}
+
+// Tenants is a parsed tenants file.
+type Tenants struct {
+	file      string
+	byUID     map[uint32]caller
+	byGID     map[uint32]caller
+	bySubject map[string]caller
+}
+
+// tenantsFile is the file's JSON form.
+type tenantsFile struct {
+	Schema  string   `json:"schema"`
+	Tenants []Tenant `json:"tenants"`
+}
+
+// ParseTenants decodes a tenants file strictly (unknown fields, a second
+// JSON value, a duplicate name or identity are refused); every error names
+// file and, where there is one, the entry.
+func ParseTenants(file string, data []byte) (*Tenants, error) {
+	bad := func(format string, a ...any) (*Tenants, error) {
+		return nil, fmt.Errorf("tenants file %s: "+format+": %w", append(append([]any{file}, a...), sandbox.ErrInvalid)...)
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.DisallowUnknownFields()
+	var f tenantsFile
+	if err := dec.Decode(&f); err != nil {
+		return bad("%v", err)
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return bad("more than one JSON value")
+	}
+	if f.Schema != TenantsSchema {
+		return bad("schema %q, want %q", f.Schema, TenantsSchema)
+	}
+	if len(f.Tenants) == 0 {
+		return bad("no tenants")
+	}
+	t := &Tenants{file: file, byUID: map[uint32]caller{}, byGID: map[uint32]caller{}, bySubject: map[string]caller{}}
+	names := map[string]bool{}
+	for i := range f.Tenants {
+		e := &f.Tenants[i]
+		entry := fmt.Sprintf("tenants[%d] (%q)", i, e.Name)
+		switch {
+		case e.Name == "" || len(e.Name) > 128 || bytes.ContainsAny([]byte(e.Name), "\x00\n"):
+			return bad("%s: name must be 1 to 128 characters without NUL or newline", entry)
+		case names[e.Name]:
+			return bad("%s: name given twice", entry)
+		case len(e.Identities) == 0:
+			return bad("%s: no identities: nobody would act for this tenant", entry)
+		case e.Quota.MaxJobs < 0:
+			return bad("%s: quota.max_jobs %d is negative", entry, e.Quota.MaxJobs)
+		case e.Quota.MaxUploadBytes < 0:
+			return bad("%s: quota.max_upload_bytes %d is negative", entry, e.Quota.MaxUploadBytes)
+		}
+		names[e.Name] = true
+		for _, l := range limitFields(e.Quota.MaxLimits) {
+			if l.value < 0 {
+				return bad("%s: quota.max_limits.%s %d is negative", entry, l.name, l.value)
+			}
+		}
+		for k, id := range e.Identities {
+			if err := t.add(e, id); err != nil {
+				return bad("%s: identities[%d]: %v", entry, k, err)
+			}
+		}
+	}
+	return t, nil
+}
+
+// add maps one identity entry's uids, gids and subjects to its tenant.
+func (t *Tenants) add(e *Tenant, id TenantIdentity) error {
+	if !slices.Contains([]Role{RoleReader, RoleSubmitter, RoleAdmin}, id.Role) {
+		return fmt.Errorf("role %q is not reader, submitter or admin", id.Role)
+	}
+	if len(id.UIDs)+len(id.GIDs)+len(id.Subjects) == 0 {
+		return errors.New("no uids, gids or subjects")
+	}
+	c := caller{Tenant: e, Role: id.Role}
+	for _, u := range id.UIDs {
+		if o, ok := t.byUID[u]; ok {
+			return fmt.Errorf("uid %d is tenant %q's already", u, o.Name)
+		}
+		t.byUID[u] = c
+	}
+	for _, g := range id.GIDs {
+		if o, ok := t.byGID[g]; ok {
+			return fmt.Errorf("gid %d is tenant %q's already", g, o.Name)
+		}
+		t.byGID[g] = c
+	}
+	for _, s := range id.Subjects {
+		if s == "" {
+			return errors.New("an empty subject")
+		}
+		if o, ok := t.bySubject[s]; ok {
+			return fmt.Errorf("subject %q is tenant %q's already", s, o.Name)
+		}
+		t.bySubject[s] = c
+	}
+	return nil
+}
+
+// File is the tenants file's name, for messages.
+func (t *Tenants) File() string { return t.file }
+
+// lookup is the tenant and role of an identity; ok is false for one that
+// acts for no tenant.
+func (t *Tenants) lookup(p peer) (c caller, ok bool) {
+	if p.unix {
+		if c, ok := t.byUID[p.uid]; ok {
+			return c, true
+		}
+		if c, ok := t.byGID[p.gid]; ok {
+			return c, true
+		}
+	}
+	if p.subject != "" {
+		c, ok := t.bySubject[p.subject]
+		return c, ok
+	}
+	return caller{}, false
+}
+
+// limitField is one of sandbox.Limits by its JSON name.
+type limitField struct {
+	name  string
+	value int64
+}
+
+func limitFields(l sandbox.Limits) []limitField {
+	return []limitField{
+		{"wall_time_ms", l.WallTimeMS}, {"cpu_millis", l.CPUMillis}, {"memory_bytes", l.MemoryBytes},
+		{"pids", l.Pids}, {"disk_bytes", l.DiskBytes}, {"output_bytes", l.OutputBytes},
+		{"log_bytes", l.LogBytes}, {"file_count", l.FileCount}, {"open_files", l.OpenFiles},
+		{"file_size_bytes", l.FileSize},
+	}
+}
