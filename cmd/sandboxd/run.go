@@ -33,6 +33,7 @@ const (
 
 type runOptions struct {
 	bundle, workspace, key, out string
+	patch                       string
 	junit                       string
 	json, ephemeralKey, quiet   bool
 	maxBytes, maxFiles          int64
@@ -99,6 +100,7 @@ func runFlags(stderr io.Writer) (*runOptions, *flag.FlagSet) {
 	fs.SetOutput(stderr)
 	fs.StringVar(&o.bundle, "bundle", "", "bundle directory (with bundle.json) or OCI layout `REF`")
 	fs.StringVar(&o.workspace, "workspace", "", "candidate workspace `DIR` or tar file")
+	fs.StringVar(&o.patch, "patch", "", "candidate unified diff `FILE`: the workspace is a directory holding only it, named "+patchName+" (for repository bundles, examples/repo-python)")
 	fs.StringVar(&o.key, "key", "", "broker signing key `FILE` (password in SANDBOXD_KEY_PASSWORD)")
 	fs.BoolVar(&o.ephemeralKey, "ephemeral-key", false, "sign with a key generated for this run (every envelope records it as ephemeral)")
 	fs.StringVar(&o.out, "out", "", "write the evidence directory to `DIR` (must not exist or be empty)")
@@ -112,7 +114,7 @@ func runFlags(stderr io.Writer) (*runOptions, *flag.FlagSet) {
 	o.cache = addCacheFlags(fs)
 	o.runtime = addRuntimeFlag(fs, "runtime every job of the evaluation runs on: runc or runsc (gVisor)")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: sandboxd run --bundle DIR|LAYOUT --workspace DIR|TAR --key FILE|--ephemeral-key [--out DIR] [--json] [--junit FILE] [--quiet] [--parallel N]")
+		fmt.Fprintln(stderr, "usage: sandboxd run --bundle DIR|LAYOUT --workspace DIR|TAR|--patch FILE --key FILE|--ephemeral-key [--out DIR] [--json] [--junit FILE] [--quiet] [--parallel N]")
 		fs.PrintDefaults()
 		fmt.Fprintln(stderr, "exit: 0 passed, 1 failed, 2 inconclusive, 3 bad input, 4 infrastructure error, 64 usage")
 	}
@@ -121,7 +123,10 @@ func runFlags(stderr io.Writer) (*runOptions, *flag.FlagSet) {
 
 // checkUsage refuses what the flags cannot mean together (exitUsage).
 func (o *runOptions) checkUsage(fs *flag.FlagSet, stderr io.Writer) int {
-	if o.bundle == "" || o.workspace == "" || fs.NArg() != 0 {
+	if o.bundle == "" || (o.workspace == "") == (o.patch == "") || fs.NArg() != 0 {
+		if o.workspace != "" && o.patch != "" {
+			fmt.Fprintln(stderr, "sandboxd run: give one of --workspace and --patch")
+		}
 		fs.Usage()
 		return exitUsage
 	}
@@ -207,13 +212,61 @@ func (r *runInvocation) ingestWorkspace(ctx context.Context, s *sandboxes, bun *
 	if err := lim.Validate(); err != nil {
 		return "", r.bad("%v", err)
 	}
-	step := progress.Start(r.rep, "ingesting workspace "+r.o.workspace)
-	ws, err := bundle.Ingest(ctx, s.blobs, r.o.workspace, bundle.Options{Limits: lim, Refuse: bun.Manifest.Refused(), Progress: func(n int64) { step.Update("reading", n, -1) }})
+	src := r.o.workspace
+	if r.o.patch != "" {
+		dir, err := patchWorkspace(r.o.patch, filepath.Join(s.state, "tmp"), lim.MaxBytes)
+		if err != nil {
+			return "", r.bad("--patch %s: %v", r.o.patch, err)
+		}
+		defer os.RemoveAll(dir)
+		src = dir
+	}
+	step := progress.Start(r.rep, "ingesting workspace "+r.o.workspace+r.o.patch)
+	ws, err := bundle.Ingest(ctx, s.blobs, src, bundle.Options{Limits: lim, Refuse: bun.Manifest.Refused(), Progress: func(n int64) { step.Update("reading", n, -1) }})
 	endStep(step, err)
 	if err != nil {
-		return "", r.bad("workspace %s: %v", r.o.workspace, err)
+		return "", r.bad("workspace %s: %v", r.o.workspace+r.o.patch, err)
 	}
 	return ws.Digest, -1
+}
+
+// patchName is the file a --patch workspace holds: the name repository
+// bundles read the candidate's unified diff from.
+const patchName = "candidate.patch"
+
+// patchWorkspace makes a workspace holding only the file at path, named
+// patchName, in a new directory below tmp, and returns that directory.
+// The file must be a regular file of at most maxBytes bytes.
+func patchWorkspace(path, tmp string, maxBytes int64) (string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	if fi, err := f.Stat(); err != nil {
+		return "", err
+	} else if !fi.Mode().IsRegular() {
+		return "", errors.New("not a regular file")
+	}
+	data, err := io.ReadAll(io.LimitReader(f, maxBytes+1))
+	if err != nil {
+		return "", err
+	}
+	if int64(len(data)) > maxBytes {
+		return "", fmt.Errorf("larger than --workspace-max-bytes (%d)", maxBytes)
+	}
+	if err := os.MkdirAll(tmp, 0o700); err != nil {
+		return "", err
+	}
+	dir, err := os.MkdirTemp(tmp, "patch-")
+	if err != nil {
+		return "", err
+	}
+	if err := os.WriteFile(filepath.Join(dir, patchName), data, 0o644); err != nil {
+		os.RemoveAll(dir)
+		return "", err
+	}
+	return dir, nil
 }
 
 // checkIsolation returns the gated broker once the isolation properties

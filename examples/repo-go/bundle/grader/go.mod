@@ -1,0 +1,3 @@
+module grader
+
+go 1.23

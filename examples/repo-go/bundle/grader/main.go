@@ -1,0 +1,345 @@
+// Command grader grades a repository instance (SWE-bench style) with go
+// test, as the grader's uid: the same steps as examples/repo-python's
+// grade.py. It reads the candidate's unified diff (the one file of its
+// workspace) and refuses it before anything runs if it is malformed,
+// touches a trusted path or a refused name (any *_test.go, go.mod, …), adds
+// a line naming the test framework, or does not apply; applies it to a copy
+// of the repository at its base; restores every trusted path; runs go test
+// -json, whose test binaries run as the code uid through the helper's exec
+// service (exec.sh); and writes the JUnit report itself, in a directory the
+// code uid cannot write, with each FAIL_TO_PASS and PASS_TO_PASS test
+// passed only if go test's events say so exactly once and its exit code
+// agrees. A refusal, a skip, a test not run, a build that fails: a failure
+// with its reason. Exits 0 only if every listed test passed.
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path"
+	"path/filepath"
+	"strings"
+	"time"
+)
+
+type instance struct {
+	InstanceID  string   `json:"instance_id"`
+	Repo        string   `json:"repo"`
+	PatchFile   string   `json:"patch_file"`
+	Trusted     []string `json:"trusted"`
+	RefuseNames []string `json:"refuse_names"`
+	RefuseAdded []string `json:"refuse_added"`
+	TimeoutS    int      `json:"test_timeout_s"`
+	FailToPass  []string `json:"FAIL_TO_PASS"`
+	PassToPass  []string `json:"PASS_TO_PASS"`
+}
+
+const (
+	repoDir  = "/work/repo"
+	maxPatch = 4 << 20
+)
+
+type outcome struct {
+	passed bool
+	why    string
+}
+
+func main() {
+	data, err := os.ReadFile(os.Args[1])
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "grader:", err)
+		os.Exit(3)
+	}
+	var inst instance
+	if err := json.Unmarshal(data, &inst); err != nil {
+		fmt.Fprintln(os.Stderr, "grader: instance:", err)
+		os.Exit(3)
+	}
+	checks := append(append([]string{}, inst.FailToPass...), inst.PassToPass...)
+	results := map[string]outcome{}
+	if n, err := prepare(&inst); err != nil {
+		fmt.Fprintln(os.Stderr, "grader: patch refused:", err)
+		for _, c := range checks {
+			results[c] = outcome{false, "patch refused: " + err.Error()}
+		}
+	} else {
+		fmt.Fprintf(os.Stderr, "grader: %s: patch of %d file(s) applied; trusted paths restored\n", inst.InstanceID, n)
+		code, events := runTests(&inst)
+		results = judge(checks, code, events)
+	}
+	if err := writeReport(&inst, results); err != nil {
+		fmt.Fprintln(os.Stderr, "grader: report:", err)
+		os.Exit(3)
+	}
+	for _, r := range results {
+		if !r.passed {
+			os.Exit(1)
+		}
+	}
+}
+
+// readCandidatePatch is the patch text of a workspace holding only it.
+func readCandidatePatch(name string) (string, error) {
+	dir := os.Getenv("SANDBOXD_CANDIDATE")
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return "", refuse("the workspace cannot be read: %v", err)
+	}
+	var names, others []string
+	for _, e := range ents {
+		names = append(names, e.Name())
+		if e.Name() != name {
+			others = append(others, e.Name())
+		}
+	}
+	if len(others) == len(names) {
+		return "", refuse("the workspace holds no %s (it holds %s)", name, strings.Join(names, ", "))
+	}
+	if len(others) > 0 {
+		return "", refuse("the workspace holds other files than %s: %s", name, strings.Join(others, ", "))
+	}
+	f, err := os.Open(filepath.Join(dir, name))
+	if err != nil {
+		return "", refuse("%s: %v", name, err)
+	}
+	defer f.Close()
+	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() {
+		return "", refuse("%s is not a regular file", name)
+	}
+	b, err := io.ReadAll(io.LimitReader(f, maxPatch+1))
+	switch {
+	case err != nil:
+		return "", refuse("%s: %v", name, err)
+	case len(b) > maxPatch:
+		return "", refuse("%s is larger than %d bytes", name, maxPatch)
+	case !utf8Valid(b):
+		return "", refuse("%s is not UTF-8", name)
+	}
+	return string(b), nil
+}
+
+// checkPaths refuses a patch touching a trusted path or a refused name.
+func checkPaths(files []*filePatch, inst *instance) error {
+	for _, fp := range files {
+		for _, p := range []string{fp.old, fp.new} {
+			if p == "" {
+				continue
+			}
+			for _, t := range inst.Trusted {
+				if p == t || strings.HasPrefix(p, t+"/") {
+					return refuse("it touches %s, a trusted path (%s) restored from the bundle", p, t)
+				}
+			}
+			for _, part := range strings.Split(p, "/") {
+				for _, pat := range inst.RefuseNames {
+					if ok, _ := path.Match(pat, part); ok {
+						return refuse("it touches %s: %q (pattern %q) could change how the tests run", p, part, pat)
+					}
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// checkAdded refuses added lines naming the test framework (hygiene).
+func checkAdded(files []*filePatch, inst *instance) error {
+	for _, fp := range files {
+		for _, h := range fp.hunks {
+			for _, l := range h.lines {
+				for _, w := range inst.RefuseAdded {
+					if l.tag == '+' && strings.Contains(l.text, w) {
+						return refuse("%s: an added line names the test framework (%q): %.120q", fp.path(), w, strings.TrimSpace(l.text))
+					}
+				}
+			}
+		}
+	}
+	return nil
+}
+
+// prepare makes the repository at its base with the patch applied and
+// every trusted path restored.
+func prepare(inst *instance) (int, error) {
+	text, err := readCandidatePatch(inst.PatchFile)
+	if err != nil {
+		return 0, err
+	}
+	files, err := parsePatch(text)
+	if err != nil {
+		return 0, err
+	}
+	if err := checkPaths(files, inst); err != nil {
+		return 0, err
+	}
+	if err := checkAdded(files, inst); err != nil {
+		return 0, err
+	}
+	base := filepath.Join(os.Getenv("SANDBOXD_BUNDLE"), inst.Repo)
+	if err := os.CopyFS(repoDir, os.DirFS(base)); err != nil {
+		return 0, fmt.Errorf("copying the repository: %w", err)
+	}
+	if err := applyPatch(files, repoDir); err != nil {
+		return 0, err
+	}
+	for _, t := range inst.Trusted {
+		dst := filepath.Join(repoDir, t)
+		if err := os.RemoveAll(dst); err != nil {
+			return 0, err
+		}
+		src := filepath.Join(base, t)
+		if _, err := os.Stat(src); errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		if err := copyPath(src, dst); err != nil {
+			return 0, err
+		}
+	}
+	return len(files), nil
+}
+
+func copyPath(src, dst string) error {
+	fi, err := os.Stat(src)
+	if err != nil {
+		return err
+	}
+	if fi.IsDir() {
+		return os.CopyFS(dst, os.DirFS(src))
+	}
+	b, err := os.ReadFile(src)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(dst, b, 0o644)
+}
+
+type event struct {
+	Action, Package, Test, Output string
+}
+
+// runTests runs go test -json over the repository; the test binaries run
+// as the code uid (exec.sh). It returns go test's exit code (-1: it did
+// not end in time) and its events.
+func runTests(inst *instance) (int, []event) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Duration(inst.TimeoutS+60)*time.Second)
+	defer cancel()
+	var out bytes.Buffer // go test's, as the grader: the code uid never holds it
+	cmd := exec.CommandContext(ctx, "go", "test", "-json", "-count=1", fmt.Sprintf("-timeout=%ds", inst.TimeoutS),
+		"-exec", "/bin/sh "+os.Getenv("SANDBOXD_BUNDLE")+"/grader/exec.sh", "./...")
+	cmd.Dir, cmd.Stdout, cmd.Stderr = repoDir, &out, os.Stderr
+	err := cmd.Run()
+	code := 0
+	var ee *exec.ExitError
+	switch {
+	case ctx.Err() != nil:
+		code = -1
+	case errors.As(err, &ee):
+		code = ee.ExitCode()
+	case err != nil:
+		code = -2
+	}
+	var events []event
+	for _, line := range bytes.Split(out.Bytes(), []byte("\n")) {
+		var e event
+		if json.Unmarshal(line, &e) == nil && e.Action != "" {
+			events = append(events, e)
+		}
+	}
+	return code, events
+}
+
+func judge(checks []string, code int, events []event) map[string]outcome {
+	all := func(why string) map[string]outcome {
+		r := map[string]outcome{}
+		for _, c := range checks {
+			r[c] = outcome{false, why}
+		}
+		return r
+	}
+	if code == -1 {
+		return all("the tests did not end within the time limit")
+	}
+	runs, final, failed := map[string]int{}, map[string]string{}, false
+	output := map[string]string{} // what a test printed: the reason it failed, for people
+	for _, e := range events {
+		name := e.Package + "." + e.Test
+		switch e.Action {
+		case "run":
+			runs[name]++
+		case "pass", "fail", "skip":
+			final[name] = e.Action
+		case "output":
+			if o := strings.TrimSpace(e.Output); o != "" && !strings.HasPrefix(o, "=== ") && !strings.HasPrefix(o, "--- ") && len(output[name]) < 1000 {
+				output[name] += o + " "
+			}
+		}
+		failed = failed || e.Action == "fail"
+	}
+	if (code == 0) == failed || (code != 0 && code != 1) {
+		return all(fmt.Sprintf("go test's exit code %d disagrees with its events", code))
+	}
+	r := map[string]outcome{}
+	for _, c := range checks {
+		switch {
+		case runs[c] != 1:
+			r[c] = outcome{false, fmt.Sprintf("go test ran it %d times (exit code %d; a build failure runs none)", runs[c], code)}
+		case final[c] == "pass":
+			r[c] = outcome{true, ""}
+		case final[c] == "skip":
+			r[c] = outcome{false, strings.TrimSpace("skipped: " + output[c])}
+		default:
+			r[c] = outcome{false, strings.TrimSpace("failed: " + output[c])}
+		}
+	}
+	return r
+}
+
+func writeReport(inst *instance, results map[string]outcome) error {
+	kind := map[string]string{}
+	for _, c := range inst.FailToPass {
+		kind[c] = "FAIL_TO_PASS"
+	}
+	checks := append(append([]string{}, inst.FailToPass...), inst.PassToPass...)
+	var b strings.Builder
+	failures := 0
+	for _, c := range checks {
+		if !results[c].passed {
+			failures++
+		}
+	}
+	fmt.Fprintf(&b, "<?xml version=\"1.0\" encoding=\"utf-8\"?>\n<testsuites><testsuite name=%s tests=\"%d\" failures=\"%d\" errors=\"0\" skipped=\"0\">\n",
+		attr(inst.InstanceID), len(checks), failures)
+	for _, c := range checks {
+		i := strings.LastIndex(c, ".")
+		class, name := c[:max(i, 0)], c[i+1:]
+		if results[c].passed {
+			fmt.Fprintf(&b, "<testcase classname=%s name=%s/>\n", attr(class), attr(name))
+			continue
+		}
+		k := kind[c]
+		if k == "" {
+			k = "PASS_TO_PASS"
+		}
+		why := k + ": " + results[c].why
+		if len(why) > 2000 {
+			why = why[:2000]
+		}
+		fmt.Fprintf(&b, "<testcase classname=%s name=%s><failure message=%s/></testcase>\n", attr(class), attr(name), attr(why))
+	}
+	b.WriteString("</testsuite></testsuites>\n")
+	report := os.Getenv("SANDBOXD_REPORT")
+	if err := os.MkdirAll(filepath.Dir(report), 0o755); err != nil {
+		return err
+	}
+	if err := os.WriteFile(report+".tmp", []byte(b.String()), 0o644); err != nil {
+		return err
+	}
+	return os.Rename(report+".tmp", report)
+}
