@@ -248,13 +248,6 @@ func patchWorkspace(path, tmp string, maxBytes int64) (string, error) {
 	} else if !fi.Mode().IsRegular() {
 		return "", errors.New("not a regular file")
 	}
-	data, err := io.ReadAll(io.LimitReader(f, maxBytes+1))
-	if err != nil {
-		return "", err
-	}
-	if int64(len(data)) > maxBytes {
-		return "", fmt.Errorf("larger than --workspace-max-bytes (%d)", maxBytes)
-	}
 	if err := os.MkdirAll(tmp, 0o700); err != nil {
 		return "", err
 	}
@@ -262,11 +255,32 @@ func patchWorkspace(path, tmp string, maxBytes int64) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	if err := os.WriteFile(filepath.Join(dir, patchName), data, 0o644); err != nil {
+	// Streamed, never held whole: a --patch may be as large as a workspace.
+	if err := copyAtMost(filepath.Join(dir, patchName), f, maxBytes); err != nil {
 		os.RemoveAll(dir)
 		return "", err
 	}
 	return dir, nil
+}
+
+// copyAtMost writes what r holds to a new file at path, refusing more than
+// maxBytes.
+func copyAtMost(path string, r io.Reader, maxBytes int64) error {
+	out, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	if err != nil {
+		return err
+	}
+	n, err := io.Copy(out, io.LimitReader(r, maxBytes+1))
+	if cerr := out.Close(); err == nil {
+		err = cerr
+	}
+	switch {
+	case err != nil:
+		return err
+	case n > maxBytes:
+		return fmt.Errorf("larger than --workspace-max-bytes (%d)", maxBytes)
+	}
+	return nil
 }
 
 // checkIsolation returns the gated broker once the isolation properties
