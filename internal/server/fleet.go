@@ -405,12 +405,14 @@ func (a *fleetAgent) admitSubmitted(ctx context.Context, job sandbox.Job) (journ
 		return &refusal{code: http.StatusServiceUnavailable, reason: "fleet_unavailable", retryAfter: 1,
 			err: fmt.Errorf("job %s: the fleet did not answer; it may be claimed here: submit it again: %w", job.ID, err)}
 	}
+	claimed := false // this call may hold the claim: what a refusal after it gives back
 	claim := func(ctx context.Context) error {
 		// Marked held first: a restart finishes, or gives back, what it
 		// holds; a claim that timed out may have been made.
 		if err := a.co.Hold(ctx, host, job.ID); err != nil {
 			return err
 		}
+		claimed = true
 		rec, made, err := a.co.Claim(ctx, job, host)
 		if err == nil && !made && rec.State == fleet.StateQueued {
 			rec.State, rec.Host, rec.ClaimedAt, rec.WallTime = fleet.StateClaimed, host, time.Now().UTC(), job.Limits.WallTime()
@@ -419,10 +421,12 @@ func (a *fleetAgent) admitSubmitted(ctx context.Context, job sandbox.Job) (journ
 			}
 		}
 		if err == nil && !(rec.State == fleet.StateClaimed && rec.Host == host) {
+			claimed = false
 			a.co.Release(ctx, host, job.ID)
 			return &elsewhere{rec}
 		}
 		if errors.Is(err, sandbox.ErrConflict) {
+			claimed = false
 			a.co.Release(ctx, host, job.ID)
 		}
 		return err
@@ -450,9 +454,10 @@ func (a *fleetAgent) admitSubmitted(ctx context.Context, job sandbox.Job) (journ
 		return fr, true, nil
 	case errors.Is(ref.err, fleet.ErrUnavailable):
 		return journal.Record{}, false, unavailable(ref.err)
-	case ref.code/100 != 5 && ref.code != http.StatusConflict:
-		// Refused here after it was claimed (the queue full, say):
-		// nothing ran, so the claim goes back.
+	case claimed && ref.code/100 != 5:
+		// Refused here after it was claimed (the journal refused it):
+		// nothing ran, so the claim goes back. A refusal before the
+		// claim (a check, the queue full) touched nothing in the fleet.
 		if err := a.giveBack(ctx, job.ID); err != nil {
 			log.Warn("fleet: give back a claim the journal did not take", "error", err)
 		}
