@@ -394,12 +394,33 @@ func killCandidates(cfg *shim.Config, codeUsed bool) bool {
 			alive = alive || anyAlive(id[0])
 		}
 		if !alive {
+			awaitReaped(ids, deadline)
 			return true
 		}
 		if time.Now().After(deadline) {
 			return false
 		}
 		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// awaitReaped waits, until deadline, for init to reap the killed
+// processes. A zombie still holds its place in the pids cgroup: with a
+// bomb's dead children not yet reaped, the cgroup stayed full and the
+// collector's fork failed (EAGAIN: "collect outputs: fork/exec
+// /.sandboxd/shim: resource temporarily unavailable", CI). Past the
+// deadline the helper goes on: they are dead, and the fork says if the
+// room is still not there.
+func awaitReaped(ids [][2]int, deadline time.Time) {
+	for {
+		left := false
+		for _, id := range ids {
+			left = left || anyLeft(id[0])
+		}
+		if !left || time.Now().After(deadline) {
+			return
+		}
+		time.Sleep(5 * time.Millisecond)
 	}
 }
 
@@ -450,9 +471,23 @@ func allDirs(paths []string) bool {
 
 // anyAlive reports whether a live (non-zombie) process of uid exists.
 func anyAlive(uid int) bool {
+	alive, _ := processesOf(uid)
+	return alive
+}
+
+// anyLeft reports whether any process of uid is there at all, a zombie
+// (dead, not yet reaped) included.
+func anyLeft(uid int) bool {
+	alive, zombie := processesOf(uid)
+	return alive || zombie
+}
+
+// processesOf reports whether uid has a live process and whether it has a
+// zombie. A process table it cannot read counts as a live process.
+func processesOf(uid int) (alive, zombie bool) {
 	ents, err := os.ReadDir("/proc")
 	if err != nil {
-		return true
+		return true, false
 	}
 	me := os.Getpid()
 	for _, e := range ents {
@@ -474,11 +509,16 @@ func anyAlive(uid int) bool {
 				fmt.Sscanf(strings.TrimSpace(v), "%d", &ruid)
 			}
 		}
-		if ruid == uid && !strings.HasPrefix(state, "Z") && !strings.HasPrefix(state, "X") {
-			return true
+		if ruid != uid {
+			continue
+		}
+		if strings.HasPrefix(state, "Z") || strings.HasPrefix(state, "X") {
+			zombie = true
+		} else {
+			alive = true
 		}
 	}
-	return false
+	return alive, zombie
 }
 
 // configFD is the descriptor on which a helper child (stage, collect)

@@ -327,3 +327,32 @@ func TestAcceptableName(t *testing.T) {
 		}
 	}
 }
+
+// The kill returns once the killed processes are reaped, not only dead: a
+// zombie holds its place in the pids cgroup, and the collector forked
+// while a bomb's zombies filled it failed (EAGAIN).
+func TestKillCandidatesWaitsForTheReap(t *testing.T) {
+	needRoot(t, "to start a process as another uid")
+	const uid = 3999920 // no one on this host uses it
+	cmd := exec.Command("/bin/sleep", "600")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uid, Gid: uid, Groups: []uint32{}}}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	// The test is the parent, and so the reaper: it reaps only once the
+	// kill made a zombie and a while has gone by.
+	reaped := make(chan struct{})
+	go func() {
+		defer close(reaped)
+		waitZombie(t, cmd.Process.Pid)
+		time.Sleep(300 * time.Millisecond)
+		cmd.Wait()
+	}()
+	t.Cleanup(func() { cmd.Process.Kill(); <-reaped })
+	if !killCandidates(&shim.Config{UID: uid, GID: uid}, false) {
+		t.Fatal("killCandidates reported a survivor")
+	}
+	if anyLeft(uid) {
+		t.Fatal("killCandidates returned while the killed process was not yet reaped (a zombie in the pids cgroup)")
+	}
+}
