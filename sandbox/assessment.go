@@ -40,7 +40,10 @@ type Assessment struct {
 	Schema string `json:"schema"`
 	// ManifestDigest is the digest of the bundle the grader ran (its OCI
 	// manifest), the plan's manifest digest.
-	ManifestDigest     string `json:"manifest_digest"`
+	ManifestDigest string `json:"manifest_digest"`
+	// Instance is the task instance the bundle names (its bundle.json's
+	// instance, fixed by ManifestDigest), "" for none.
+	Instance           string `json:"instance,omitempty"`
 	SupervisorRevision string `json:"supervisor_revision"`
 	// CandidateDigest and GraderDigest are the digests of the two jobs
 	// (the same job when the bundle has no candidate command).
@@ -99,6 +102,9 @@ func (a *Assessment) Validate() error {
 	}
 	if a.WorkspaceDigest != "" && !ValidDigest(a.WorkspaceDigest) {
 		return fieldErr("assessment.workspace_digest", "malformed digest %q", a.WorkspaceDigest)
+	}
+	if a.Instance != "" && !ValidInstance(a.Instance) {
+		return fieldErr("assessment.instance", "%q is not an instance id", a.Instance)
 	}
 	if !jobIDRE.MatchString(a.CandidateJob) || !jobIDRE.MatchString(a.GraderJob) {
 		return fieldErr("assessment.grader_job", "malformed job id")

@@ -50,6 +50,11 @@ func TestVerifyAssessment(t *testing.T) {
 	if err != nil || len(va.KeyIDs) != 1 {
 		t.Fatalf("offline: %v", err)
 	}
+	named := good
+	named.Instance = "astropy__astropy-12907"
+	if a, err := sandbox.VerifyAssessment(keys, signedAssessment(t, sa, named, subjects), cand, grader); err != nil || a.Instance != named.Instance {
+		t.Errorf("an assessment naming its instance: got %q, %v", a.Instance, err)
+	}
 
 	forged := good
 	forged.Checks = []sandbox.AssessedCheck{{Name: "a", Status: sandbox.VerdictFailed, Evidence: []string{}}}
@@ -57,6 +62,8 @@ func TestVerifyAssessment(t *testing.T) {
 	withReason.Reasons = []string{"report_missing"}
 	noChecks := good
 	noChecks.Checks = nil
+	badInstance := good
+	badInstance.Instance = "django/django#123"
 	aboutOther := good
 	aboutOther.GraderJob, aboutOther.GraderDigest = other.ID, other.Digest
 	otherSubjects, _ := sandbox.AssessmentSubjects(cand, other)
@@ -69,6 +76,7 @@ func TestVerifyAssessment(t *testing.T) {
 		{"passed over a failed check", signedAssessment(t, sa, forged, subjects), sandbox.ErrPredicate},
 		{"passed despite a fired rule", signedAssessment(t, sa, withReason, subjects), sandbox.ErrPredicate},
 		{"passed without checks", signedAssessment(t, sa, noChecks, subjects), sandbox.ErrPredicate},
+		{"an instance that is no instance id", signedAssessment(t, sa, badInstance, subjects), sandbox.ErrPredicate},
 		{"subjects of other jobs", signedAssessment(t, sa, good, otherSubjects), sandbox.ErrSubject},
 		{"about another grader job", signedAssessment(t, sa, aboutOther, otherSubjects), sandbox.ErrJobBinding},
 	} {

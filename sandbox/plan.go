@@ -30,6 +30,9 @@ type PlanRequest struct {
 type Plan struct {
 	// ManifestDigest is the bundle's digest (of its OCI manifest).
 	ManifestDigest string `json:"manifest_digest"`
+	// Instance is the task instance the bundle names (its bundle.json's
+	// instance), "" for none; the assessment and the test-result carry it.
+	Instance string `json:"instance,omitempty"`
 	// LayerDigest is the bundle's file tree, the grader's BundlePath input.
 	LayerDigest        string   `json:"layer_digest"`
 	Image              string   `json:"image"`
@@ -80,11 +83,11 @@ type SignedAssessment struct {
 
 // Check reports whether p is a plan for req: every job sealed and hashing
 // to its digest, under the reserved ids, of the bundle whose manifest req
-// carries and of p's image, the candidate job on req's workspace. It does
-// not prove that the jobs are the ones the bundle prescribes (the daemon
-// that answered is the one definition of those, and its assess endpoint
-// refuses any other); it proves that the plan is bound to what the caller
-// asked about.
+// carries and of p's image, the candidate job on req's workspace, and p's
+// instance the one req's bundle.json names. It does not prove that the
+// jobs are the ones the bundle prescribes (the daemon that answered is the
+// one definition of those, and its assess endpoint refuses any other); it
+// proves that the plan is bound to what the caller asked about.
 func (p *Plan) Check(req PlanRequest) error {
 	bad := func(format string, a ...any) error {
 		return fmt.Errorf("plan: %w: "+format, append([]any{ErrInvalid}, a...)...)
@@ -94,6 +97,20 @@ func (p *Plan) Check(req PlanRequest) error {
 	}
 	if p.WorkspaceDigest != req.WorkspaceDigest {
 		return bad("workspace %s, asked about %s", p.WorkspaceDigest, req.WorkspaceDigest)
+	}
+	// The daemon decodes bundle.json strictly (a key given twice or in
+	// another case is refused), so this lenient read finds the same
+	// instance in any bundle.json it accepted.
+	var config struct {
+		Instance string `json:"instance"`
+	}
+	if len(req.BundleConfig) > 0 {
+		if err := json.Unmarshal(req.BundleConfig, &config); err != nil {
+			return bad("bundle config: %v", err)
+		}
+	}
+	if p.Instance != config.Instance {
+		return bad("instance %q, the bundle config asked about names %q", p.Instance, config.Instance)
 	}
 	check := func(role, id string, j *Job) error {
 		if err := j.VerifyDigest(); err != nil {

@@ -16,6 +16,10 @@ type TestResult struct {
 	Subjects []Subject
 	// Configuration names what judged the subject ("bundle").
 	Configuration []Subject
+	// Instance is the task instance the bundle names: the annotation
+	// AnnotationInstance of the "bundle" configuration entry, "" when it
+	// has none.
+	Instance string
 	// PassedTests and FailedTests are the checks behind the verdict.
 	PassedTests, FailedTests []string
 	// KeyIDs are the pinned keys whose signatures verified.
@@ -25,7 +29,7 @@ type TestResult struct {
 // VerifyTestResult checks a test-result statement's signatures against
 // the pinned keys and its shape: an in-toto statement of predicate type
 // PredicateTestResult with at least one subject and a verdict that is
-// PASSED or FAILED.
+// PASSED or FAILED; an instance annotation, if any, is a valid instance id.
 func VerifyTestResult(keys KeySet, envelope []byte) (TestResult, error) {
 	ve, err := VerifyEnvelope(keys, envelope)
 	if err != nil {
@@ -39,10 +43,10 @@ func VerifyTestResult(keys KeySet, envelope []byte) (TestResult, error) {
 		PredicateType string    `json:"predicateType"`
 		Subject       []Subject `json:"subject"`
 		Predicate     struct {
-			Result        string    `json:"result"`
-			Configuration []Subject `json:"configuration"`
-			PassedTests   []string  `json:"passedTests"`
-			FailedTests   []string  `json:"failedTests"`
+			Result        string             `json:"result"`
+			Configuration []configDescriptor `json:"configuration"`
+			PassedTests   []string           `json:"passedTests"`
+			FailedTests   []string           `json:"failedTests"`
 		} `json:"predicate"`
 	}
 	if err := json.Unmarshal(ve.Payload, &st); err != nil {
@@ -58,19 +62,57 @@ func VerifyTestResult(keys KeySet, envelope []byte) (TestResult, error) {
 	case st.Predicate.Result != TestResultPassed && st.Predicate.Result != TestResultFailed:
 		return TestResult{}, verifyErr(CheckPredicate, "test-result %q is neither %s nor %s", st.Predicate.Result, TestResultPassed, TestResultFailed)
 	}
+	instance, err := bundleInstance(st.Predicate.Configuration)
+	if err != nil {
+		return TestResult{}, err
+	}
+	var config []Subject
+	if st.Predicate.Configuration != nil {
+		config = make([]Subject, 0, len(st.Predicate.Configuration))
+	}
+	for _, c := range st.Predicate.Configuration {
+		config = append(config, Subject{Name: c.Name, Digest: c.Digest})
+	}
 	return TestResult{
-		Result: st.Predicate.Result, Subjects: st.Subject, Configuration: st.Predicate.Configuration,
+		Result: st.Predicate.Result, Subjects: st.Subject, Configuration: config, Instance: instance,
 		PassedTests: st.Predicate.PassedTests, FailedTests: st.Predicate.FailedTests, KeyIDs: ve.KeyIDs,
 	}, nil
+}
+
+// configDescriptor is a configuration entry of a test-result: a Subject
+// with its annotations (any JSON values, in-toto v1).
+type configDescriptor struct {
+	Name        string                     `json:"name"`
+	Digest      map[string]string          `json:"digest"`
+	Annotations map[string]json.RawMessage `json:"annotations"`
+}
+
+// bundleInstance returns the instance annotation of the "bundle" entries,
+// "" when none has one: a string that is a valid instance id, the same in
+// every entry that has one.
+func bundleInstance(config []configDescriptor) (string, error) {
+	instance := ""
+	for _, c := range config {
+		raw, ok := c.Annotations[AnnotationInstance]
+		if c.Name != "bundle" || !ok {
+			continue
+		}
+		var s string
+		if err := json.Unmarshal(raw, &s); err != nil || !ValidInstance(s) || (instance != "" && s != instance) {
+			return "", verifyErr(CheckPredicate, "the bundle's instance annotation %.140q is not one instance id", raw)
+		}
+		instance = s
+	}
+	return instance, nil
 }
 
 // CheckTestResult checks that a verified test-result statement says what
 // the assessment a it came with says: the same verdict (passed or failed;
 // an inconclusive assessment has none), the same subject (the workspace,
 // or the candidate job where the assessment names no workspace), the same
-// bundle, and the same passed and failed checks. A signature alone proves
-// only who signed: a well-signed statement about another candidate or
-// bundle verifies as well.
+// bundle and instance, and the same passed and failed checks. A signature
+// alone proves only who signed: a well-signed statement about another
+// candidate or bundle verifies as well.
 func (a *Assessment) CheckTestResult(t TestResult) error {
 	want := ""
 	switch a.Verdict {
@@ -93,6 +135,9 @@ func (a *Assessment) CheckTestResult(t TestResult) error {
 	}
 	if b := t.Bundle(); b != a.ManifestDigest {
 		return verifyErr(CheckPredicate, "test-result bundle %q, want %s", b, a.ManifestDigest)
+	}
+	if t.Instance != a.Instance {
+		return verifyErr(CheckPredicate, "test-result instance %q, want %q", t.Instance, a.Instance)
 	}
 	var passed, failed []string
 	for _, c := range a.Checks {

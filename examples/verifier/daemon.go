@@ -185,7 +185,7 @@ func (s *DaemonSupervisor) Assess(ctx context.Context, obs SandboxObservation) (
 		return SandboxAssessment{}, fmt.Errorf("assess: %w: assessed bundle %s, the manifest pins %s", sandbox.ErrInvalid, a.ManifestDigest, obs.Manifest.TestBundle.Digest)
 	}
 	out := SandboxAssessment{
-		ManifestDigest: obs.Manifest.Digest, SupervisorRevision: a.SupervisorRevision,
+		ManifestDigest: obs.Manifest.Digest, Instance: a.Instance, SupervisorRevision: a.SupervisorRevision,
 		CandidateDigest: a.CandidateDigest, GraderDigest: a.GraderDigest, Envelope: sa.Envelope,
 	}
 	for _, c := range a.Checks {

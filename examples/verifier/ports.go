@@ -157,10 +157,12 @@ type SupervisedCheck struct {
 	Status Status
 }
 
-// SandboxAssessment is the seed's, plus the signed envelope it was read
-// from (verifiable offline with `sandboxd verify`).
+// SandboxAssessment is the seed's, plus the instance the bundle names
+// ("" for none) and the signed envelope it was read from (verifiable
+// offline with `sandboxd verify`).
 type SandboxAssessment struct {
 	ManifestDigest     string
+	Instance           string
 	SupervisorRevision string
 	CandidateDigest    string
 	GraderDigest       string

@@ -246,6 +246,9 @@ func (v *SandboxTestVerifier) EvaluateTests(ctx context.Context, req TestRequest
 	if a.ManifestDigest != r.Manifest.Digest || a.SupervisorRevision != r.Manifest.SupervisorRevision || a.CandidateDigest != cand.Digest || a.GraderDigest != grader.Digest {
 		return CheckResult{}, fmt.Errorf("assess: %w: the assessment is about manifest %s (%s), jobs %s and %s, not the plan's", sandbox.ErrInvalid, a.ManifestDigest, a.SupervisorRevision, a.CandidateDigest, a.GraderDigest)
 	}
+	if a.Instance != r.Bundle.Instance {
+		return CheckResult{}, fmt.Errorf("assess: %w: the assessment is about instance %q, the plan's bundle names %q", sandbox.ErrInvalid, a.Instance, r.Bundle.Instance)
+	}
 	status, reason := verdict(a.Checks, r.Manifest.RequiredChecks)
 	res := CheckResult{
 		Status: status, Reason: reason, PlanDigest: planDigest, ObservationRefs: a.ObservationRefs,

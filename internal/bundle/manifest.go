@@ -36,6 +36,12 @@ const (
 type Manifest struct {
 	// SchemaVersion must be ManifestSchema.
 	SchemaVersion string `json:"schema_version"`
+	// Instance, if set, names the one task instance the bundle evaluates
+	// (a SWE-bench-style id, e.g. "astropy__astropy-12907"): a valid
+	// sandbox.ValidInstance id. It is carried into the assessment's
+	// binding and the signed test-result statement, so a verdict says
+	// which instance it is about in words as well as by bundle digest.
+	Instance string `json:"instance,omitempty"`
 	// Image is the evaluator image, by local image ID ("sha256:<64 hex>");
 	// tags and names are refused.
 	Image string `json:"image"`
@@ -129,6 +135,14 @@ func DecodeManifest(data []byte) (Manifest, error) {
 	if err := m.Validate(); err != nil {
 		return Manifest{}, err
 	}
+	// "instance": "" decodes as no instance: refused, since it is most
+	// likely a template left unfilled.
+	var given struct {
+		Instance *string `json:"instance"`
+	}
+	if err := json.Unmarshal(data, &given); err == nil && given.Instance != nil && *given.Instance == "" {
+		return Manifest{}, manifestErr("instance", "empty (omit the field for a bundle of no instance)")
+	}
 	return m, nil
 }
 
@@ -145,6 +159,11 @@ func manifestErr(field, format string, args ...any) error {
 func (m *Manifest) Validate() error {
 	if m.SchemaVersion != ManifestSchema {
 		return manifestErr("schema_version", "unknown schema %q (want %q)", m.SchemaVersion, ManifestSchema)
+	}
+	if m.Instance != "" {
+		if err := checkInstance(m.Instance); err != nil {
+			return err
+		}
 	}
 	if !sandbox.ValidDigest(m.Image) {
 		return fmt.Errorf("%w: %w", manifestErr("image", "%q is not a local image ID (sha256:<64 hex>); tags and names are refused", m.Image), sandbox.ErrImageRefused)
@@ -240,6 +259,16 @@ func checkArgv(field string, argv []string) error {
 	}
 	if total > maxArgBytes {
 		return manifestErr(field, "%d bytes (at most %d)", total, maxArgBytes)
+	}
+	return nil
+}
+
+func checkInstance(id string) error {
+	if len(id) > sandbox.MaxInstanceBytes {
+		return manifestErr("instance", "%d bytes (at most %d)", len(id), sandbox.MaxInstanceBytes)
+	}
+	if !sandbox.ValidInstance(id) {
+		return manifestErr("instance", "%q is not an instance id: ASCII letters, digits, '.', '_' and '-', starting with a letter or digit", id)
 	}
 	return nil
 }

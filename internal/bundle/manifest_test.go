@@ -96,6 +96,15 @@ func TestDecodeManifest(t *testing.T) {
 		{"control escapes", edit(t, valid, set("controls.known_bad", "../x")), "bundle.json: controls.known_bad: "},
 		{"control absolute", edit(t, valid, set("controls.known_good", "/x")), "bundle.json: controls.known_good: "},
 		{"controls equal", edit(t, valid, set("controls.known_bad", "controls/good")), "bundle.json: controls.known_bad: same directory"},
+		{"instance with a slash", edit(t, valid, set("instance", "django/django#123")), `bundle.json: instance: "django/django#123" is not an instance id: ASCII letters, digits, '.', '_' and '-', starting with a letter or digit`},
+		{"instance with a space", edit(t, valid, set("instance", "astropy 12907")), `bundle.json: instance: "astropy 12907" is not an instance id`},
+		{"instance leading dash", edit(t, valid, set("instance", "-x")), `bundle.json: instance: "-x" is not an instance id`},
+		{"instance leading dot", edit(t, valid, set("instance", "..")), `bundle.json: instance: ".." is not an instance id`},
+		{"instance newline", edit(t, valid, set("instance", "a\nb")), `bundle.json: instance: "a\nb" is not an instance id`},
+		{"instance not ASCII", edit(t, valid, set("instance", "astropy\u2011astropy")), "bundle.json: instance: \"astropy\u2011astropy\" is not an instance id"},
+		{"instance too long", edit(t, valid, set("instance", strings.Repeat("a", 129))), "bundle.json: instance: 129 bytes (at most 128)"},
+		{"instance empty", edit(t, valid, set("instance", "")), "bundle.json: instance: empty (omit the field for a bundle of no instance)"},
+		{"instance a number", edit(t, valid, set("instance", 12907)), "bundle.json: instance: want string, got JSON number"},
 		{"duplicate key", []byte(strings.Replace(string(valid), `"image":`, `"image": "x", "image":`, 1)), "bundle.json: image: given twice"},
 		{"case variant key", []byte(strings.Replace(string(valid), `"image":`, `"Image":`, 1)), "bundle.json: Image: unknown field"},
 		{"trailing data", append(append([]byte{}, valid...), []byte(" {}")...), "bundle.json: (document): trailing data"},
@@ -121,6 +130,21 @@ func TestDecodeManifest(t *testing.T) {
 		doc := edit(t, valid, func(m map[string]any) { delete(m, "required_checks"); m["all_reported"] = true })
 		if _, err := DecodeManifest(doc); err != nil {
 			t.Errorf("got %v, want success", err)
+		}
+	})
+	t.Run("instance ids", func(t *testing.T) {
+		for _, id := range []string{
+			"astropy__astropy-12907", "django__django-11099", "scikit-learn__scikit-learn-25500",
+			"Automattic__wp-calypso-21648", "oauthlib__oauthlib.1fd52536.combine_file__09vlzwgc",
+			"shop-bulk-threshold-1", "7", strings.Repeat("a", 128),
+		} {
+			m, err := DecodeManifest(edit(t, valid, set("instance", id)))
+			if err != nil || m.Instance != id {
+				t.Errorf("%q: got %q, %v; want it accepted", id, m.Instance, err)
+			}
+		}
+		if m, err := DecodeManifest(valid); err != nil || m.Instance != "" {
+			t.Errorf("no instance: got %q, %v; want none", m.Instance, err)
 		}
 	})
 	t.Run("image tag is ErrImageRefused", func(t *testing.T) {

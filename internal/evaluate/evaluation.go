@@ -126,7 +126,7 @@ func (e *Evaluation) Plan(workspace, candidateID, graderID string) (sandbox.Plan
 		return sandbox.Plan{}, &sandbox.FieldError{Field: "workspace_digest", Reason: fmt.Sprintf("malformed digest %q", workspace)}
 	}
 	p := sandbox.Plan{
-		ManifestDigest: e.BundleDigest, LayerDigest: e.LayerDigest, Image: e.Manifest.Image, WorkspaceDigest: workspace,
+		ManifestDigest: e.BundleDigest, Instance: e.Manifest.Instance, LayerDigest: e.LayerDigest, Image: e.Manifest.Image, WorkspaceDigest: workspace,
 		RequiredChecks: append([]string{}, e.Policy.Required...), AllReported: e.Policy.AllReported,
 		ReportFormat: string(e.Policy.Format), ReportPath: e.Policy.ReportPath, SupervisorRevision: supervisor.Revision,
 	}
@@ -240,16 +240,17 @@ type Results struct {
 // Evidence is what the supervisor judges one workspace's results on, under
 // the evaluation's policy and with the controls' outcomes.
 func (e *Evaluation) Evidence(blobs *store.Store, r Results, controls []supervisor.ControlOutcome) (ev supervisor.Evidence, done func()) {
-	return evidenceOf(blobs, e.BundleDigest, e.Manifest.Image, e.Policy, r, controls)
+	return evidenceOf(blobs, e.BundleDigest, e.Manifest.Instance, e.Manifest.Image, e.Policy, r, controls)
 }
 
 // evidenceOf builds the supervisor's evidence, with the grader's report
 // artifact opened from blobs (left nil when it cannot be opened: the
 // supervisor then finds the report unavailable). done closes the report.
 // It is the one place the supervisor's evidence is built.
-func evidenceOf(blobs *store.Store, bundleDigest, imageID string, p supervisor.Policy, r Results, controls []supervisor.ControlOutcome) (ev supervisor.Evidence, done func()) {
+func evidenceOf(blobs *store.Store, bundleDigest, instance, imageID string, p supervisor.Policy, r Results, controls []supervisor.ControlOutcome) (ev supervisor.Evidence, done func()) {
 	ev = supervisor.Evidence{
 		BundleDigest:       bundleDigest,
+		Instance:           instance,
 		ImageID:            imageID,
 		CandidateJobDigest: r.Grader.JobDigest,
 		WorkspaceDigest:    r.Workspace,
@@ -292,7 +293,7 @@ func (e *Evaluation) Judge(blobs *store.Store, controls map[supervisor.ControlKi
 		if !ok {
 			continue
 		}
-		ev, done := evidenceOf(blobs, e.BundleDigest, e.Manifest.Image, alone, r, nil)
+		ev, done := evidenceOf(blobs, e.BundleDigest, e.Manifest.Instance, e.Manifest.Image, alone, r, nil)
 		a, raw, err := judge(ev)
 		done()
 		if err != nil {

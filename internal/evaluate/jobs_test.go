@@ -90,7 +90,7 @@ func TestEvidence(t *testing.T) {
 			d("1"), false},
 	} {
 		t.Run(name, func(t *testing.T) {
-			ev, done := evidenceOf(blobs, d("5"), d("6"), p, tc.e, nil)
+			ev, done := evidenceOf(blobs, d("5"), "", d("6"), p, tc.e, nil)
 			defer done()
 			if ev.CandidateJobDigest != tc.wantJob || (ev.Candidate != nil) != (tc.e.Candidate != nil) || ev.WorkspaceDigest != tc.e.Workspace {
 				t.Errorf("candidate job %s (result given: %t), workspace %q; want %s, %t, %q", ev.CandidateJobDigest, ev.Candidate != nil, ev.WorkspaceDigest, tc.wantJob, tc.e.Candidate != nil, tc.e.Workspace)

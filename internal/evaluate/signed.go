@@ -44,6 +44,7 @@ func PublicAssessment(a supervisor.Assessment, raw []byte, j Judged) (sandbox.As
 	pa := sandbox.Assessment{
 		Schema:             sandbox.SignedAssessmentSchema,
 		ManifestDigest:     a.Binding.BundleDigest,
+		Instance:           a.Binding.Instance,
 		SupervisorRevision: a.SupervisorRevision,
 		CandidateJob:       j.Candidate.ID,
 		CandidateDigest:    j.Candidate.Digest,

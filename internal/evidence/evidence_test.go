@@ -96,7 +96,8 @@ func (f *fakeBroker) exported(export string) (string, error) {
 }
 
 // fixture is a bundle with a candidate command and both controls, a
-// store, a broker that fails the known-bad control, and a signer.
+// store, a broker that fails the known-bad control, and a signer. edits
+// change the bundle's bundle.json before it is packed.
 type fixture struct {
 	bundle *bundle.Bundle
 	blobs  *store.Store
@@ -105,7 +106,7 @@ type fixture struct {
 	keys   sandbox.KeySet
 }
 
-func newFixture(t *testing.T) *fixture {
+func newFixture(t *testing.T, edits ...func([]byte) []byte) *fixture {
 	t.Helper()
 	ctx := context.Background()
 	src := t.TempDir()
@@ -120,6 +121,9 @@ func newFixture(t *testing.T) *fixture {
 	m = bytes.Replace(m, []byte(`"required_checks": ["TestAdd", "TestAddOverflow"],`), []byte(`"all_reported": true,`), 1)
 	// A candidate's export may not hold a conftest.py (fakeBroker.hostile).
 	m = bytes.Replace(m, []byte(`"all_reported": true,`), []byte(`"all_reported": true, "workspace": {"refuse": ["conftest.py"]},`), 1)
+	for _, e := range edits {
+		m = e(m)
+	}
 	if err := os.WriteFile(filepath.Join(src, "bundle.json"), m, 0o644); err != nil {
 		t.Fatal(err)
 	}

@@ -20,6 +20,7 @@ const AssessmentSchema = "sandboxd.assessment/v1"
 // Binding names the evidence an assessment was computed from.
 type Binding struct {
 	BundleDigest       string `json:"bundle_digest"`
+	Instance           string `json:"instance,omitempty"` // the bundle's task instance, "" for none
 	ImageID            string `json:"image_id"`
 	GraderJobDigest    string `json:"grader_job_digest"`
 	GraderResultDigest string `json:"grader_result_digest"`
@@ -29,7 +30,8 @@ type Binding struct {
 
 // Key is the retention key of an assessment: the digest of the bundle,
 // grader job, grader result and candidate job digests and the supervisor
-// revision. The same key never holds two different assessments.
+// revision. The same key never holds two different assessments. The
+// instance is not in it: the bundle digest fixes it, as it fixes the image.
 func (b Binding) Key() string {
 	canon, err := sandbox.CanonicalJSON(struct {
 		Bundle       string `json:"bundle"`
@@ -96,6 +98,9 @@ func Judge(ev Evidence) (Assessment, error) {
 	if ev.WorkspaceDigest != "" && !sandbox.ValidDigest(ev.WorkspaceDigest) {
 		return Assessment{}, fmt.Errorf("workspace digest: %w: malformed digest %q", sandbox.ErrInvalid, ev.WorkspaceDigest)
 	}
+	if ev.Instance != "" && !sandbox.ValidInstance(ev.Instance) {
+		return Assessment{}, fmt.Errorf("instance: %w: %q is not an instance id", sandbox.ErrInvalid, ev.Instance)
+	}
 	if ev.ExportRefused != "" && ev.Candidate == nil {
 		return Assessment{}, fmt.Errorf("a refused export without a candidate job: %w", sandbox.ErrInvalid)
 	}
@@ -132,6 +137,7 @@ func Judge(ev Evidence) (Assessment, error) {
 		SupervisorRevision: Revision,
 		Binding: Binding{
 			BundleDigest:       ev.BundleDigest,
+			Instance:           ev.Instance,
 			ImageID:            ev.ImageID,
 			GraderJobDigest:    ev.Grader.JobDigest,
 			GraderResultDigest: resultDigest,

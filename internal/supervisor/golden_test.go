@@ -22,12 +22,16 @@ type goldenCase struct {
 	exit     int
 	required []string // nil: all reported
 	variant  string
+	instance string // the bundle's instance, if any
 	want     Verdict
 	wantRule Rule // a rule that must be named, if any
 }
 
 var goldenCases = []goldenCase{
 	{file: "gotest/pass.json", format: FormatGoTestJSON, exit: 0, want: Passed},
+	// A bundle naming an instance: the binding and the statement name it.
+	{file: "gotest/pass.json", format: FormatGoTestJSON, exit: 0, variant: "instance", instance: "astropy__astropy-12907", want: Passed},
+	{file: "gotest/fail.json", format: FormatGoTestJSON, exit: 1, variant: "instance", instance: "astropy__astropy-12907", want: Failed, wantRule: RuleCheckFailed},
 	{file: "gotest/fail.json", format: FormatGoTestJSON, exit: 1, want: Failed, wantRule: RuleCheckFailed},
 	{file: "gotest/skip.json", format: FormatGoTestJSON, exit: 0, want: Inconclusive, wantRule: RuleRequiredSkipped},
 	{file: "gotest/skip.json", format: FormatGoTestJSON, exit: 0, variant: "required", want: Passed,
@@ -130,6 +134,7 @@ func TestGolden(t *testing.T) {
 
 			sup := New(NewMemoryStore())
 			ev := evidence(gc.policy(), data, gc.exit)
+			ev.Instance = gc.instance
 			a, got, err := sup.Assess(context.Background(), ev)
 			if err != nil {
 				t.Fatalf("Assess: %v", err)

@@ -25,6 +25,9 @@ type ResourceDescriptor struct {
 	Digest           map[string]string `json:"digest,omitempty"`
 	DownloadLocation string            `json:"downloadLocation,omitempty"`
 	MediaType        string            `json:"mediaType,omitempty"`
+	// Annotations may hold any JSON value (in-toto v1); sandboxd writes
+	// only sandbox.AnnotationInstance, a string.
+	Annotations map[string]any `json:"annotations,omitempty"`
 }
 
 // TestResultPredicate is the test-result v0.1 predicate.

@@ -133,6 +133,10 @@ type Evidence struct {
 	// BundleDigest and ImageID name the evaluator bundle and image.
 	BundleDigest string
 	ImageID      string
+	// Instance is the task instance the bundle names (bundle.json's
+	// instance), "" for none. It is carried into the binding and the
+	// statement, never judged: the bundle digest already fixes it.
+	Instance string
 	// CandidateJobDigest is the digest of the candidate's job; if Candidate
 	// is set, its JobDigest must match.
 	CandidateJobDigest string

@@ -10,8 +10,14 @@ import (
 // Statement returns the in-toto test-result v0.1 statement of a passed or
 // failed assessment: result PASSED or FAILED, configuration = the bundle and
 // the evaluator image, passedTests and failedTests = the judged checks, and
-// the candidate (workspace, else job) as subject. An inconclusive assessment
-// has no statement (ErrInconclusive). Signing is internal/receipt's job.
+// the candidate (workspace, else job) as subject. A bundle that names an
+// instance has it as the annotation sandbox.AnnotationInstance of its
+// configuration entry: the instance is a property of the bundle (its
+// digest fixes it), and an annotation is where in-toto v1 puts what a
+// descriptor's consumer may check; test-result v0.1 has no field for it.
+// Without an instance there is no annotation, and the statement is the
+// same bytes as before instances existed. An inconclusive assessment has
+// no statement (ErrInconclusive). Signing is internal/receipt's job.
 func (a *Assessment) Statement() (TestResultStatement, error) {
 	var result string
 	switch a.Verdict {
@@ -41,6 +47,10 @@ func (a *Assessment) Statement() (TestResultStatement, error) {
 	if a.Binding.WorkspaceDigest == "" {
 		subject = ResourceDescriptor{Name: "candidate-job", Digest: digestMap(a.Binding.CandidateJobDigest)}
 	}
+	bundle := ResourceDescriptor{Name: "bundle", Digest: digestMap(a.Binding.BundleDigest)}
+	if a.Binding.Instance != "" {
+		bundle.Annotations = map[string]any{sandbox.AnnotationInstance: a.Binding.Instance}
+	}
 	return TestResultStatement{
 		Type:          sandbox.StatementType,
 		Subject:       []ResourceDescriptor{subject},
@@ -48,7 +58,7 @@ func (a *Assessment) Statement() (TestResultStatement, error) {
 		Predicate: TestResultPredicate{
 			Result: result,
 			Configuration: []ResourceDescriptor{
-				{Name: "bundle", Digest: digestMap(a.Binding.BundleDigest)},
+				bundle,
 				{Name: "image", Digest: digestMap(a.Binding.ImageID)},
 			},
 			PassedTests: sortedNames(passed),
