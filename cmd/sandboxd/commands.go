@@ -34,6 +34,7 @@ func commands() map[string]command {
 		"image":     {"build evaluator images without a registry", cmdImage},
 		"exec":      {"run one command in a sandbox through the broker", cmdExec},
 		"run":       {"evaluate a candidate workspace against a bundle", cmdRun},
+		"run-set":   {"evaluate a set of instances (bundles and candidates), a bounded number at once", cmdRunSet},
 		"bundle":    {"pack, inspect and verify evaluator bundles", cmdBundle},
 		"workspace": {"ingest a candidate workspace", cmdWorkspace},
 		"keygen":    {"write an encrypted signing key pair", cmdKeygen},

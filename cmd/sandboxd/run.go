@@ -53,7 +53,7 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if code := o.checkUsage(fs, stderr); code >= 0 {
 		return code
 	}
-	r := &runInvocation{o: o, stdout: stdout, stderr: stderr}
+	r := &runInvocation{cmd: "sandboxd run", o: o, stdout: stdout, stderr: stderr}
 	if code := r.checkOut(); code >= 0 {
 		return code
 	}
@@ -70,27 +70,45 @@ func cmdRun(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	// Last, after the verdict is printed and the evidence written.
 	defer collectCaches(ctx, s.broker, s.leave, *o.cache, stderr, "sandboxd run")
 
+	ev, code := r.evaluate(ctx, s, signer)
+	if code >= 0 {
+		return code
+	}
+	return r.report(ev)
+}
+
+// evaluated is what one evaluation of run (or of one instance of run-set)
+// leaves: the bundle and workspace digests and the verified outcome.
+type evaluated struct {
+	bundleDigest, workspace string
+	instance                string // the bundle's, "" for none
+	outcome                 *evaluate.Outcome
+}
+
+// evaluate checks the bundle, ingests the workspace, checks isolation,
+// runs the evaluation and writes its evidence and JUnit.
+func (r *runInvocation) evaluate(ctx context.Context, s *sandboxes, signer *receipt.Signer) (evaluated, int) {
 	bun, cleanup, code := r.openBundle(ctx, s)
 	defer cleanup()
 	if code >= 0 {
-		return code
+		return evaluated{}, code
 	}
 	ws, code := r.ingestWorkspace(ctx, s, bun)
 	if code >= 0 {
-		return code
+		return evaluated{}, code
 	}
 	gated, code := r.checkIsolation(ctx, s, bun)
 	if code >= 0 {
-		return code
+		return evaluated{}, code
 	}
 	outcome, code := r.runEvaluation(ctx, s, gated, signer, bun, ws)
 	if code >= 0 {
-		return code
+		return evaluated{}, code
 	}
 	if code := r.writeOutputs(s, signer, bun, ws, outcome); code >= 0 {
-		return code
+		return evaluated{}, code
 	}
-	return r.report(bun, ws, outcome)
+	return evaluated{bundleDigest: bun.Digest, workspace: ws, instance: bun.Manifest.Instance, outcome: outcome}, -1
 }
 
 // runFlags declares the flags of `sandboxd run`.
@@ -101,6 +119,18 @@ func runFlags(stderr io.Writer) (*runOptions, *flag.FlagSet) {
 	fs.StringVar(&o.bundle, "bundle", "", "bundle directory (with bundle.json) or OCI layout `REF`")
 	fs.StringVar(&o.workspace, "workspace", "", "candidate workspace `DIR` or tar file")
 	fs.StringVar(&o.patch, "patch", "", "candidate unified diff `FILE`: the workspace is a directory holding only it, named "+patchName+" (for repository bundles, examples/repo-python)")
+	addEvalFlags(fs, o)
+	fs.Usage = func() {
+		fmt.Fprintln(stderr, "usage: sandboxd run --bundle DIR|LAYOUT --workspace DIR|TAR|--patch FILE --key FILE|--ephemeral-key [--out DIR] [--json] [--junit FILE] [--quiet] [--parallel N]")
+		fs.PrintDefaults()
+		fmt.Fprintln(stderr, "exit: 0 passed, 1 failed, 2 inconclusive, 3 bad input, 4 infrastructure error, 64 usage")
+	}
+	return o, fs
+}
+
+// addEvalFlags declares the flags `sandboxd run` and `sandboxd run-set`
+// share: the signing key, the outputs, the workspace limits, the engine.
+func addEvalFlags(fs *flag.FlagSet, o *runOptions) {
 	fs.StringVar(&o.key, "key", "", "broker signing key `FILE` (password in SANDBOXD_KEY_PASSWORD)")
 	fs.BoolVar(&o.ephemeralKey, "ephemeral-key", false, "sign with a key generated for this run (every envelope records it as ephemeral)")
 	fs.StringVar(&o.out, "out", "", "write the evidence directory to `DIR` (must not exist or be empty)")
@@ -113,12 +143,6 @@ func runFlags(stderr io.Writer) (*runOptions, *flag.FlagSet) {
 	o.engine = addEngineFlags(fs)
 	o.cache = addCacheFlags(fs)
 	o.runtime = addRuntimeFlag(fs, "runtime every job of the evaluation runs on: runc or runsc (gVisor)")
-	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: sandboxd run --bundle DIR|LAYOUT --workspace DIR|TAR|--patch FILE --key FILE|--ephemeral-key [--out DIR] [--json] [--junit FILE] [--quiet] [--parallel N]")
-		fs.PrintDefaults()
-		fmt.Fprintln(stderr, "exit: 0 passed, 1 failed, 2 inconclusive, 3 bad input, 4 infrastructure error, 64 usage")
-	}
-	return o, fs
 }
 
 // checkUsage refuses what the flags cannot mean together (exitUsage).
@@ -130,17 +154,22 @@ func (o *runOptions) checkUsage(fs *flag.FlagSet, stderr io.Writer) int {
 		fs.Usage()
 		return exitUsage
 	}
+	return o.checkEvalUsage("sandboxd run", stderr)
+}
+
+// checkEvalUsage refuses what the shared flags cannot mean (exitUsage).
+func (o *runOptions) checkEvalUsage(cmd string, stderr io.Writer) int {
 	if (o.key == "") == !o.ephemeralKey {
 		// Evidence signed by a key nobody can pin must be asked for.
-		fmt.Fprintln(stderr, "sandboxd run: give exactly one of --key FILE and --ephemeral-key")
+		fmt.Fprintln(stderr, cmd+": give exactly one of --key FILE and --ephemeral-key")
 		return exitUsage
 	}
 	if err := o.cache.Validate(); err != nil {
-		fmt.Fprintln(stderr, "sandboxd run: --volume-budget:", err)
+		fmt.Fprintln(stderr, cmd+": --volume-budget:", err)
 		return exitUsage
 	}
 	if o.parallel < 0 {
-		fmt.Fprintf(stderr, "sandboxd run: --parallel %d: want 0 (all at once) or more\n", o.parallel)
+		fmt.Fprintf(stderr, "%s: --parallel %d: want 0 (all at once) or more\n", cmd, o.parallel)
 		return exitUsage
 	}
 	return -1
@@ -149,23 +178,33 @@ func (o *runOptions) checkUsage(fs *flag.FlagSet, stderr io.Writer) int {
 // runInvocation is one `sandboxd run` under way. Each of its steps says on stderr
 // why the command stops and returns its exit code, or -1 to go on.
 type runInvocation struct {
+	cmd            string // the prefix of what it prints: "sandboxd run", or none for an instance of a set
+	instance       string // for an instance of a set, its name, which the bundle's instance (if any) must be
 	o              *runOptions
 	stdout, stderr io.Writer
 	rep            progress.Reporter
 }
 
+// say prints a line on stderr, after the command's name if it has one.
+func (r *runInvocation) say(msg string) {
+	if r.cmd != "" {
+		msg = r.cmd + ": " + msg
+	}
+	fmt.Fprintln(r.stderr, msg)
+}
+
 // bad says why an input was refused: exitBadInput.
 func (r *runInvocation) bad(format string, a ...any) int {
-	fmt.Fprintf(r.stderr, "sandboxd run: "+format+"\n", a...)
+	r.say(fmt.Sprintf(format, a...))
 	return exitBadInput
 }
 
 // infra says what failed on the engine or the host: exitInfraError.
 func (r *runInvocation) infra(what string, err error) int {
 	if what == "" {
-		fmt.Fprintln(r.stderr, "sandboxd run:", err)
+		r.say(err.Error())
 	} else {
-		fmt.Fprintln(r.stderr, "sandboxd run: "+what+":", err)
+		r.say(what + ": " + err.Error())
 	}
 	return exitInfraError
 }
@@ -197,6 +236,9 @@ func (r *runInvocation) openBundle(ctx context.Context, s *sandboxes) (bun *bund
 	endStep(step, err)
 	if err != nil {
 		return nil, cleanup, r.bad("bundle %s: %v", r.o.bundle, err)
+	}
+	if got := bun.Manifest.Instance; r.instance != "" && got != "" && got != r.instance {
+		return nil, cleanup, r.bad("bundle %s names instance %q, not %q", r.o.bundle, got, r.instance)
 	}
 	if err := bun.CopyLayer(s.blobs); err != nil {
 		return nil, cleanup, r.bad("bundle %s: %v", r.o.bundle, err)
@@ -329,7 +371,7 @@ func (r *runInvocation) runEvaluation(ctx context.Context, s *sandboxes, gated s
 	case errors.Is(err, evaluate.ErrCandidateExport):
 		// The candidate's doing: no verdict can be reached, which is
 		// inconclusive, never the caller's bad input.
-		fmt.Fprintln(r.stderr, "sandboxd run: inconclusive:", err)
+		r.say("inconclusive: " + err.Error())
 		return nil, exitInconclusive
 	case errors.Is(err, sandbox.ErrImageRefused):
 		return nil, r.bad("bundle %s: evaluator image %s: %v", r.o.bundle, bun.Manifest.Image, err)
@@ -361,20 +403,34 @@ func (r *runInvocation) writeOutputs(s *sandboxes, signer *receipt.Signer, bun *
 
 // report prints the assessment and returns the verdict's exit code, or
 // exitInfraError when a job ended with the sandbox failing.
-func (r *runInvocation) report(bun *bundle.Bundle, ws string, outcome *evaluate.Outcome) int {
+func (r *runInvocation) report(ev evaluated) int {
 	if r.o.json {
-		r.stdout.Write(outcome.AssessmentJSON)
+		r.stdout.Write(ev.outcome.AssessmentJSON)
 		fmt.Fprintln(r.stdout)
 	} else {
-		printVerdict(r.stdout, bun, ws, outcome)
+		printVerdict(r.stdout, ev)
 	}
-	for _, j := range outcome.Jobs {
+	if j, ok := sandboxFailure(ev.outcome); ok {
+		r.say(fmt.Sprintf("%s job %s ended %s: %s", j.Role, j.Job.ID, j.Result.Status, j.Result.Cause))
+		return exitInfraError
+	}
+	return verdictCode(ev.outcome.Assessment.Verdict)
+}
+
+// sandboxFailure returns the first job of the evaluation that ended with
+// the sandbox failing (error or uncertain), which no verdict may hide.
+func sandboxFailure(o *evaluate.Outcome) (evaluate.JobRecord, bool) {
+	for _, j := range o.Jobs {
 		if j.Result.Status == sandbox.StatusError || j.Result.Status == sandbox.StatusUncertain {
-			fmt.Fprintf(r.stderr, "sandboxd run: %s job %s ended %s: %s\n", j.Role, j.Job.ID, j.Result.Status, j.Result.Cause)
-			return exitInfraError
+			return j, true
 		}
 	}
-	switch outcome.Assessment.Verdict {
+	return evaluate.JobRecord{}, false
+}
+
+// verdictCode is run's exit code for a verdict.
+func verdictCode(v supervisor.Verdict) int {
+	switch v {
 	case supervisor.Passed:
 		return exitPassed
 	case supervisor.Failed:
@@ -390,7 +446,8 @@ func loadSigner(path string) (*receipt.Signer, error) {
 	return receipt.LoadSigner(path, []byte(os.Getenv("SANDBOXD_KEY_PASSWORD")))
 }
 
-func printVerdict(w io.Writer, b *bundle.Bundle, ws string, o *evaluate.Outcome) {
+func printVerdict(w io.Writer, ev evaluated) {
+	o := ev.outcome
 	a := o.Assessment
 	tw := tabwriter.NewWriter(w, 2, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "CHECK\tSTATUS\tREASON")
@@ -409,8 +466,12 @@ func printVerdict(w io.Writer, b *bundle.Bundle, ws string, o *evaluate.Outcome)
 	if len(a.Reasons) > 0 && a.Verdict != supervisor.Passed {
 		reason = " — " + strings.Join(a.Reasons, "; ")
 	}
-	fmt.Fprintf(w, "verdict: %s (%d passed, %d failed, %d inconclusive) bundle %s workspace %s%s\n",
-		a.Verdict, counts[supervisor.Passed], counts[supervisor.Failed], counts[supervisor.Inconclusive], short(b.Digest), short(ws), reason)
+	inst := ""
+	if ev.instance != "" {
+		inst = " instance " + ev.instance
+	}
+	fmt.Fprintf(w, "verdict: %s (%d passed, %d failed, %d inconclusive)%s bundle %s workspace %s%s\n",
+		a.Verdict, counts[supervisor.Passed], counts[supervisor.Failed], counts[supervisor.Inconclusive], inst, short(ev.bundleDigest), short(ev.workspace), reason)
 }
 
 func short(d string) string {

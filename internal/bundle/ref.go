@@ -14,13 +14,13 @@ import (
 // never nil.
 func OpenRef(ctx context.Context, ref, tmp string) (b *Bundle, cleanup func(), err error) {
 	nop := func() {}
-	layoutDir, _, _ := strings.Cut(ref, "@")
-	if _, err := os.Stat(filepath.Join(layoutDir, "oci-layout")); err == nil {
+	layout, err := CheckRef(ref)
+	if err != nil {
+		return nil, nop, err
+	}
+	if layout {
 		b, err := Open(ref, DefaultLimits())
 		return b, nop, err
-	}
-	if _, err := os.Stat(filepath.Join(ref, "bundle.json")); err != nil {
-		return nil, nop, fmt.Errorf("neither an OCI layout nor a directory with bundle.json")
 	}
 	if err := os.MkdirAll(tmp, 0o700); err != nil {
 		return nil, nop, err
@@ -32,4 +32,17 @@ func OpenRef(ctx context.Context, ref, tmp string) (b *Bundle, cleanup func(), e
 	cleanup = func() { os.RemoveAll(dir) }
 	b, err = Pack(ctx, ref, dir, DefaultLimits())
 	return b, cleanup, err
+}
+
+// CheckRef reports whether ref names an OCI layout (else a bundle
+// directory), or why it names neither, without reading either.
+func CheckRef(ref string) (layout bool, err error) {
+	layoutDir, _, _ := strings.Cut(ref, "@")
+	if _, err := os.Stat(filepath.Join(layoutDir, "oci-layout")); err == nil {
+		return true, nil
+	}
+	if _, err := os.Stat(filepath.Join(ref, "bundle.json")); err != nil {
+		return false, fmt.Errorf("neither an OCI layout nor a directory with bundle.json")
+	}
+	return false, nil
 }

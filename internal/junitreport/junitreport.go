@@ -22,17 +22,7 @@ const (
 
 // Encode writes the JUnit XML of a (verified) assessment to w.
 func Encode(w io.Writer, a supervisor.Assessment) error {
-	doc := build(a)
-	var b bytes.Buffer
-	b.WriteString(xml.Header)
-	enc := xml.NewEncoder(&b)
-	enc.Indent("", "  ")
-	if err := enc.Encode(doc); err != nil {
-		return fmt.Errorf("junit: %w", err)
-	}
-	b.WriteByte('\n')
-	_, err := w.Write(b.Bytes())
-	return err
+	return encodeDoc(w, build(a))
 }
 
 // EncodeJSON is Encode for an assessment's retained JSON.
@@ -48,8 +38,56 @@ func EncodeJSON(w io.Writer, assessment []byte) error {
 // temporary file in the same directory, synced, then renamed over path, so
 // that a reader finds the whole file or none (never half of one).
 func WriteFile(path string, a supervisor.Assessment) error {
+	return writeFile(path, build(a))
+}
+
+// Instance is one evaluation of a set (`sandboxd run-set`): its name and
+// its verified assessment, or, when it reached none, why not.
+type Instance struct {
+	Name       string
+	Assessment *supervisor.Assessment
+	Error      string
+}
+
+// EncodeSet writes one document for the instances of a set, in their
+// order: an instance's checks are the suite named after it and its
+// controls the suite "<name>.controls" (the testcases' classname is their
+// suite's name, so CI views group them by instance); an instance without
+// an assessment is a suite with one testcase, "evaluation", an <error>
+// saying why, never a pass.
+func EncodeSet(w io.Writer, set []Instance) error {
+	return encodeDoc(w, buildSet(set))
+}
+
+// WriteSetFile is EncodeSet to path, atomically as WriteFile.
+func WriteSetFile(path string, set []Instance) error {
+	return writeFile(path, buildSet(set))
+}
+
+func encodeDoc(w io.Writer, doc testsuites) error {
+	b, err := marshal(doc)
+	if err != nil {
+		return err
+	}
+	_, err = w.Write(b)
+	return err
+}
+
+func marshal(doc testsuites) ([]byte, error) {
 	var b bytes.Buffer
-	if err := Encode(&b, a); err != nil {
+	b.WriteString(xml.Header)
+	enc := xml.NewEncoder(&b)
+	enc.Indent("", "  ")
+	if err := enc.Encode(doc); err != nil {
+		return nil, fmt.Errorf("junit: %w", err)
+	}
+	b.WriteByte('\n')
+	return b.Bytes(), nil
+}
+
+func writeFile(path string, doc testsuites) error {
+	b, err := marshal(doc)
+	if err != nil {
 		return err
 	}
 	dir := filepath.Dir(path)
@@ -63,7 +101,7 @@ func WriteFile(path string, a supervisor.Assessment) error {
 		os.Remove(tmp)
 		return fmt.Errorf("junit %s: %w", path, err)
 	}
-	if _, err := f.Write(b.Bytes()); err != nil {
+	if _, err := f.Write(b); err != nil {
 		return fail(err)
 	}
 	if err := f.Chmod(0o644); err != nil {
@@ -132,12 +170,41 @@ type problem struct {
 
 func build(a supervisor.Assessment) testsuites {
 	doc := testsuites{Name: "sandboxd"}
-	bind := bindingProperties(a)
+	doc.add(suites(a, SuiteChecks, SuiteControls)...)
+	return doc
+}
 
-	checks := testsuite{Name: SuiteChecks, Properties: slices.Clone(bind)}
+func buildSet(set []Instance) testsuites {
+	doc := testsuites{Name: "sandboxd.set"}
+	for _, in := range set {
+		if in.Assessment == nil {
+			tc := testcase{Name: "evaluation", Classname: in.Name, Error: newProblem(in.Error), SystemOut: systemOut(supervisor.Inconclusive, in.Error, nil)}
+			doc.add(testsuite{Name: in.Name, Tests: 1, Errors: 1, Cases: []testcase{tc}})
+			continue
+		}
+		doc.add(suites(*in.Assessment, in.Name, in.Name+".controls")...)
+	}
+	return doc
+}
+
+// add appends suites to the document and counts them in its totals.
+func (doc *testsuites) add(ss ...testsuite) {
+	for _, s := range ss {
+		doc.Suites = append(doc.Suites, s)
+		doc.Tests += s.Tests
+		doc.Failures += s.Failures
+		doc.Errors += s.Errors
+	}
+}
+
+// suites are an assessment's checks suite, named checksName, and, when its
+// policy declares controls, its controls suite, named controlsName.
+func suites(a supervisor.Assessment, checksName, controlsName string) []testsuite {
+	bind := bindingProperties(a)
+	checks := testsuite{Name: checksName, Properties: slices.Clone(bind)}
 	var evidence []string
 	for _, c := range a.Checks {
-		tc := testcase{Name: c.Name, Classname: SuiteChecks, SystemOut: systemOut(c.Status, c.Reason, c.Evidence)}
+		tc := testcase{Name: c.Name, Classname: checksName, SystemOut: systemOut(c.Status, c.Reason, c.Evidence)}
 		switch c.Status {
 		case supervisor.Passed:
 		case supervisor.Failed:
@@ -154,29 +221,23 @@ func build(a supervisor.Assessment) testsuites {
 		checks.Properties = append(checks.Properties, property{"evidence." + strconv.Itoa(i), d})
 	}
 	checks.Tests = len(checks.Cases)
-	doc.Suites = append(doc.Suites, checks)
-
+	out := []testsuite{checks}
 	if len(a.Policy.Controls) > 0 {
-		doc.Suites = append(doc.Suites, controlsSuite(a, bind))
+		out = append(out, controlsSuite(a, bind, controlsName))
 	}
-	for _, s := range doc.Suites {
-		doc.Tests += s.Tests
-		doc.Failures += s.Failures
-		doc.Errors += s.Errors
-	}
-	return doc
+	return out
 }
 
 // controlsSuite has one testcase per control the policy declares, judged
 // by the outcome the assessment recorded for it.
-func controlsSuite(a supervisor.Assessment, bind []property) testsuite {
-	s := testsuite{Name: SuiteControls, Properties: slices.Clone(bind)}
+func controlsSuite(a supervisor.Assessment, bind []property, name string) testsuite {
+	s := testsuite{Name: name, Properties: slices.Clone(bind)}
 	for _, kind := range a.Policy.Controls {
 		want := supervisor.Passed
 		if kind == supervisor.ControlKnownBad {
 			want = supervisor.Failed
 		}
-		tc := testcase{Name: string(kind), Classname: SuiteControls}
+		tc := testcase{Name: string(kind), Classname: name}
 		var got []supervisor.ControlOutcome
 		for _, c := range a.Controls {
 			if c.Kind == kind {

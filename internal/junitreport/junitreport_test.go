@@ -3,9 +3,11 @@ package junitreport
 import (
 	"bytes"
 	"encoding/json"
+	"encoding/xml"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -320,4 +322,57 @@ func stderrOf(err error) string {
 		return string(ee.Stderr)
 	}
 	return ""
+}
+
+// A set's document holds each instance's suites under its name, in the
+// set's order; an instance without an assessment is one error, never a
+// pass; the totals add up; and the file is valid against the schema.
+func TestEncodeSet(t *testing.T) {
+	passed, failed := golden(t, "gotest__pass"), withControls(t, "gotest__pass", supervisor.Failed)
+	failed.Verdict = supervisor.Failed
+	set := []Instance{
+		{Name: "inst-a", Assessment: &passed},
+		{Name: "inst-b", Assessment: &failed},
+		{Name: "inst-c", Error: "bundle bundles/c: does not verify"},
+	}
+	path := filepath.Join(t.TempDir(), "set.xml")
+	if err := WriteSetFile(path, set); err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc testsuites
+	if err := xml.Unmarshal(data, &doc); err != nil {
+		t.Fatal(err)
+	}
+	var names []string
+	tests, errs := 0, 0
+	for _, s := range doc.Suites {
+		names = append(names, s.Name)
+		tests += s.Tests
+		errs += s.Errors
+		for _, c := range s.Cases {
+			if c.Classname != s.Name {
+				t.Errorf("suite %s: testcase %s has classname %q", s.Name, c.Name, c.Classname)
+			}
+		}
+	}
+	if want := []string{"inst-a", "inst-b", "inst-b.controls", "inst-c"}; !slices.Equal(names, want) {
+		t.Fatalf("suites %v, want %v", names, want)
+	}
+	last := doc.Suites[3]
+	if len(last.Cases) != 1 || last.Cases[0].Error == nil || last.Cases[0].Error.Message != set[2].Error || last.Errors != 1 {
+		t.Fatalf("instance without an assessment: %+v, want one error saying %q", last, set[2].Error)
+	}
+	if doc.Tests != tests || doc.Errors != errs || doc.Tests != len(passed.Checks)+len(failed.Checks)+len(failed.Policy.Controls)+1 {
+		t.Fatalf("totals tests=%d errors=%d, suites add up to %d and %d", doc.Tests, doc.Errors, tests, errs)
+	}
+	if _, err := exec.LookPath("xmllint"); err != nil {
+		need(t, "xmllint (libxml2-utils; scripts/setup installs it)")
+	}
+	if out, err := exec.Command("xmllint", "--noout", "--schema", "testdata/junit-10.xsd", path).CombinedOutput(); err != nil {
+		t.Fatalf("xmllint --schema: %v\n%s", err, out)
+	}
 }
