@@ -370,12 +370,20 @@ func chainResult(keys sandbox.KeySet, job *sandbox.Job, res *verified, envs []*v
 	}
 }
 
+// instanceNote names a bundle's instance after its digest, if it has one.
+func instanceNote(instance string) string {
+	if instance == "" {
+		return ""
+	}
+	return " (instance " + instance + ")"
+}
+
 func describe(v *verified) string {
 	var b strings.Builder
 	if va := v.assessment; va != nil {
 		a := va.Assessment
-		fmt.Fprintf(&b, "assessment: %s (%d checks) of candidate job %q and grader job %q, workspace %s, bundle %s, %s; signed by %s",
-			a.Verdict, len(a.Checks), a.CandidateJob, a.GraderJob, orNone(a.WorkspaceDigest), a.ManifestDigest, a.SupervisorRevision, strings.Join(va.KeyIDs, ", "))
+		fmt.Fprintf(&b, "assessment: %s (%d checks) of candidate job %q and grader job %q, workspace %s, bundle %s%s, %s; signed by %s",
+			a.Verdict, len(a.Checks), a.CandidateJob, a.GraderJob, orNone(a.WorkspaceDigest), a.ManifestDigest, instanceNote(a.Instance), a.SupervisorRevision, strings.Join(va.KeyIDs, ", "))
 		for _, n := range v.notes {
 			b.WriteString("; " + n)
 		}
@@ -383,8 +391,8 @@ func describe(v *verified) string {
 	}
 	if tr := v.testResult; tr != nil {
 		name, digest := tr.Subject()
-		fmt.Fprintf(&b, "test-result (%d passed, %d failed) for %s %s under bundle %s; signed by %s",
-			len(tr.PassedTests), len(tr.FailedTests), name, orNone(digest), orNone(tr.Bundle()), strings.Join(tr.KeyIDs, ", "))
+		fmt.Fprintf(&b, "test-result (%d passed, %d failed) for %s %s under bundle %s%s; signed by %s",
+			len(tr.PassedTests), len(tr.FailedTests), name, orNone(digest), orNone(tr.Bundle()), instanceNote(tr.Instance), strings.Join(tr.KeyIDs, ", "))
 		for _, n := range v.notes {
 			b.WriteString("; " + n)
 		}
