@@ -10,8 +10,10 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -54,7 +56,8 @@ const faultEnv = "SANDBOXD_TEST_FAULT"
 
 // cmdServe runs the daemon until SIGTERM or SIGINT: then it stops taking
 // jobs, waits --drain-timeout for running ones and exits; jobs still
-// running are recovered by the next start (see internal/server).
+// running are recovered by the next start (see internal/server). SIGHUP
+// reads --tenants again.
 func cmdServe(ctx context.Context, args []string, _, stderr io.Writer) int {
 	o, fs := serveFlags(stderr)
 	if code := parseFlags(fs, args); code >= 0 {
@@ -108,8 +111,8 @@ func serveFlags(stderr io.Writer) (*serveOptions, *flag.FlagSet) {
 	fs.DurationVar(&o.fleetAckWait, "fleet-ack-wait", 30*time.Second, "with --fleet: how long a job message stays with a host that sends no word before it is delivered again (every host of a fleet must give the same)")
 	fs.Var(&o.fleetKeys, "fleet-key", "with --fleet: another host's public key `PEM` file (repeatable): results it signed are assessed here")
 	fs.IntVar(&o.fleetReplicas, "fleet-replicas", 3, "with --fleet: replicas of the fleet's streams and buckets when this host creates them (1, 3 or 5)")
-	fs.StringVar(&o.tenants, "tenants", "", "tenants `FILE` (JSON, schema "+server.TenantsSchema+"): socket peers (uid, gid) and client certificate subjects mapped to tenants, roles and quotas; each tenant sees only its own jobs and blobs. Without it, whoever reaches the socket or holds a certificate of the client CA may read, cancel and fetch every job and blob")
-	fs.DurationVar(&o.retain, "retain", 0, "how long an ended job's journal record (its receipt and result envelopes) is kept; then it is removed, and the blobs only it named with the next collection (0: forever)")
+	fs.StringVar(&o.tenants, "tenants", "", "tenants `FILE` (JSON, schema "+server.TenantsSchema+"): socket peers (uid, gid) and client certificate subjects mapped to tenants, roles and quotas; each tenant sees only its own jobs and blobs; read again on SIGHUP. Without it, whoever reaches the socket or holds a certificate of the client CA may read, cancel and fetch every job and blob")
+	fs.DurationVar(&o.retain, "retain", 0, "how long an ended job's journal record (its receipt and result envelopes) and a retained assessment are kept; then they are removed, and the blobs only such records named with the next collection (0: forever)")
 	fs.BoolVar(&o.debug, "debug", false, "log every request")
 	return o, fs
 }
@@ -137,6 +140,7 @@ func serve(ctx context.Context, o serveOptions, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
+	defer o.reloadTenantsOnHUP(tenants, log)()
 	// One process per state directory: a second one says who holds it
 	// instead of timing out on the journal.
 	unlock, err := server.LockState(o.state)
@@ -198,6 +202,47 @@ func (o serveOptions) loadTenants() (*server.Tenants, error) {
 		return nil, fmt.Errorf("--tenants: %w", err)
 	}
 	return server.ParseTenants(o.tenants, data)
+}
+
+// reloadTenantsOnHUP reads --tenants again at every SIGHUP until the
+// returned func is called (it waits for the reader to stop). A file that
+// does not decode keeps the tenants read before; jobs keep their owners.
+func (o serveOptions) reloadTenantsOnHUP(tenants *server.Tenants, log *slog.Logger) (stop func()) {
+	hup := make(chan os.Signal, 1)
+	signal.Notify(hup, syscall.SIGHUP)
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Go(func() {
+		for {
+			select {
+			case <-done:
+				return
+			case <-hup:
+				o.reloadTenants(tenants, log)
+			}
+		}
+	})
+	return func() {
+		signal.Stop(hup)
+		close(done)
+		wg.Wait()
+	}
+}
+
+func (o serveOptions) reloadTenants(tenants *server.Tenants, log *slog.Logger) {
+	if tenants == nil {
+		log.Warn("SIGHUP: no --tenants to read again; nothing changes")
+		return
+	}
+	data, err := os.ReadFile(o.tenants)
+	if err == nil {
+		err = tenants.Reload(data)
+	}
+	if err != nil {
+		log.Error("SIGHUP: tenants not reloaded; the tenants read before stay", "file", o.tenants, "error", err)
+		return
+	}
+	log.Info("SIGHUP: tenants reloaded", "file", o.tenants)
 }
 
 // signer is the daemon's signing key, named --name: --key, or one made now.

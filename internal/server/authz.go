@@ -277,6 +277,9 @@ func (s *Server) admitTenant(ctx context.Context, t *caller, job sandbox.Job, ad
 	if ref := s.checkTenantJob(ctx, t, job); ref != nil {
 		return journal.Record{}, false, ref
 	}
+	if ref := s.checkTenantBlobs(t); ref != nil {
+		return journal.Record{}, false, ref
+	}
 	if t.Quota.MaxJobs == 0 {
 		return admit()
 	}

@@ -54,7 +54,8 @@ type Config struct {
 	// Retain is how long the journal keeps an ended job's record (and its
 	// signed envelopes) after it ended; then the record goes, checked at
 	// every collection, and the blobs only it named with the collection.
-	// Zero keeps every record.
+	// The Supervisor's retained assessments go by the same age, counted
+	// from when each was retained. Zero keeps every record and assessment.
 	Retain time.Duration
 	// GCMinAge spares, in a collection while the daemon runs, every blob
 	// used more recently (a selfcheck's inputs, a result a client is
@@ -77,6 +78,7 @@ type Config struct {
 	// Tenants, when set, separates the daemon's callers (authz.go): each
 	// sees, waits for and cancels its own jobs and reads its own blobs
 	// only, within its quota. Nil lets every caller do everything.
+	// Tenants.Reload changes them while the daemon serves.
 	Tenants *Tenants
 	// Logger receives JSON logs; nil discards them.
 	Logger *slog.Logger

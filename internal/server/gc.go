@@ -120,7 +120,7 @@ type gcStats struct {
 func (s *Server) collectGarbage(ctx context.Context) (GCReport, error) {
 	s.gcMu.Lock()
 	defer s.gcMu.Unlock()
-	s.retire()
+	s.retire(ctx)
 	recs, err := s.cfg.Journal.List()
 	if err != nil {
 		return GCReport{}, fmt.Errorf("gc: %w", err)
@@ -161,19 +161,31 @@ func (s *Server) collectGarbage(ctx context.Context) (GCReport, error) {
 
 // retire removes the journal records of jobs that ended more than Retain
 // ago, with their signed envelopes; the blobs only they named are then
-// orphans the collection removes (once GCMinAge past their last use).
-func (s *Server) retire() {
+// orphans the collection removes (once GCMinAge past their last use). The
+// assessments retained more than Retain ago go too: one is made after the
+// jobs it judges ended, so none goes before their records.
+func (s *Server) retire(ctx context.Context) {
 	if s.cfg.Retain <= 0 {
 		return
 	}
-	ids, err := s.cfg.Journal.RemoveFinishedBefore(time.Now().Add(-s.cfg.Retain))
+	cutoff := time.Now().Add(-s.cfg.Retain)
+	ids, err := s.cfg.Journal.RemoveFinishedBefore(cutoff)
 	if err != nil {
 		s.log.Error("retention", "error", err)
-		return
-	}
-	if len(ids) > 0 {
+	} else if len(ids) > 0 {
 		s.m.retired.Add(float64(len(ids)))
 		s.log.Info("removed the records of jobs ended before the retention", "records", len(ids), "retain", s.cfg.Retain.String())
+	}
+	if s.cfg.Supervisor == nil {
+		return
+	}
+	n, err := s.cfg.Supervisor.RemoveRetainedBefore(ctx, cutoff)
+	if n > 0 {
+		s.m.assessmentsRetired.Add(float64(n))
+		s.log.Info("removed the assessments retained before the retention", "assessments", n, "retain", s.cfg.Retain.String())
+	}
+	if err != nil {
+		s.log.Error("retention of assessments", "error", err)
 	}
 }
 
@@ -210,6 +222,14 @@ func (s *Server) registerGC() {
 			defer s.gc.mu.Unlock()
 			return float64(f())
 		}
+	}
+	if s.cfg.Supervisor != nil {
+		s.m.reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "sandboxd_assessments_retained", Help: "Assessments and their signed forms retained (removed after --retain)."},
+			func() float64 {
+				n, _ := s.cfg.Supervisor.Retained(context.Background())
+				return float64(n)
+			}))
 	}
 	s.m.reg.MustRegister(
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{

@@ -23,6 +23,9 @@ type metrics struct {
 	envelopesSigned *prometheus.CounterVec
 	reconcile       *prometheus.CounterVec
 	retired         prometheus.Counter
+	// assessmentsRetired counts retained assessments (and signed forms)
+	// removed after --retain.
+	assessmentsRetired prometheus.Counter
 }
 
 func newMetrics() *metrics {
@@ -61,10 +64,12 @@ func newMetrics() *metrics {
 			Name: "sandboxd_reconcile_actions_total", Help: "Recovery and reaping actions, by action."}, []string{"action"}),
 		retired: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "sandboxd_journal_records_removed_total", Help: "Records of ended jobs removed after --retain."}),
+		assessmentsRetired: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "sandboxd_assessments_removed_total", Help: "Retained assessments and signed forms removed after --retain."}),
 	}
 	m.reg.MustRegister(m.accepted, m.rejected, m.jobs, m.duration, m.queueDepth, m.running, m.recovering,
 		m.createLatency, m.startLatency, m.bytesUploaded, m.bytesStaged, m.bytesCollected,
-		m.envelopesSigned, m.reconcile, m.retired,
+		m.envelopesSigned, m.reconcile, m.retired, m.assessmentsRetired,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

@@ -116,35 +116,87 @@ func (s *Server) registerQuota() {
 // quotaStatus is the HTTP status of an upload the quota refused.
 const quotaStatus = http.StatusInsufficientStorage
 
+// tenantHeld is what the tenant holds of the blob store: the bytes of
+// the blobs granted to it (its uploads, its jobs' outputs) that the store
+// holds, each once (max_blob_bytes), and of them those a lease holds,
+// uploads no accepted job names yet (max_upload_bytes). A grant of a blob
+// the store no longer holds counts nothing (the next collection drops it).
+func (s *Server) tenantHeld(tenant string) (stored, leased int64, err error) {
+	ds, err := s.cfg.Journal.GrantedBlobs(tenant)
+	if err != nil {
+		return 0, 0, err
+	}
+	for _, d := range ds {
+		n, err := s.cfg.Blobs.Size(d)
+		if errors.Is(err, store.ErrNotFound) {
+			continue
+		}
+		if err != nil {
+			return 0, 0, err
+		}
+		stored += n
+		if s.cfg.Blobs.Leased(d, s.cfg.BlobLeaseTTL) {
+			leased += n
+		}
+	}
+	return stored, leased, nil
+}
+
 // reserveTenantUpload reserves room for an upload of size bytes (-1:
-// unknown, the most a blob may be) under the tenant's max_upload_bytes:
-// its leased uploads and those arriving. It returns a release func; a
-// tenant without that quota (or no tenant) is not counted.
+// unknown, the most a blob may be) under the tenant's max_upload_bytes
+// (its leased uploads and those arriving) and max_blob_bytes (the stored
+// blobs it holds and its uploads arriving). It returns a release func; a
+// tenant without those quotas (or no tenant) is not counted.
 func (s *Server) reserveTenantUpload(t *caller, size int64) (func(), error) {
-	if t == nil || t.Quota.MaxUploadBytes == 0 {
+	if t == nil || t.Quota.MaxUploadBytes == 0 && t.Quota.MaxBlobBytes == 0 {
 		return func() {}, nil
 	}
 	if size < 0 {
 		size = s.cfg.MaxBlobBytes
 	}
-	ds, err := s.cfg.Journal.GrantedBlobs(t.Name)
+	return s.reserveTenant(t, size, "")
+}
+
+// reserveTenantLease reserves room under the tenant's max_upload_bytes for
+// a new lease of blob d, stored and granted to it (an empty PUT of its own
+// blob): the lease makes d one of its uploads no accepted job names yet
+// again, as an upload of it would. Renewing a lease its quota counts
+// already takes nothing; d's bytes are held already (max_blob_bytes).
+func (s *Server) reserveTenantLease(t *caller, d string) (func(), error) {
+	if t == nil || t.Quota.MaxUploadBytes == 0 || s.cfg.Blobs.Leased(d, s.cfg.BlobLeaseTTL) {
+		return func() {}, nil
+	}
+	size, err := s.cfg.Blobs.Size(d)
+	if errors.Is(err, store.ErrNotFound) {
+		return func() {}, nil // an upload, then: putBlob reserves it as one
+	}
 	if err != nil {
 		return nil, err
 	}
+	return s.reserveTenant(t, size, fmt.Sprintf("a lease of this stored %d-byte blob counts as an upload: ", size))
+}
+
+// reserveTenant counts size bytes more as arriving for the tenant's
+// quotas (what being, in the error, says what they are), if they leave
+// room.
+func (s *Server) reserveTenant(t *caller, size int64, being string) (func(), error) {
 	q := &s.uploads
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	var held int64
-	for _, d := range ds {
-		if s.cfg.Blobs.Leased(d, s.cfg.BlobLeaseTTL) {
-			if n, err := s.cfg.Blobs.Size(d); err == nil {
-				held += n
-			}
-		}
+	// Under q.mu: an upload grants its blob before it gives its
+	// reservation back, so each is counted once, stored or arriving.
+	stored, leased, err := s.tenantHeld(t.Name)
+	if err != nil {
+		return nil, err
 	}
-	if held+q.byTenant[t.Name]+size > t.Quota.MaxUploadBytes {
-		return nil, fmt.Errorf("%w: tenant %q's uploads no accepted job names yet hold %d bytes (%d more arriving); %d more would pass its quota max_upload_bytes %d; submit the jobs that use them, or wait for their leases (%v) to end: %w",
-			errQuota, t.Name, held, q.byTenant[t.Name], size, t.Quota.MaxUploadBytes, s.cfg.BlobLeaseTTL, errTenantQuota)
+	arriving := q.byTenant[t.Name]
+	if max := t.Quota.MaxUploadBytes; max > 0 && leased+arriving+size > max {
+		return nil, fmt.Errorf("%s%w: tenant %q's uploads no accepted job names yet hold %d bytes (%d more arriving); %d more would pass its quota max_upload_bytes %d; submit the jobs that use them, or wait for their leases (%v) to end: %w",
+			being, errQuota, t.Name, leased, arriving, size, max, s.cfg.BlobLeaseTTL, errTenantQuota)
+	}
+	if max := t.Quota.MaxBlobBytes; max > 0 && stored+arriving+size > max {
+		return nil, fmt.Errorf("%w: tenant %q holds %d bytes of stored blobs, its uploads and its jobs' outputs (%d more arriving); %d more would pass its quota max_blob_bytes %d; %s: %w",
+			errQuota, t.Name, stored, arriving, size, max, s.freedBy(), errTenantQuota)
 	}
 	if q.byTenant == nil {
 		q.byTenant = map[string]int64{}
@@ -155,4 +207,31 @@ func (s *Server) reserveTenantUpload(t *caller, size int64) (func(), error) {
 		q.byTenant[t.Name] -= size
 		q.mu.Unlock()
 	}, nil
+}
+
+// freedBy says when a tenant's stored blobs leave the store.
+func (s *Server) freedBy() string {
+	records := "are kept (no --retain)"
+	if s.cfg.Retain > 0 {
+		records = fmt.Sprintf("go %v after their job ended (--retain)", s.cfg.Retain)
+	}
+	return fmt.Sprintf("a blob leaves the store when no job record names it and no lease (%v) holds it, or beyond --blob-budget; records of ended jobs %s", s.cfg.BlobLeaseTTL, records)
+}
+
+// checkTenantBlobs refuses a job while its tenant holds its max_blob_bytes
+// of stored blobs already: the job's outputs would be more.
+func (s *Server) checkTenantBlobs(t *caller) *refusal {
+	if t.Quota.MaxBlobBytes == 0 {
+		return nil
+	}
+	stored, _, err := s.tenantHeld(t.Name)
+	if err != nil {
+		return &refusal{code: http.StatusInternalServerError, err: err}
+	}
+	if stored >= t.Quota.MaxBlobBytes {
+		return &refusal{code: quotaStatus, reason: "tenant_quota",
+			err: fmt.Errorf("tenant %q holds %d bytes of stored blobs, its uploads and its jobs' outputs, its quota max_blob_bytes is %d: the job's outputs would be more; %s: %w",
+				t.Name, stored, t.Quota.MaxBlobBytes, s.freedBy(), errTenantQuota)}
+	}
+	return nil
 }

@@ -1,14 +1,19 @@
 package server
 
 import (
+	"context"
 	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/sandboxd/sandboxd/internal/journal"
+	"github.com/sandboxd/sandboxd/internal/supervisor"
 	"github.com/sandboxd/sandboxd/sandbox"
 )
 
@@ -75,5 +80,72 @@ func TestRetentionRemovesOldRecordsOnly(t *testing.T) {
 	}
 	if got := f.metricValue(t, "sandboxd_journal_records_removed_total"); got != 1 {
 		t.Errorf("sandboxd_journal_records_removed_total: got %v, want 1", got)
+	}
+}
+
+// With Retain, the collections that remove old records remove the
+// assessments (and signed forms) retained before the retention too, by
+// when each was retained; a younger one, and a writer's temporary file,
+// stay. The metrics say how many the store holds and how many went.
+// Without Retain every assessment stays.
+func TestRetentionRemovesOldAssessmentsOnly(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct {
+		name      string
+		retain    time.Duration
+		wantGone  []string
+		wantKept  []string
+		wantTotal float64
+	}{
+		{"retain 1h", time.Hour, []string{"old"}, []string{"young", "new"}, 1},
+		{"no retention", 0, nil, []string{"old", "young", "new"}, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			assessments, err := supervisor.NewDirStore(dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			now := time.Now()
+			keys := map[string]string{}
+			for name, age := range map[string]time.Duration{"old": 2 * time.Hour, "young": 50 * time.Minute, "new": 0} {
+				keys[name] = sandbox.DigestBytes([]byte(name))
+				if _, err := assessments.Retain(ctx, keys[name], []byte(`{"assessment":"`+name+`"}`)); err != nil {
+					t.Fatal(err)
+				}
+				p := filepath.Join(dir, strings.TrimPrefix(keys[name], "sha256:")+".json")
+				if err := os.Chtimes(p, now.Add(-age), now.Add(-age)); err != nil {
+					t.Fatal(err)
+				}
+			}
+			tmp := filepath.Join(dir, ".tmp-1234")
+			if err := os.WriteFile(tmp, []byte("being written"), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			os.Chtimes(tmp, now.Add(-3*time.Hour), now.Add(-3*time.Hour))
+			f := newFixture(t, func(c *Config) { c.Retain, c.Supervisor = tc.retain, supervisor.New(assessments) }, nil)
+			if resp, b := f.do(t, "POST", "/v1/gc", nil); resp.StatusCode != http.StatusOK {
+				t.Fatalf("gc: %d %s", resp.StatusCode, b)
+			}
+			for _, name := range tc.wantGone {
+				if _, err := assessments.Load(ctx, keys[name]); !errors.Is(err, sandbox.ErrNotFound) {
+					t.Errorf("the %s assessment: got %v, want it removed", name, err)
+				}
+			}
+			for _, name := range tc.wantKept {
+				if _, err := assessments.Load(ctx, keys[name]); err != nil {
+					t.Errorf("the %s assessment: %v, want it kept", name, err)
+				}
+			}
+			if _, err := os.Stat(tmp); err != nil {
+				t.Errorf("a writer's temporary file: %v, want it left alone", err)
+			}
+			if got := f.metricValue(t, "sandboxd_assessments_retained"); got != float64(len(tc.wantKept)) {
+				t.Errorf("sandboxd_assessments_retained: got %v, want %d", got, len(tc.wantKept))
+			}
+			if got := f.metricValue(t, "sandboxd_assessments_removed_total"); got != tc.wantTotal {
+				t.Errorf("sandboxd_assessments_removed_total: got %v, want %v", got, tc.wantTotal)
+			}
+		})
 	}
 }

@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/sandboxd/sandboxd/internal/evaluate"
 	"github.com/sandboxd/sandboxd/internal/supervisor"
 	"github.com/sandboxd/sandboxd/sandbox"
 )
@@ -25,10 +26,13 @@ func TestParseTenants(t *testing.T) {
 	good := `{"schema": "sandboxd.tenants/v1", "tenants": [
 	  {"name": "ops", "identities": [{"role": "admin", "uids": [0]}]},
 	  {"name": "team-a", "identities": [{"role": "submitter", "subjects": ["CN=ci-a"]}, {"role": "reader", "gids": [1001]}],
-	   "quota": {"max_limits": {"cpu_millis": 2000}, "max_jobs": 2}}]}`
+	   "quota": {"max_limits": {"cpu_millis": 2000}, "max_jobs": 2, "max_blob_bytes": 1073741824}}]}`
 	ts, err := ParseTenants("t.json", []byte(good))
 	if err != nil {
 		t.Fatal(err)
+	}
+	if c, _ := ts.lookup(peer{subject: "CN=ci-a"}); c.Quota.MaxBlobBytes != 1<<30 {
+		t.Errorf("quota.max_blob_bytes: got %d, want %d", c.Quota.MaxBlobBytes, 1<<30)
 	}
 	for _, tc := range []struct {
 		p          peer
@@ -58,6 +62,8 @@ func TestParseTenants(t *testing.T) {
 		{"uid of two tenants", `{"schema":"sandboxd.tenants/v1","tenants":[{"name":"a","identities":[{"role":"admin","uids":[1]}]},{"name":"b","identities":[{"role":"reader","uids":[1]}]}]}`, `tenants[1] ("b"): identities[0]: uid 1 is tenant "a"'s already`},
 		{"subject of two tenants", `{"schema":"sandboxd.tenants/v1","tenants":[{"name":"a","identities":[{"role":"admin","subjects":["CN=x"]}]},{"name":"b","identities":[{"role":"reader","subjects":["CN=x"]}]}]}`, `subject "CN=x" is tenant "a"'s already`},
 		{"negative quota", `{"schema":"sandboxd.tenants/v1","tenants":[{"name":"a","identities":[{"role":"admin","uids":[1]}],"quota":{"max_limits":{"memory_bytes":-1}}}]}`, "quota.max_limits.memory_bytes -1 is negative"},
+		{"negative blob quota", `{"schema":"sandboxd.tenants/v1","tenants":[{"name":"a","identities":[{"role":"admin","uids":[1]}],"quota":{"max_blob_bytes":-1}}]}`, `tenants[0] ("a"): quota.max_blob_bytes -1 is negative`},
+		{"blob quota not a number", `{"schema":"sandboxd.tenants/v1","tenants":[{"name":"a","identities":[{"role":"admin","uids":[1]}],"quota":{"max_blob_bytes":"1G"}}]}`, `tenants.quota.max_blob_bytes of type int64`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := ParseTenants("/etc/sandboxd/tenants.json", []byte(tc.file))
@@ -356,4 +362,177 @@ func newJobWithInput(t *testing.T, id, digest string) sandbox.Job {
 		t.Fatal(err)
 	}
 	return j
+}
+
+// TestTenantsReload: a tenants file read again takes effect from the next
+// request (an identity moved to another tenant, a role changed, one
+// removed); a file that does not decode changes nothing and its error
+// names the file; every job keeps the owner it was accepted for.
+func TestTenantsReload(t *testing.T) {
+	r := newTenancyRig(t, "", nil)
+	ts := r.f.srv.cfg.Tenants
+	if code, b := r.submit(t, r.a, newJob(t, "a-before", "true")); code != http.StatusAccepted {
+		t.Fatalf("A submits: got %d %s, want 202", code, b)
+	}
+	if code, b := r.do(t, r.a, "GET", "/v1/jobs/a-before/wait?timeout=20s", nil); code != http.StatusOK || !bytes.Contains(b, []byte(`"state":"finished"`)) {
+		t.Fatalf("A waits: got %d %s, want 200 finished", code, b)
+	}
+	// A becomes a reader of its tenant; B's certificate now acts for a new
+	// tenant-c; A's reader certificate is no one's.
+	next := fmt.Sprintf(`{"schema": "sandboxd.tenants/v1", "tenants": [
+	  {"name": "ops", "identities": [{"role": "admin", "uids": [%d]}]},
+	  {"name": "tenant-a", "identities": [{"role": "reader", "subjects": ["CN=tenant-a"]}]},
+	  {"name": "tenant-c", "identities": [{"role": "submitter", "subjects": ["CN=tenant-b"]}], "quota": {"max_jobs": 1}}]}`, os.Getuid())
+	if err := ts.Reload([]byte(next)); err != nil {
+		t.Fatalf("reload: %v", err)
+	}
+	after := func() {
+		t.Helper()
+		if code, b := r.do(t, r.a, "GET", "/v1/jobs/a-before", nil); code != http.StatusOK {
+			t.Errorf("A reads its job: got %d %s, want 200", code, b)
+		}
+		if code, b := r.submit(t, r.a, newJob(t, "a-after", "true")); code != http.StatusForbidden || !strings.Contains(string(b), `tenant \"tenant-a\" (role reader) may not POST`) {
+			t.Errorf("A, a reader now, submits: got %d %s, want 403", code, b)
+		}
+		if code, b := r.do(t, r.b, "GET", "/v1/jobs/a-before", nil); code != http.StatusNotFound {
+			t.Errorf("tenant-c reads A's job: got %d %s, want 404", code, b)
+		}
+		if code, b := r.do(t, r.aReader, "GET", "/v1/jobs/a-before", nil); code != http.StatusForbidden || !strings.Contains(string(b), "is no tenant of this daemon (tenants.json)") {
+			t.Errorf("a removed identity: got %d %s, want 403", code, b)
+		}
+	}
+	after()
+	if code, b := r.submit(t, r.b, newJob(t, "c-1", "true")); code != http.StatusAccepted {
+		t.Fatalf("tenant-c submits: got %d %s, want 202", code, b)
+	}
+	for id, owner := range map[string]string{"a-before": "tenant-a", "c-1": "tenant-c"} {
+		if rec, err := r.f.jr.Get(id); err != nil || rec.Tenant != owner {
+			t.Errorf("job %s: owner %q (%v), want %q", id, rec.Tenant, err, owner)
+		}
+	}
+
+	for _, bad := range []struct{ name, file, want string }{
+		{"not JSON", `{"schema": "sandboxd.tenants/v1", "tenants": [`, "tenants file tenants.json: unexpected EOF"},
+		{"bad quota", `{"schema":"sandboxd.tenants/v1","tenants":[{"name":"x","identities":[{"role":"admin","subjects":["CN=tenant-a"]}],"quota":{"max_blob_bytes":-5}}]}`,
+			`tenants file tenants.json: tenants[0] ("x"): quota.max_blob_bytes -5 is negative`},
+	} {
+		err := ts.Reload([]byte(bad.file))
+		if err == nil || !strings.Contains(err.Error(), bad.want) || !errors.Is(err, sandbox.ErrInvalid) {
+			t.Errorf("reload of a file %s: got %v, want an error containing %q", bad.name, err, bad.want)
+		}
+		// The tenants read before stand.
+		after()
+		if code, b := r.do(t, r.b, "GET", "/v1/jobs/c-1", nil); code != http.StatusOK {
+			t.Errorf("after a reload of a file %s, tenant-c reads its job: got %d %s, want 200", bad.name, code, b)
+		}
+	}
+}
+
+// TestRetainedAssessmentsAreTheirTenants: the daemon reads a retained
+// assessment back only through POST /v1/assess, for the jobs it judges,
+// and those are the asker's own: tenant B gets, for A's grader or A's
+// candidate, what a missing job answers, never A's retained assessment;
+// B running the same evaluation itself gets an assessment of its own jobs.
+func TestRetainedAssessmentsAreTheirTenants(t *testing.T) {
+	assessments, err := supervisor.NewDirStore(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := newTenancyRig(t, "", func(c *Config) {
+		c.Preflight = func(context.Context, sandbox.Job) error { return nil }
+		c.Supervisor = supervisor.New(assessments)
+		c.MaxBlobBytes = 1 << 20 // the bundle's layer
+	})
+	b, blob := exampleBundle(t)
+	bm := b.Manifest
+	workspace := []byte("workspace")
+	ws := sandbox.DigestBytes(workspace)
+	export, err := evaluate.ExportOf(context.Background(), r.f.srv.cfg.Blobs, sandbox.Result{}, bm.DefaultLimits)
+	if err != nil {
+		t.Fatal(err)
+	}
+	exportBytes := readBlob(t, r, export)
+	// runEvaluation runs one tenant's evaluation and returns its
+	// assessment request.
+	runEvaluation := func(c *http.Client, cand, grader string) []byte {
+		t.Helper()
+		for d, data := range map[string][]byte{ws: workspace, b.LayerDigest: blob(b.LayerDigest), export: exportBytes} {
+			if code, out := r.do(t, c, "PUT", "/v1/blobs/"+d, data); code/100 != 2 {
+				t.Fatalf("upload %s: got %d %s", d, code, out)
+			}
+		}
+		jobs := []sandbox.Job{evalOf(t, bm, b.Digest, "", "").CandidateJob(ws, cand), evalOf(t, bm, b.Digest, b.LayerDigest, "").GraderJob(export, grader)}
+		for _, j := range jobs {
+			if err := j.Seal(); err != nil {
+				t.Fatal(err)
+			}
+			if code, out := r.submit(t, c, j); code != http.StatusAccepted {
+				t.Fatalf("submit %s: got %d %s", j.ID, code, out)
+			}
+			if code, out := r.do(t, c, "GET", "/v1/jobs/"+j.ID+"/wait?timeout=20s", nil); code != http.StatusOK || !bytes.Contains(out, []byte(`"state":"finished"`)) {
+				t.Fatalf("wait %s: got %d %s", j.ID, code, out)
+			}
+		}
+		body, _ := json.Marshal(sandbox.AssessRequest{BundleManifest: blob(b.Digest), BundleConfig: blob(b.ConfigDigest), GraderJobID: grader, CandidateJobID: cand, WorkspaceDigest: ws})
+		return body
+	}
+	reqA := runEvaluation(r.a, "a-cand", "a-grader")
+	code, first := r.do(t, r.a, "POST", "/v1/assess", reqA)
+	if code != http.StatusOK {
+		t.Fatalf("A assesses: got %d %s, want 200", code, first)
+	}
+	if n, _ := assessments.Len(context.Background()); n == 0 {
+		t.Fatal("no assessment retained")
+	}
+
+	ask := func(grader, cand string) (int, []byte) {
+		var req sandbox.AssessRequest
+		json.Unmarshal(reqA, &req)
+		req.GraderJobID, req.CandidateJobID = grader, cand
+		body, _ := json.Marshal(req)
+		return r.do(t, r.b, "POST", "/v1/assess", body)
+	}
+	_, missing := ask("no-such-grader", "a-cand")
+	if code, out := ask("a-grader", "a-cand"); code != http.StatusNotFound || !bytes.Equal(out, bytes.ReplaceAll(missing, []byte("no-such-grader"), []byte("a-grader"))) {
+		t.Errorf("B asks for A's retained assessment: got %d %s, want 404 %s", code, out, missing)
+	}
+	reqB := runEvaluation(r.b, "b-cand", "b-grader")
+	if code, out := ask("b-grader", "a-cand"); code != http.StatusNotFound || !strings.Contains(string(out), "candidate job: job a-cand: not found") {
+		t.Errorf("B's grader with A's candidate: got %d %s, want 404 as a missing job", code, out)
+	}
+	code, own := r.do(t, r.b, "POST", "/v1/assess", reqB)
+	if code != http.StatusOK || bytes.Equal(own, first) {
+		t.Fatalf("B assesses its own jobs: got %d (A's bytes: %v) %s, want 200 and an assessment of its own", code, bytes.Equal(own, first), own)
+	}
+	var resp sandbox.AssessResponse
+	if err := json.Unmarshal(own, &resp); err != nil {
+		t.Fatal(err)
+	}
+	var bc, bg sandbox.Job
+	for id, j := range map[string]*sandbox.Job{"b-cand": &bc, "b-grader": &bg} {
+		rec, err := r.f.jr.Get(id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if *j, err = rec.DecodeJob(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := sandbox.VerifyAssessment(r.f.keys, resp.Assessment, bc, bg); err != nil {
+		t.Errorf("B's assessment does not bind B's jobs: %v", err)
+	}
+	// A asked again gets its own bytes, retained.
+	if code, again := r.do(t, r.a, "POST", "/v1/assess", reqA); code != http.StatusOK || !bytes.Equal(again, first) {
+		t.Errorf("A asks again: got %d, identical %v; want its retained bytes", code, bytes.Equal(again, first))
+	}
+}
+
+// readBlob reads a stored blob as the admin.
+func readBlob(t *testing.T, r *tenancyRig, d string) []byte {
+	t.Helper()
+	code, b := r.do(t, r.admin, "GET", "/v1/blobs/"+d, nil)
+	if code != http.StatusOK {
+		t.Fatalf("read blob %s: got %d %s", d, code, b)
+	}
+	return b
 }

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"sync/atomic"
 
 	"github.com/sandboxd/sandboxd/sandbox"
 )
@@ -67,10 +68,23 @@ type Quota struct {
 	// job names yet (leased) and those arriving; beyond it an upload is
 	// refused 507. The daemon's --max-upload-bytes holds for all of them.
 	MaxUploadBytes int64 `json:"max_upload_bytes,omitempty"`
+	// MaxBlobBytes caps the bytes of the stored blobs the tenant holds:
+	// those granted to it (its uploads, its jobs' outputs) that the store
+	// holds, each counted once, at its size, with its uploads arriving.
+	// An upload beyond it is refused 507, and so is a submission while
+	// the tenant holds it all (the job's outputs would add to it).
+	MaxBlobBytes int64 `json:"max_blob_bytes,omitempty"`
 }
 
-// Tenants is a parsed tenants file.
+// Tenants is a parsed tenants file. Reload replaces its tenants while the
+// daemon serves: a request is served as the tenant it was resolved to when
+// it arrived.
 type Tenants struct {
+	cur atomic.Pointer[tenantTable]
+}
+
+// tenantTable is one reading of a tenants file.
+type tenantTable struct {
 	file      string
 	byUID     map[uint32]caller
 	byGID     map[uint32]caller
@@ -105,7 +119,7 @@ func ParseTenants(file string, data []byte) (*Tenants, error) {
 	if len(f.Tenants) == 0 {
 		return bad("no tenants")
 	}
-	t := &Tenants{file: file, byUID: map[uint32]caller{}, byGID: map[uint32]caller{}, bySubject: map[string]caller{}}
+	t := &tenantTable{file: file, byUID: map[uint32]caller{}, byGID: map[uint32]caller{}, bySubject: map[string]caller{}}
 	names := map[string]bool{}
 	for i := range f.Tenants {
 		e := &f.Tenants[i]
@@ -121,6 +135,8 @@ func ParseTenants(file string, data []byte) (*Tenants, error) {
 			return bad("%s: quota.max_jobs %d is negative", entry, e.Quota.MaxJobs)
 		case e.Quota.MaxUploadBytes < 0:
 			return bad("%s: quota.max_upload_bytes %d is negative", entry, e.Quota.MaxUploadBytes)
+		case e.Quota.MaxBlobBytes < 0:
+			return bad("%s: quota.max_blob_bytes %d is negative", entry, e.Quota.MaxBlobBytes)
 		}
 		names[e.Name] = true
 		for _, l := range limitFields(e.Quota.MaxLimits) {
@@ -134,11 +150,27 @@ func ParseTenants(file string, data []byte) (*Tenants, error) {
 			}
 		}
 	}
-	return t, nil
+	ts := &Tenants{}
+	ts.cur.Store(t)
+	return ts, nil
+}
+
+// Reload replaces t's tenants with those of data, the file t was read
+// from as it is now (sandboxd serve reads it again on SIGHUP). A file
+// that does not decode changes nothing: the error names the file, and
+// the tenants read before stay. Jobs keep the owner their records name,
+// and a request under way its tenant.
+func (t *Tenants) Reload(data []byte) error {
+	next, err := ParseTenants(t.File(), data)
+	if err != nil {
+		return err
+	}
+	t.cur.Store(next.cur.Load())
+	return nil
 }
 
 // add maps one identity entry's uids, gids and subjects to its tenant.
-func (t *Tenants) add(e *Tenant, id TenantIdentity) error {
+func (t *tenantTable) add(e *Tenant, id TenantIdentity) error {
 	if !slices.Contains([]Role{RoleReader, RoleSubmitter, RoleAdmin}, id.Role) {
 		return fmt.Errorf("role %q is not reader, submitter or admin", id.Role)
 	}
@@ -171,21 +203,22 @@ func (t *Tenants) add(e *Tenant, id TenantIdentity) error {
 }
 
 // File is the tenants file's name, for messages.
-func (t *Tenants) File() string { return t.file }
+func (t *Tenants) File() string { return t.cur.Load().file }
 
 // lookup is the tenant and role of an identity; ok is false for one that
 // acts for no tenant.
 func (t *Tenants) lookup(p peer) (c caller, ok bool) {
+	tab := t.cur.Load()
 	if p.unix {
-		if c, ok := t.byUID[p.uid]; ok {
+		if c, ok := tab.byUID[p.uid]; ok {
 			return c, true
 		}
-		if c, ok := t.byGID[p.gid]; ok {
+		if c, ok := tab.byGID[p.gid]; ok {
 			return c, true
 		}
 	}
 	if p.subject != "" {
-		c, ok := t.bySubject[p.subject]
+		c, ok := tab.bySubject[p.subject]
 		return c, ok
 	}
 	return caller{}, false

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/sandboxd/sandboxd/sandbox"
 )
@@ -26,19 +27,56 @@ type Store interface {
 	Load(ctx context.Context, key string) ([]byte, error)
 }
 
+// Expiring is a Store that removes what it retained before a time: the
+// daemon's retention (sandboxd serve --retain).
+type Expiring interface {
+	Store
+	// RemoveRetainedBefore removes every key retained before cutoff,
+	// never one retained since, and returns how many it removed.
+	RemoveRetainedBefore(ctx context.Context, cutoff time.Time) (int, error)
+	// Len is how many keys the store holds.
+	Len(ctx context.Context) (int, error)
+}
+
 var (
-	_ Store = (*MemoryStore)(nil)
-	_ Store = (*DirStore)(nil)
+	_ Expiring = (*MemoryStore)(nil)
+	_ Expiring = (*DirStore)(nil)
 )
+
+// RemoveRetainedBefore removes the assessments, and their signed forms,
+// retained before cutoff (each key by when it was retained: a signed form
+// may be younger than its assessment), if the store is Expiring; asked
+// again, such an assessment is made again from its evidence, if the
+// evidence is still there. It returns how many keys it removed.
+func (s *Supervisor) RemoveRetainedBefore(ctx context.Context, cutoff time.Time) (int, error) {
+	e, ok := s.store.(Expiring)
+	if !ok {
+		return 0, nil
+	}
+	return e.RemoveRetainedBefore(ctx, cutoff)
+}
+
+// Retained is how many keys (assessments and signed forms) the store
+// holds, if the store is Expiring (0 otherwise).
+func (s *Supervisor) Retained(ctx context.Context) (int, error) {
+	e, ok := s.store.(Expiring)
+	if !ok {
+		return 0, nil
+	}
+	return e.Len(ctx)
+}
 
 // MemoryStore is a Store in memory, for tests and one-shot runs.
 type MemoryStore struct {
 	mu sync.Mutex
 	m  map[string][]byte
+	at map[string]time.Time // when each key was retained
 }
 
 // NewMemoryStore returns an empty MemoryStore.
-func NewMemoryStore() *MemoryStore { return &MemoryStore{m: map[string][]byte{}} }
+func NewMemoryStore() *MemoryStore {
+	return &MemoryStore{m: map[string][]byte{}, at: map[string]time.Time{}}
+}
 
 // Retain implements Store.
 func (s *MemoryStore) Retain(ctx context.Context, key string, data []byte) ([]byte, error) {
@@ -51,7 +89,36 @@ func (s *MemoryStore) Retain(ctx context.Context, key string, data []byte) ([]by
 		return conflictUnlessEqual(key, old, data)
 	}
 	s.m[key] = bytes.Clone(data)
+	s.at[key] = time.Now()
 	return bytes.Clone(data), nil
+}
+
+// RemoveRetainedBefore implements Expiring.
+func (s *MemoryStore) RemoveRetainedBefore(ctx context.Context, cutoff time.Time) (int, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	n := 0
+	for k, at := range s.at {
+		if at.Before(cutoff) {
+			delete(s.m, k)
+			delete(s.at, k)
+			n++
+		}
+	}
+	return n, nil
+}
+
+// Len implements Expiring.
+func (s *MemoryStore) Len(ctx context.Context) (int, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.m), nil
 }
 
 // Load implements Store.
@@ -165,6 +232,76 @@ func (s *DirStore) Load(ctx context.Context, key string) ([]byte, error) {
 		return nil, fmt.Errorf("assessment %s: %w", key, err)
 	}
 	return b, nil
+}
+
+// retainedKey is the key of a file name of the store's: a retained
+// assessment or signed form, not a writer's temporary file.
+func retainedKey(name string) (string, bool) {
+	hex, ok := strings.CutSuffix(name, ".json")
+	key := "sha256:" + hex
+	return key, ok && sandbox.ValidDigest(key)
+}
+
+// RemoveRetainedBefore implements Expiring: a file is retained when it is
+// linked into place, written once and never changed, so its modification
+// time is when its key was retained. Writers' temporary files are left
+// alone (one of another process may be about to be linked).
+func (s *DirStore) RemoveRetainedBefore(ctx context.Context, cutoff time.Time) (int, error) {
+	// Under s.mu: a Retain of this process is never between its check
+	// and its link, so a key it just retained is not taken for an old one.
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	ents, err := os.ReadDir(s.dir)
+	if err != nil {
+		return 0, fmt.Errorf("assessment store: %w", err)
+	}
+	n := 0
+	for _, e := range ents {
+		if err := ctx.Err(); err != nil {
+			return n, err
+		}
+		if _, ok := retainedKey(e.Name()); !ok || !e.Type().IsRegular() {
+			continue
+		}
+		st, err := e.Info()
+		if errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return n, fmt.Errorf("assessment store: %w", err)
+		}
+		if !st.ModTime().Before(cutoff) {
+			continue
+		}
+		if err := os.Remove(filepath.Join(s.dir, e.Name())); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return n, fmt.Errorf("assessment store: %w", err)
+		}
+		n++
+	}
+	if n > 0 {
+		if err := syncDir(s.dir); err != nil {
+			return n, fmt.Errorf("assessment store: %w", err)
+		}
+	}
+	return n, nil
+}
+
+// Len implements Expiring.
+func (s *DirStore) Len(ctx context.Context) (int, error) {
+	if err := ctx.Err(); err != nil {
+		return 0, err
+	}
+	ents, err := os.ReadDir(s.dir)
+	if err != nil {
+		return 0, fmt.Errorf("assessment store: %w", err)
+	}
+	n := 0
+	for _, e := range ents {
+		if _, ok := retainedKey(e.Name()); ok && e.Type().IsRegular() {
+			n++
+		}
+	}
+	return n, nil
 }
 
 func syncDir(dir string) error {

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/sandboxd/sandboxd/sandbox"
 )
@@ -153,4 +154,74 @@ func TestAssessConflict(t *testing.T) {
 	if err != nil || back.Verdict != Passed {
 		t.Errorf("DecodeAssessment: %s, %v", back.Verdict, err)
 	}
+}
+
+// TestStoresRemoveRetainedBefore: retention removes the keys retained
+// before the cutoff, never one retained since, and the store counts what
+// it holds; a writer's temporary file in a DirStore is left alone.
+func TestStoresRemoveRetainedBefore(t *testing.T) {
+	ctx := context.Background()
+	old, young := sandbox.DigestBytes([]byte("old")), sandbox.DigestBytes([]byte("young"))
+	check := func(t *testing.T, s Expiring, cutoff time.Time) {
+		t.Helper()
+		n, err := s.RemoveRetainedBefore(ctx, cutoff)
+		if err != nil || n != 1 {
+			t.Fatalf("RemoveRetainedBefore: got %d, %v; want 1", n, err)
+		}
+		if _, err := s.Load(ctx, old); !errors.Is(err, sandbox.ErrNotFound) {
+			t.Errorf("the key retained before the cutoff: got %v, want it removed", err)
+		}
+		if _, err := s.Load(ctx, young); err != nil {
+			t.Errorf("the key retained since: %v, want it kept", err)
+		}
+		if n, err := s.Len(ctx); err != nil || n != 1 {
+			t.Errorf("Len: got %d, %v; want 1", n, err)
+		}
+		if n, err := s.RemoveRetainedBefore(ctx, cutoff); err != nil || n != 0 {
+			t.Errorf("again: got %d, %v; want 0", n, err)
+		}
+		// Retained again after its removal, the key holds what it is given.
+		if got, err := s.Retain(ctx, old, []byte("made again")); err != nil || string(got) != "made again" {
+			t.Errorf("Retain after removal: got %q, %v", got, err)
+		}
+	}
+	t.Run("memory", func(t *testing.T) {
+		s := NewMemoryStore()
+		if _, err := s.Retain(ctx, old, []byte("o")); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(10 * time.Millisecond)
+		cutoff := time.Now()
+		time.Sleep(10 * time.Millisecond)
+		if _, err := s.Retain(ctx, young, []byte("y")); err != nil {
+			t.Fatal(err)
+		}
+		check(t, s, cutoff)
+	})
+	t.Run("dir", func(t *testing.T) {
+		dir := filepath.Join(t.TempDir(), "assessments")
+		s, err := NewDirStore(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		now := time.Now()
+		for key, age := range map[string]time.Duration{old: 2 * time.Hour, young: time.Hour - time.Minute} {
+			if _, err := s.Retain(ctx, key, []byte(key)); err != nil {
+				t.Fatal(err)
+			}
+			p := filepath.Join(dir, strings.TrimPrefix(key, "sha256:")+".json")
+			if err := os.Chtimes(p, now.Add(-age), now.Add(-age)); err != nil {
+				t.Fatal(err)
+			}
+		}
+		tmp := filepath.Join(dir, ".tmp-99")
+		if err := os.WriteFile(tmp, nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		os.Chtimes(tmp, now.Add(-3*time.Hour), now.Add(-3*time.Hour))
+		check(t, s, now.Add(-time.Hour))
+		if _, err := os.Stat(tmp); err != nil {
+			t.Errorf("a writer's temporary file: %v, want it left alone", err)
+		}
+	})
 }

@@ -69,6 +69,17 @@ func TestPlanAndAssessAreChecked(t *testing.T) {
 	swapped.Candidate, swapped.Grader = &grader, cand
 	otherWS := req
 	otherWS.WorkspaceDigest = sandbox.DigestBytes([]byte("other ws"))
+	// A bundle naming an instance: the plan names the same one.
+	const id = "astropy__astropy-12907"
+	named := good
+	named.Instance = id
+	namedReq := req
+	namedReq.BundleConfig = []byte(`{"schema_version":"sandboxd.bundle/v1","instance":"` + id + `"}`)
+	if _, err := client.New(answering(t, named), keys).Plan(ctx, namedReq); err != nil {
+		t.Errorf("a plan naming the bundle's instance: %v", err)
+	}
+	otherInstance := named
+	otherInstance.Instance = "astropy__astropy-13033"
 	for _, tc := range []struct {
 		name string
 		plan sandbox.Plan
@@ -77,6 +88,9 @@ func TestPlanAndAssessAreChecked(t *testing.T) {
 		{"another bundle", otherBundle, req},
 		{"the ids swapped", swapped, req},
 		{"another workspace", good, otherWS},
+		{"an instance the bundle does not name", named, req},
+		{"no instance where the bundle names one", good, namedReq},
+		{"another instance", otherInstance, namedReq},
 	} {
 		if _, err := client.New(answering(t, tc.plan), keys).Plan(ctx, tc.req); !errors.Is(err, sandbox.ErrInvalid) {
 			t.Errorf("%s: %v, want the plan refused", tc.name, err)
