@@ -59,6 +59,15 @@ func runtimeCommands() []runtimeCommand {
 		{"run", func(string) []string {
 			return []string{"run", "--bundle", "b", "--workspace", "w", "--ephemeral-key"}
 		}, oneShotState},
+		// A set that reads and checks (run-set reads it before it opens
+		// anything): one instance, its bundle directory and its patch.
+		{"run-set", func(dir string) []string {
+			os.MkdirAll(filepath.Join(dir, "b"), 0o755)
+			os.WriteFile(filepath.Join(dir, "b", "bundle.json"), []byte("{}"), 0o644)
+			os.WriteFile(filepath.Join(dir, "p"), nil, 0o644)
+			os.WriteFile(filepath.Join(dir, "set.jsonl"), []byte(`{"instance": "i", "bundle": "b", "patch": "p"}`+"\n"), 0o644)
+			return []string{"run-set", "--set", filepath.Join(dir, "set.jsonl"), "--ephemeral-key"}
+		}, oneShotState},
 		{"exec", func(string) []string {
 			return []string{"exec", "--image", "sha256:" + strings.Repeat("0", 64)}
 		}, oneShotState},
