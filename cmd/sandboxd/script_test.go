@@ -25,10 +25,13 @@ import (
 )
 
 // scriptEnv is what TestMain prepared for the scripts; scriptEngine is the
-// engine they use (nil without one).
+// engine their sandboxd commands run sandboxes on (nil without one), named
+// by scriptEngineName: "docker", or "containerd" when
+// SANDBOXD_ENGINE=containerd.
 var (
-	scriptEnv    []string
-	scriptEngine *client.Client
+	scriptEnv        []string
+	scriptEngine     broker.Engine
+	scriptEngineName string
 )
 
 func TestMain(m *testing.M) {
@@ -71,23 +74,55 @@ func (c cleanupM) Run() int {
 
 // setupScripts builds the helper, the probe and the images, renders the
 // example bundle with this machine's Go image, and returns the cleanup
-// that removes this run's cache volumes.
+// that removes this run's sandboxes and cache volumes. Images are built
+// by Docker on either engine; with SANDBOXD_ENGINE=containerd the scripts'
+// sandboxd commands run on containerd (testharness.ConnectContainerd),
+// which imports the images from Docker by ID.
 func setupScripts() (func() error, error) {
 	ctx := context.Background()
 	nop := func() error { return nil }
-	eng, err := testharness.Connect(ctx)
-	if errors.Is(err, testharness.ErrNoEngine) {
+	noEngine := func() (func() error, error) {
 		scriptEnv = append(scriptEnv, "SANDBOXD_TEST_NO_ENGINE=1")
 		return nop, nil
+	}
+	docker, err := testharness.Connect(ctx)
+	if errors.Is(err, testharness.ErrNoEngine) {
+		return noEngine()
 	}
 	if err != nil {
 		return nil, err
 	}
-	scriptEngine = eng
 	repo, _ := filepath.Abs("../..")
 	tmp, err := os.MkdirTemp("", "sandboxd-script-")
 	if err != nil {
 		return nil, err
+	}
+	ctr, err := testharness.ConnectContainerd(ctx, docker, repo, tmp)
+	if err != nil {
+		os.RemoveAll(tmp)
+		if errors.Is(err, testharness.ErrNoEngine) {
+			return noEngine()
+		}
+		return nil, err
+	}
+	closeEngine := func() {}
+	if ctr != nil {
+		scriptEngine, scriptEngineName, closeEngine = ctr, "containerd", func() { ctr.Close() }
+		// A script's environment is its own (testscript passes on little
+		// of this process's): the engine and what it needs, by name.
+		scriptEnv = append(scriptEnv,
+			"SANDBOXD_ENGINE=containerd",
+			"SANDBOXD_HOOK="+os.Getenv("SANDBOXD_HOOK"),
+			"SANDBOXD_CONTAINERD_ADDRESS="+ctr.Address(),
+		)
+		for _, k := range []string{"SANDBOXD_CONTAINERD_STATE", "SANDBOXD_RUNSC"} {
+			if v := os.Getenv(k); v != "" {
+				scriptEnv = append(scriptEnv, k+"="+v)
+			}
+		}
+	} else {
+		scriptEngine, scriptEngineName = docker, "docker"
+		scriptEnv = append(scriptEnv, "SANDBOXD_ENGINE=docker")
 	}
 	for _, b := range []struct{ pkg, out string }{{"./cmd/sandboxd-shim", "sandboxd-shim"}, {"./cmd/sandboxd-probe", "sandboxd-probe"}} {
 		cmd := exec.Command("go", "build", "-o", filepath.Join(tmp, b.out), b.pkg)
@@ -99,7 +134,7 @@ func setupScripts() (func() error, error) {
 	}
 	ids := map[string]string{}
 	for _, name := range []string{"minimal", "go", "python"} {
-		b, err := image.Build(ctx, eng, filepath.Join(repo, "images", name), tmp, nil)
+		b, err := image.Build(ctx, docker, filepath.Join(repo, "images", name), tmp, nil)
 		if err != nil {
 			return nil, fmt.Errorf("build image %s: %w", name, err)
 		}
@@ -154,13 +189,18 @@ func setupScripts() (func() error, error) {
 	)
 	return func() error {
 		defer os.RemoveAll(tmp)
-		return cleanBroker(ctx, eng, name)
+		defer closeEngine()
+		return cleanBroker(ctx, scriptEngine, name)
 	}, nil
 }
 
 // cleanBroker fails if a job container of the broker name is left, and
-// removes its ready sandboxes and cache volumes.
-func cleanBroker(ctx context.Context, eng *client.Client, name string) error {
+// removes its ready sandboxes and cache volumes, on either engine (on
+// containerd, ContainerRemove deletes the task, the container and its
+// name leases; VolumeRemove the volume's directory). It fails if anything
+// of the name is left after that. The images and their shared root views
+// stay, as Docker's built images do: other runs use them.
+func cleanBroker(ctx context.Context, eng broker.Engine, name string) error {
 	f := make(client.Filters).Add("label", broker.LabelBroker+"="+name, broker.LabelJob)
 	cs, err := eng.ContainerList(ctx, client.ContainerListOptions{All: true, Filters: f})
 	if err != nil {
@@ -181,7 +221,34 @@ func cleanBroker(ctx context.Context, eng *client.Client, name string) error {
 			return err
 		}
 	}
-	return broker.RemoveCache(ctx, eng, name)
+	if err := broker.RemoveCache(ctx, eng, name); err != nil {
+		return err
+	}
+	return leftovers(ctx, eng, name)
+}
+
+// leftovers fails if a container or volume of the broker name remains.
+func leftovers(ctx context.Context, eng broker.Engine, name string) error {
+	f := make(client.Filters).Add("label", broker.LabelBroker+"="+name)
+	cs, err := eng.ContainerList(ctx, client.ContainerListOptions{All: true, Filters: f})
+	if err != nil {
+		return err
+	}
+	vs, err := eng.VolumeList(ctx, client.VolumeListOptions{Filters: f})
+	if err != nil {
+		return err
+	}
+	var left []string
+	for _, c := range cs.Items {
+		left = append(left, "container "+c.ID)
+	}
+	for _, v := range vs.Items {
+		left = append(left, "volume "+v.Name)
+	}
+	if len(left) > 0 {
+		return fmt.Errorf("broker %s left behind on %s: %s", name, scriptEngineName, strings.Join(left, ", "))
+	}
+	return nil
 }
 
 // ownBroker is the script command "own-broker": the rest of the script runs
@@ -217,9 +284,14 @@ func TestScripts(t *testing.T) {
 			return nil
 		},
 		Cmds: map[string]func(*testscript.TestScript, bool, []string){"own-broker": ownBroker, "schema": cmdSchema},
+		// [engine]: an engine answers; [engine:docker], [engine:containerd]:
+		// it is that one (the engine the scripts' sandboxd commands run on).
 		Condition: func(cond string) (bool, error) {
-			if cond == "engine" {
-				return os.Getenv("SANDBOXD_TEST_NO_ENGINE") == "" && len(scriptEnv) > 1, nil
+			switch cond {
+			case "engine":
+				return scriptEngine != nil, nil
+			case "engine:docker", "engine:containerd":
+				return cond == "engine:"+scriptEngineName, nil
 			}
 			return false, fmt.Errorf("unknown condition %q", cond)
 		},

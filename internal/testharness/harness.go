@@ -343,24 +343,37 @@ func (e *Env) PutTree(t testing.TB, files map[string]string) string {
 }
 
 // connectContainerd switches the suites to the containerd engine when
-// SANDBOXD_ENGINE=containerd: its hook is built from this checkout and
-// named in the environment (daemons the suites start inherit it), and its
-// state lives in a directory of this run.
+// SANDBOXD_ENGINE=containerd (ConnectContainerd).
 func (e *Env) connectContainerd(ctx context.Context) error {
+	ctr, err := ConnectContainerd(ctx, e.Docker, e.Repo, e.Tmp)
+	if err != nil || ctr == nil {
+		return err
+	}
+	e.Eng, e.Ctr, e.EngineName = ctr, ctr, "containerd"
+	return nil
+}
+
+// ConnectContainerd returns the containerd engine when
+// SANDBOXD_ENGINE=containerd, nil on Docker: its hook is built from repo
+// into dir and named in $SANDBOXD_HOOK (commands and daemons the tests
+// start inherit it), its state lives in $SANDBOXD_CONTAINERD_STATE if set,
+// and it imports images from docker by ID. When containerd does not answer
+// it returns ErrNoEngine, or an error under CI=true.
+func ConnectContainerd(ctx context.Context, docker *client.Client, repo, dir string) (*containerdengine.Engine, error) {
 	switch os.Getenv("SANDBOXD_ENGINE") {
 	case "", "docker":
-		return nil
+		return nil, nil
 	case "containerd":
 	default:
-		return fmt.Errorf("SANDBOXD_ENGINE=%q is not docker or containerd", os.Getenv("SANDBOXD_ENGINE"))
+		return nil, fmt.Errorf("SANDBOXD_ENGINE=%q is not docker or containerd", os.Getenv("SANDBOXD_ENGINE"))
 	}
-	hook := filepath.Join(e.Tmp, "sandboxd-hook")
-	if err := GoBuild(e.Repo, "./cmd/sandboxd-hook", hook); err != nil {
-		return err
+	hook := filepath.Join(dir, "sandboxd-hook")
+	if err := GoBuild(repo, "./cmd/sandboxd-hook", hook); err != nil {
+		return nil, err
 	}
 	cfg := containerdengine.Default()
 	cfg.HookPath = hook
-	cfg.Docker = e.Docker
+	cfg.Docker = docker
 	cfg.Address = os.Getenv("SANDBOXD_CONTAINERD_ADDRESS")
 	if d := os.Getenv("SANDBOXD_CONTAINERD_STATE"); d != "" {
 		cfg.StateDir = d
@@ -369,15 +382,14 @@ func (e *Env) connectContainerd(ctx context.Context) error {
 	ctr, err := containerdengine.New(ctx, cfg)
 	if err != nil {
 		if os.Getenv("CI") == "true" {
-			return fmt.Errorf("SANDBOXD_ENGINE=containerd but containerd does not answer, and CI=true: failing: %w", err)
+			return nil, fmt.Errorf("SANDBOXD_ENGINE=containerd but containerd does not answer, and CI=true: failing: %w", err)
 		}
 		fmt.Fprintln(os.Stderr, "SANDBOXD_ENGINE=containerd but containerd does not answer; engine tests are skipped:", err)
-		return ErrNoEngine
+		return nil, ErrNoEngine
 	}
 	os.Setenv("SANDBOXD_HOOK", hook)
-	e.Eng, e.Ctr, e.EngineName = ctr, ctr, "containerd"
 	fmt.Fprintf(os.Stderr, "harness: engine containerd at %s, namespace %s\n", ctr.Address(), ctr.Namespace())
-	return nil
+	return ctr, nil
 }
 
 // itRuntime is the runtime SANDBOXD_IT_RUNTIME names ("" is runc). runsc
