@@ -1,9 +1,11 @@
 // Command grader grades a repository instance (SWE-bench style) with go
 // test, as the grader's uid: the same steps as examples/repo-python's
-// grade.py. It reads the candidate's unified diff (the one file of its
-// workspace) and refuses it before anything runs if it is malformed,
+// grade.py. It reads the candidate, a unified diff (candidate.patch) or the
+// whole repository tree (repo/), whichever is the one entry of its
+// workspace, and refuses it before anything runs if it is malformed,
 // touches a trusted path or a refused name (any *_test.go, go.mod, …), adds
-// a line naming the test framework, or does not apply; applies it to a copy
+// a line naming the test framework, or does not apply (a tree: tree.go,
+// refused as the patch of the same change would be); applies it to a copy
 // of the repository at its base; restores every trusted path; runs go test
 // -json, whose test binaries run as the code uid through the helper's exec
 // service (exec.sh); and writes the JUnit report itself, in a directory the
@@ -26,6 +28,7 @@ import (
 	"path"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"time"
 )
 
@@ -33,6 +36,7 @@ type instance struct {
 	InstanceID  string   `json:"instance_id"`
 	Repo        string   `json:"repo"`
 	PatchFile   string   `json:"patch_file"`
+	TreeDir     string   `json:"tree_dir"`
 	Trusted     []string `json:"trusted"`
 	RefuseNames []string `json:"refuse_names"`
 	RefuseAdded []string `json:"refuse_added"`
@@ -41,10 +45,11 @@ type instance struct {
 	PassToPass  []string `json:"PASS_TO_PASS"`
 }
 
-const (
-	repoDir  = "/work/repo"
-	maxPatch = 4 << 20
-)
+const maxPatch = 4 << 20
+
+// repoDir is where the grader makes the repository the tests run in (a
+// variable for the unit tests).
+var repoDir = "/work/repo"
 
 type outcome struct {
 	passed bool
@@ -62,15 +67,22 @@ func main() {
 		fmt.Fprintln(os.Stderr, "grader: instance:", err)
 		os.Exit(3)
 	}
+	if inst.PatchFile == "" || inst.TreeDir == "" {
+		fmt.Fprintln(os.Stderr, "grader: instance: patch_file and tree_dir are required")
+		os.Exit(3)
+	}
 	checks := append(append([]string{}, inst.FailToPass...), inst.PassToPass...)
 	results := map[string]outcome{}
-	if n, err := prepare(&inst); err != nil {
-		fmt.Fprintln(os.Stderr, "grader: patch refused:", err)
+	if applied, err := prepare(&inst); err != nil {
+		fmt.Fprintln(os.Stderr, "grader:", err)
+		if r := (*refused)(nil); !errors.As(err, &r) {
+			os.Exit(3) // the grader's own failure, not the candidate's
+		}
 		for _, c := range checks {
-			results[c] = outcome{false, "patch refused: " + err.Error()}
+			results[c] = outcome{false, err.Error()}
 		}
 	} else {
-		fmt.Fprintf(os.Stderr, "grader: %s: patch of %d file(s) applied; trusted paths restored\n", inst.InstanceID, n)
+		fmt.Fprintf(os.Stderr, "grader: %s: %s; trusted paths restored\n", inst.InstanceID, applied)
 		code, events := runTests(&inst)
 		results = judge(checks, code, events)
 	}
@@ -85,27 +97,51 @@ func main() {
 	}
 }
 
-// readCandidatePatch is the patch text of a workspace holding only it.
-func readCandidatePatch(name string) (string, error) {
+// readCandidate says what the workspace holds: "patch" and the patch's
+// file name, or "tree" and the tree's directory.
+func readCandidate(inst *instance) (kind, name string, err error) {
 	dir := os.Getenv("SANDBOXD_CANDIDATE")
 	ents, err := os.ReadDir(dir)
 	if err != nil {
-		return "", refuse("the workspace cannot be read: %v", err)
+		return "", "", refuse("workspace refused: it cannot be read: %v", err)
 	}
 	var names, others []string
+	has := map[string]bool{}
 	for _, e := range ents {
 		names = append(names, e.Name())
-		if e.Name() != name {
+		has[e.Name()] = true
+		if e.Name() != inst.PatchFile && e.Name() != inst.TreeDir {
 			others = append(others, e.Name())
 		}
 	}
-	if len(others) == len(names) {
-		return "", refuse("the workspace holds no %s (it holds %s)", name, strings.Join(names, ", "))
+	switch {
+	case has[inst.PatchFile] && has[inst.TreeDir]:
+		return "", "", refuse("workspace refused: it holds both %s and %s/: give one", inst.PatchFile, inst.TreeDir)
+	case !has[inst.PatchFile] && !has[inst.TreeDir]:
+		held := strings.Join(names[:min(len(names), 5)], ", ")
+		if held == "" {
+			held = "nothing"
+		}
+		return "", "", refuse("workspace refused: it holds neither %s nor %s/ (it holds %s)", inst.PatchFile, inst.TreeDir, held)
+	case len(others) > 0:
+		shown := inst.PatchFile
+		if has[inst.TreeDir] {
+			shown = inst.TreeDir + "/"
+		}
+		return "", "", refuse("workspace refused: it holds other files than %s: %s", shown, strings.Join(others[:min(len(others), 5)], ", "))
+	case has[inst.PatchFile]:
+		return "patch", inst.PatchFile, nil
 	}
-	if len(others) > 0 {
-		return "", refuse("the workspace holds other files than %s: %s", name, strings.Join(others, ", "))
+	if fi, err := os.Lstat(filepath.Join(dir, inst.TreeDir)); err != nil || !fi.IsDir() {
+		return "", "", refuse("workspace refused: %s is not a directory", inst.TreeDir)
 	}
-	f, err := os.Open(filepath.Join(dir, name))
+	return "tree", filepath.Join(dir, inst.TreeDir), nil
+}
+
+// readPatch is the patch's text, read without following a link, at most
+// maxPatch bytes.
+func readPatch(name string) (string, error) {
+	f, err := os.OpenFile(filepath.Join(os.Getenv("SANDBOXD_CANDIDATE"), name), os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
 	if err != nil {
 		return "", refuse("%s: %v", name, err)
 	}
@@ -125,84 +161,152 @@ func readCandidatePatch(name string) (string, error) {
 	return string(b), nil
 }
 
-// checkPaths refuses a patch touching a trusted path or a refused name.
-func checkPaths(files []*filePatch, inst *instance) error {
-	for _, fp := range files {
-		for _, p := range []string{fp.old, fp.new} {
-			if p == "" {
-				continue
+// checkPaths refuses a change touching a trusted path or a refused name.
+func checkPaths(paths []string, inst *instance) error {
+	for _, p := range paths {
+		for _, t := range inst.Trusted {
+			if p == t || strings.HasPrefix(p, t+"/") {
+				return refuse("it touches %s, a trusted path (%s) restored from the bundle", p, t)
 			}
-			for _, t := range inst.Trusted {
-				if p == t || strings.HasPrefix(p, t+"/") {
-					return refuse("it touches %s, a trusted path (%s) restored from the bundle", p, t)
-				}
-			}
-			for _, part := range strings.Split(p, "/") {
-				for _, pat := range inst.RefuseNames {
-					if ok, _ := path.Match(pat, part); ok {
-						return refuse("it touches %s: %q (pattern %q) could change how the tests run", p, part, pat)
-					}
+		}
+		for _, part := range strings.Split(p, "/") {
+			for _, pat := range inst.RefuseNames {
+				if ok, _ := path.Match(pat, part); ok {
+					return refuse("it touches %s: %q (pattern %q) could change how the tests run", p, part, pat)
 				}
 			}
 		}
 	}
 	return nil
 }
+
+// addedLine is a line a change adds to a file.
+type addedLine struct{ path, text string }
 
 // checkAdded refuses added lines naming the test framework (hygiene).
-func checkAdded(files []*filePatch, inst *instance) error {
-	for _, fp := range files {
-		for _, h := range fp.hunks {
-			for _, l := range h.lines {
-				for _, w := range inst.RefuseAdded {
-					if l.tag == '+' && strings.Contains(l.text, w) {
-						return refuse("%s: an added line names the test framework (%q): %.120q", fp.path(), w, strings.TrimSpace(l.text))
-					}
-				}
+func checkAdded(added []addedLine, inst *instance) error {
+	for _, l := range added {
+		for _, w := range inst.RefuseAdded {
+			if strings.Contains(l.text, w) {
+				return refuse("%s: an added line names the test framework (%q): %.120q", l.path, w, strings.TrimSpace(l.text))
 			}
 		}
 	}
 	return nil
 }
 
-// prepare makes the repository at its base with the patch applied and
-// every trusted path restored.
-func prepare(inst *instance) (int, error) {
-	text, err := readCandidatePatch(inst.PatchFile)
-	if err != nil {
-		return 0, err
-	}
+// patchChanges are a patch's files, the paths it touches and the lines it adds.
+func patchChanges(text string) ([]*filePatch, []string, []addedLine, error) {
 	files, err := parsePatch(text)
 	if err != nil {
-		return 0, err
+		return nil, nil, nil, err
 	}
-	if err := checkPaths(files, inst); err != nil {
-		return 0, err
+	var paths []string
+	var added []addedLine
+	for _, fp := range files {
+		for _, p := range []string{fp.old, fp.new} {
+			if p != "" {
+				paths = append(paths, p)
+			}
+		}
+		for _, h := range fp.hunks {
+			for _, l := range h.lines {
+				if l.tag == '+' {
+					added = append(added, addedLine{fp.path(), l.text})
+				}
+			}
+		}
 	}
-	if err := checkAdded(files, inst); err != nil {
-		return 0, err
+	return files, paths, added, nil
+}
+
+// treeChanges are a tree's changes, the paths they touch and the lines they add.
+func treeChanges(base, tree string) ([]change, []string, []addedLine, error) {
+	changes, err := diffTree(base, tree)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	var paths []string
+	var added []addedLine
+	for _, c := range changes {
+		paths = append(paths, c.path)
+		for _, l := range c.addedLines() {
+			added = append(added, addedLine{c.path, l})
+		}
+	}
+	return changes, paths, added, nil
+}
+
+// prepare makes the repository at its base with the candidate's change
+// applied and every trusted path restored, and says what it applied. A
+// refusal (*refused) says what was refused and why; another error is the
+// grader's.
+func prepare(inst *instance) (string, error) {
+	kind, name, err := readCandidate(inst)
+	if err != nil {
+		return "", err
 	}
 	base := filepath.Join(os.Getenv("SANDBOXD_BUNDLE"), inst.Repo)
-	if err := os.CopyFS(repoDir, os.DirFS(base)); err != nil {
-		return 0, fmt.Errorf("copying the repository: %w", err)
+	n, err := applyCandidate(inst, kind, name, base)
+	var r *refused
+	if errors.As(err, &r) {
+		return "", refuse("%s refused: %v", kind, r)
 	}
-	if err := applyPatch(files, repoDir); err != nil {
-		return 0, err
+	if err != nil {
+		return "", err
 	}
 	for _, t := range inst.Trusted {
 		dst := filepath.Join(repoDir, t)
 		if err := os.RemoveAll(dst); err != nil {
-			return 0, err
+			return "", err
 		}
 		src := filepath.Join(base, t)
 		if _, err := os.Stat(src); errors.Is(err, fs.ErrNotExist) {
 			continue
 		}
 		if err := copyPath(src, dst); err != nil {
-			return 0, err
+			return "", err
 		}
 	}
-	return len(files), nil
+	return fmt.Sprintf("%s of %d changed file(s) applied", kind, n), nil
+}
+
+// applyCandidate checks the candidate's change and applies it to a copy of
+// the base in repoDir; it returns the number of files changed.
+func applyCandidate(inst *instance, kind, name, base string) (int, error) {
+	var files []*filePatch
+	var changes []change
+	var paths []string
+	var added []addedLine
+	var err error
+	if kind == "patch" {
+		text, err := readPatch(name)
+		if err != nil {
+			return 0, err
+		}
+		files, paths, added, err = patchChanges(text)
+		if err != nil {
+			return 0, err
+		}
+	} else if changes, paths, added, err = treeChanges(base, name); err != nil {
+		return 0, err
+	}
+	if err := checkPaths(paths, inst); err != nil {
+		return 0, err
+	}
+	if err := checkAdded(added, inst); err != nil {
+		return 0, err
+	}
+	if err := os.CopyFS(repoDir, os.DirFS(base)); err != nil {
+		return 0, fmt.Errorf("copying the repository: %w", err)
+	}
+	if kind == "patch" {
+		return len(files), applyPatch(files, repoDir)
+	}
+	if err := applyTree(changes, repoDir); err != nil {
+		return 0, refuse("does not apply: %v", err)
+	}
+	return len(changes), nil
 }
 
 func copyPath(src, dst string) error {

@@ -1,21 +1,31 @@
 package main
 
 // A strict reader and applier of unified diffs as `git diff` writes them:
-// the same rules as examples/repo-python/bundle/grader/patch.py. No fuzz
-// (a hunk may sit at other lines than its header says, never with other
-// context); paths a/PATH and b/PATH, relative and clean, each file once;
-// renames, copies, mode changes and binary patches refused. The candidate
-// wrote the text: whatever is wrong with it is a refusal naming it.
+// the same rules as examples/repo-python/bundle/grader/patch.py, tested on
+// the same fixtures (testdata/patches, examples/repo-python/grader-tests).
+// No fuzz (a hunk may sit at other lines than its header says, never with
+// other context); paths a/PATH and b/PATH, relative and clean (no quote,
+// backslash or control character: git quotes such names), each file once;
+// an empty file created or deleted is a git header without a hunk, as git
+// writes it; renames, copies, mode changes and binary patches refused; text
+// outside a file's diff (a commit message, format-patch's diffstat and "-- "
+// signature) ignored. The candidate wrote the text: whatever is wrong with
+// it is a refusal naming it.
 
 import (
 	"errors"
 	"fmt"
 	"os"
+	"path"
 	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
+	"syscall"
 )
+
+// maxFiles is the most files a patch (or a tree) may change.
+const maxFiles = 200
 
 // refused is why a patch is not applied, for the report.
 type refused struct{ msg string }
@@ -68,16 +78,50 @@ func patchPath(field string, where int) (string, error) {
 	if name == "/dev/null" {
 		return "", nil
 	}
+	if strings.HasPrefix(name, `"`) {
+		return "", refuse("line %d: quoted path %s (a name git had to escape)", where, name)
+	}
 	first, rest, ok := strings.Cut(name, "/")
 	if !ok || (first != "a" && first != "b") {
 		return "", refuse("line %d: path %q is not a/PATH or b/PATH", where, name)
 	}
+	if quotable(rest) {
+		return "", refuse("line %d: path %q holds a quote, a backslash or a control character"+
+			" (a CR: the patch was saved with CRLF line ends)", where, name)
+	}
 	for _, p := range strings.Split(rest, "/") {
-		if p == "" || p == "." || p == ".." || strings.ContainsAny(p, "\\\"") {
+		if p == "" || p == "." || p == ".." {
 			return "", refuse("line %d: path %q is not relative and clean", where, name)
 		}
 	}
 	return rest, nil
+}
+
+// quotable reports whether git would quote the name: a quote, a backslash
+// or a control character in it.
+func quotable(name string) bool {
+	return strings.ContainsFunc(name, func(r rune) bool { return r == '"' || r == '\\' || r < 0x20 || r == 0x7f })
+}
+
+// gitPath is the path of "diff --git a/P b/P" (no rename: both halves name P).
+func gitPath(line string, where int) (string, error) {
+	rest := strings.TrimPrefix(line, "diff --git ")
+	half := (len(rest) - 1) / 2
+	if len(rest)%2 == 0 || rest[half] != ' ' {
+		return "", refuse("line %d: a git header without a diff, whose path cannot be read: %.80q", where, line)
+	}
+	old, err := patchPath(rest[:half], where)
+	if err != nil {
+		return "", err
+	}
+	nw, err := patchPath(rest[half+1:], where)
+	if err != nil {
+		return "", err
+	}
+	if old != nw {
+		return "", refuse("line %d: %s becomes %s: renames are not taken", where, old, nw)
+	}
+	return old, nil
 }
 
 // parsePatch returns the file patches of a unified diff, in order.
@@ -88,17 +132,50 @@ func parsePatch(text string) ([]*filePatch, error) {
 	}
 	var files []*filePatch
 	seen := map[string]bool{}
+	add := func(fp *filePatch, at int) error {
+		if seen[fp.path()] {
+			return refuse("line %d: %s is patched twice", at+1, fp.path())
+		}
+		seen[fp.path()] = true
+		files = append(files, fp)
+		if len(files) > maxFiles {
+			return refuse("more than %d files", maxFiles)
+		}
+		return nil
+	}
 	for i := 0; i < len(lines); {
 		line := lines[i]
 		if strings.HasPrefix(line, "diff --git ") {
+			start, mode := i, ""
 			for i++; i < len(lines) && !strings.HasPrefix(lines[i], "--- ") && !strings.HasPrefix(lines[i], "diff --git "); i++ {
 				switch h := lines[i]; {
 				case hasPrefix(h, gitOK):
+					if strings.Contains(h, "file mode") {
+						mode = strings.Fields(h)[0]
+					}
 				case hasPrefix(h, gitRefused):
 					return nil, refuse("line %d: %s ...: only changes to the text of files are taken", i+1, strings.Fields(h)[0])
 				default:
 					return nil, refuse("line %d: unexpected line in a git header: %.80q", i+1, h)
 				}
+			}
+			if i < len(lines) && strings.HasPrefix(lines[i], "--- ") {
+				continue
+			}
+			// No "---": git writes an empty file created or deleted so.
+			if mode == "" {
+				return nil, refuse("line %d: a git header without a diff of a file created or deleted", start+1)
+			}
+			p, err := gitPath(line, start+1)
+			if err != nil {
+				return nil, err
+			}
+			fp := &filePatch{old: p}
+			if mode == "new" {
+				fp = &filePatch{new: p}
+			}
+			if err := add(fp, start); err != nil {
+				return nil, err
 			}
 			continue
 		}
@@ -110,11 +187,9 @@ func parsePatch(text string) ([]*filePatch, error) {
 		if err != nil {
 			return nil, err
 		}
-		if seen[fp.path()] {
-			return nil, refuse("line %d: %s is patched twice", i+1, fp.path())
+		if err := add(fp, i); err != nil {
+			return nil, err
 		}
-		seen[fp.path()] = true
-		files = append(files, fp)
 		i = next
 	}
 	if len(files) == 0 && strings.TrimSpace(text) != "" {
@@ -151,7 +226,8 @@ func parseFile(lines []string, i int) (*filePatch, int, error) {
 	if len(fp.hunks) == 0 {
 		return nil, 0, refuse("line %d: %s has no hunk", j+1, fp.path())
 	}
-	if j < len(lines) && lines[j] != "" && strings.ContainsRune("+- \\", rune(lines[j][0])) && !strings.HasPrefix(lines[j], "--- ") {
+	// "-- " after the last hunk is format-patch's signature, not a line of it.
+	if j < len(lines) && lines[j] != "" && strings.ContainsRune("+- \\", rune(lines[j][0])) && !strings.HasPrefix(lines[j], "--- ") && lines[j] != "-- " {
 		return nil, 0, refuse("line %d: a line of a hunk beyond the count its header gives", j+1)
 	}
 	return fp, j, nil
@@ -275,8 +351,10 @@ func applyPatch(files []*filePatch, root string) error {
 	for k, fp := range files {
 		full := filepath.Join(root, fp.path())
 		fi, err := os.Lstat(full)
-		exists := err == nil
-		if err != nil && !errors.Is(err, os.ErrNotExist) {
+		// No file: a path below a file, or a directory (one created here
+		// takes the place of a directory the patch empties).
+		exists := err == nil && !fi.IsDir()
+		if err != nil && !errors.Is(err, os.ErrNotExist) && !errors.Is(err, syscall.ENOTDIR) {
 			return refuse("does not apply: %s: %v", fp.path(), err)
 		}
 		if exists && !fi.Mode().IsRegular() {
@@ -301,20 +379,48 @@ func applyPatch(files []*filePatch, root string) error {
 			return refuse("does not apply: %s: deleted, but the patch leaves lines in it", fp.path())
 		}
 	}
-	for k, fp := range files {
-		full := filepath.Join(root, fp.path())
+	// Removals first: a file may take a removed directory's place, or the reverse.
+	for _, fp := range files {
 		if fp.new == "" {
-			if err := os.Remove(full); err != nil {
+			if err := removeFile(root, fp.path()); err != nil {
 				return refuse("does not apply: %v", err)
 			}
+		}
+	}
+	for k, fp := range files {
+		if fp.new == "" {
 			continue
 		}
-		if err := os.MkdirAll(filepath.Dir(full), 0o755); err != nil {
-			return refuse("does not apply: %v", err)
-		}
-		if err := os.WriteFile(full, []byte(results[k]), 0o644); err != nil {
+		if err := writeFile(root, fp.path(), []byte(results[k])); err != nil {
 			return refuse("does not apply: %v", err)
 		}
 	}
 	return nil
+}
+
+// removeFile removes a file and then the directories that removing it
+// left empty, as git apply does.
+func removeFile(root, p string) error {
+	if err := os.Remove(filepath.Join(root, p)); err != nil {
+		return err
+	}
+	for d := path.Dir(p); d != "."; d = path.Dir(d) {
+		ents, err := os.ReadDir(filepath.Join(root, d))
+		if err != nil || len(ents) > 0 {
+			return err
+		}
+		if err := os.Remove(filepath.Join(root, d)); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// writeFile writes a file of the repository, mode 0644, with its directories.
+func writeFile(root, p string, data []byte) error {
+	full := filepath.Join(root, p)
+	if err := os.MkdirAll(filepath.Dir(full), 0o755); err != nil {
+		return err
+	}
+	return os.WriteFile(full, data, 0o644)
 }

@@ -2,20 +2,25 @@
 
     grade.py INSTANCE_JSON
 
-1. reads the candidate's unified diff (the one file of its workspace,
-   instance.json's patch_file) and refuses it, before anything runs, if it
-   is malformed, touches a trusted path (a test, pytest's configuration) or
-   a name that would hook the interpreter or pytest (conftest.py, *.pth, …),
-   or adds a line naming the test runner (refuse_added: hygiene, see README);
-2. copies the repository at its base (/bundle/REPO) and applies the patch
-   itself (patch.py: strict, no fuzz), refusing one that does not apply;
-3. restores every trusted path from the bundle, whatever the patch did;
-4. runs the test command as the code uid, through the helper's exec service,
+1. reads the candidate: its workspace holds either a unified diff (the file
+   instance.json's patch_file names) or the whole repository tree (the
+   directory tree_dir names), and nothing else;
+2. refuses it, before anything runs, if it is malformed, touches a trusted
+   path (a test, pytest's configuration) or a name that would hook the
+   interpreter or pytest (conftest.py, *.pth, …), or adds a line naming the
+   test runner (refuse_added: hygiene, see README). A tree is refused as the
+   patch of the same change would be (tree.py: its changes are those a
+   patch could say, and the same checks judge them);
+3. copies the repository at its base (/bundle/REPO) and applies the patch
+   (patch.py: strict, no fuzz, refusing one that does not apply) or the
+   tree's changes itself;
+4. restores every trusted path from the bundle, whatever the candidate did;
+5. runs the test command as the code uid, through the helper's exec service,
    with an empty environment; pytest's JUnit is the code's, so
-5. writes the report the supervisor reads itself, in a directory the code
+6. writes the report the supervisor reads itself, in a directory the code
    uid cannot write: FAIL_TO_PASS and PASS_TO_PASS, each once, passed only if
    pytest's JUnit lists it once as passed and pytest's exit code agrees.
-   A refused patch, a test skipped or missing, no readable JUnit, an exit
+   A refused candidate, a test skipped or missing, no readable JUnit, an exit
    code that disagrees: every such test is a failure, with the reason.
 
 Exits 0 only if every listed test passed.
@@ -33,6 +38,7 @@ from xml.sax.saxutils import quoteattr
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import patch  # noqa: E402
+import tree  # noqa: E402
 
 BUNDLE = os.environ.get("SANDBOXD_BUNDLE", "/bundle")
 CANDIDATE = os.environ.get("SANDBOXD_CANDIDATE", "/inputs/candidate-export")
@@ -46,18 +52,35 @@ CODE_ENV = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "HOME": "/tmp", "PYTHOND
             "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
 
 
-def read_candidate_patch(name):
-    """The patch text, from a workspace that holds exactly that one file."""
+def read_candidate(inst):
+    """What the workspace holds: ("patch", the patch's file name) or ("tree",
+    the tree's directory); raises patch.Refused naming the workspace's fault."""
+    pname, tname = inst["patch_file"], inst["tree_dir"]
     entries = sorted(os.listdir(CANDIDATE))
-    if entries != [name]:
-        others = [e for e in entries if e != name]
-        if name not in entries:
-            raise patch.Refused(f"the workspace holds no {name} (it holds {', '.join(entries[:5]) or 'nothing'})")
-        raise patch.Refused(f"the workspace holds other files than {name}: {', '.join(others[:5])}")
+    others = [e for e in entries if e not in (pname, tname)]
+    if pname in entries and tname in entries:
+        raise patch.Refused(f"workspace refused: it holds both {pname} and {tname}/: give one")
+    if pname not in entries and tname not in entries:
+        raise patch.Refused(f"workspace refused: it holds neither {pname} nor {tname}/ "
+                            f"(it holds {', '.join(entries[:5]) or 'nothing'})")
+    name = pname if pname in entries else tname
+    if others:
+        shown = name if name == pname else name + "/"
+        raise patch.Refused(f"workspace refused: it holds other files than {shown}: {', '.join(others[:5])}")
+    if name == tname:
+        if not stat.S_ISDIR(os.lstat(os.path.join(CANDIDATE, tname)).st_mode):
+            raise patch.Refused(f"workspace refused: {tname} is not a directory")
+        return "tree", os.path.join(CANDIDATE, tname)
+    return "patch", name
+
+
+def read_patch(name):
+    """The patch text, read without following a link, at most MAX_PATCH bytes."""
     fd = os.open(os.path.join(CANDIDATE, name), os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    if not stat.S_ISREG(os.fstat(fd).st_mode):  # before fdopen, which raises on a directory
+        os.close(fd)
+        raise patch.Refused(f"{name} is not a regular file")
     with os.fdopen(fd, "rb") as f:
-        if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
-            raise patch.Refused(f"{name} is not a regular file")
         data = f.read(MAX_PATCH + 1)
     if len(data) > MAX_PATCH:
         raise patch.Refused(f"{name} is larger than {MAX_PATCH} bytes")
@@ -67,43 +90,59 @@ def read_candidate_patch(name):
         raise patch.Refused(f"{name} is not UTF-8 ({e})") from None
 
 
-def check_paths(files, inst):
-    """Refuses a patch touching a trusted path or a hook's name."""
-    for fp in files:
-        for p in {fp.old, fp.new} - {None}:
-            for t in inst["trusted"]:
-                if p == t or p.startswith(t + "/"):
-                    raise patch.Refused(f"it touches {p}, a trusted path ({t}) restored from the bundle")
-            parts = p.split("/")
-            for part in parts:
-                for pat in inst["refuse_names"]:
-                    if fnmatch.fnmatchcase(part, pat):
-                        raise patch.Refused(f"it touches {p}: {part!r} (pattern {pat!r}) could change how the tests run")
+def check_paths(paths, inst):
+    """Refuses a change touching a trusted path or a hook's name."""
+    for p in paths:
+        for t in inst["trusted"]:
+            if p == t or p.startswith(t + "/"):
+                raise patch.Refused(f"it touches {p}, a trusted path ({t}) restored from the bundle")
+        for part in p.split("/"):
+            for pat in inst["refuse_names"]:
+                if fnmatch.fnmatchcase(part, pat):
+                    raise patch.Refused(f"it touches {p}: {part!r} (pattern {pat!r}) could change how the tests run")
 
 
-def check_added(files, inst):
+def check_added(added, inst):
     """Refuses added lines that name the test runner (hygiene: see README)."""
-    for fp in files:
-        for _, body in fp.hunks:
-            for tag, line in body:
-                for w in inst.get("refuse_added", []):
-                    if tag == "+" and w in line:
-                        raise patch.Refused(f"{fp.path}: an added line names the test runner ({w!r}): {line.strip()[:120]!r}")
+    for path, line in added:
+        for w in inst.get("refuse_added", []):
+            if w in line:
+                raise patch.Refused(f"{path}: an added line names the test runner ({w!r}): {line.strip()[:120]!r}")
+
+
+def patch_changes(text):
+    """A patch's files, the paths it touches and the lines it adds."""
+    files = patch.parse(text)
+    paths = [p for fp in files for p in (fp.old, fp.new) if p is not None]
+    added = [(fp.path, line) for fp in files for _, body in fp.hunks for tag, line in body if tag == "+"]
+    return files, paths, added
 
 
 def prepare(inst):
-    """The repository at its base with the candidate's patch applied and
-    every trusted path restored; raises patch.Refused."""
-    text = read_candidate_patch(inst["patch_file"])
-    files = patch.parse(text)
-    check_paths(files, inst)
-    check_added(files, inst)
+    """The repository at its base with the candidate's change applied and
+    every trusted path restored; returns what was applied, for the log.
+    Raises patch.Refused, whose message says what was refused and why."""
+    kind, candidate = read_candidate(inst)
     base = os.path.join(BUNDLE, inst["repo"])
-    shutil.copytree(base, REPO)
     try:
-        patch.apply(files, REPO)
-    except (OSError, UnicodeDecodeError) as e:
-        raise patch.Refused(f"does not apply: {e}") from None
+        if kind == "patch":
+            files, paths, added = patch_changes(read_patch(candidate))
+        else:
+            files = tree.diff(base, candidate)
+            paths = [c.path for c in files]
+            added = [(c.path, line) for c in files for line in c.added_lines()]
+        check_paths(paths, inst)
+        check_added(added, inst)
+        shutil.copytree(base, REPO)
+        try:
+            if kind == "patch":
+                patch.apply(files, REPO)
+            else:
+                tree.apply(files, REPO)
+        except (OSError, UnicodeDecodeError) as e:
+            raise patch.Refused(f"does not apply: {e}") from None
+    except patch.Refused as e:
+        raise patch.Refused(f"{kind} refused: {e}") from None
     for t in inst["trusted"]:
         src, dst = os.path.join(base, t), os.path.join(REPO, t)
         if os.path.isdir(dst) and not os.path.islink(dst):
@@ -114,7 +153,7 @@ def prepare(inst):
             shutil.copytree(src, dst)
         elif os.path.exists(src):
             shutil.copy2(src, dst)
-    return len(files)
+    return f"{kind} of {len(files)} changed file(s) applied"
 
 
 def run_tests(inst):
@@ -220,11 +259,11 @@ def main():
     os.umask(0o022)  # the code uid may read the repository, never write it
     checks = inst["FAIL_TO_PASS"] + inst["PASS_TO_PASS"]
     try:
-        n = prepare(inst)
+        applied = prepare(inst)
     except patch.Refused as e:
-        print(f"grade: patch refused: {e}", file=sys.stderr)
-        return write_report(inst, {c: ("failure", f"patch refused: {e}") for c in checks})
-    print(f"grade: {inst['instance_id']}: patch of {n} file(s) applied; trusted paths restored", file=sys.stderr)
+        print(f"grade: {e}", file=sys.stderr)
+        return write_report(inst, {c: ("failure", str(e)) for c in checks})
+    print(f"grade: {inst['instance_id']}: {applied}; trusted paths restored", file=sys.stderr)
     code, junit = run_tests(inst)
     return write_report(inst, judge(checks, code, junit))
 

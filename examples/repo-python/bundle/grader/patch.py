@@ -7,14 +7,20 @@
 No fuzz: every context and removed line must match exactly; a hunk may sit
 at another line than its header says (as `git apply` allows), never with
 different context. Paths are taken as `git diff` writes them (`a/PATH`,
-`b/PATH`, or /dev/null), must be relative and clean, and each file is
-patched once. Renames, copies, mode changes and binary patches are
-refused. The candidate wrote the text: every malformed piece is a Refused
-naming what and where, never an exception of another kind.
+`b/PATH`, or /dev/null), must be relative and clean (no quote, backslash or
+control character: git quotes such names), and each file is patched once.
+An empty file created or deleted is a git header without a hunk, as git
+writes it. Renames, copies, mode changes and binary patches are refused.
+Text outside a file's diff (a commit message, format-patch's diffstat and
+"-- " signature) is ignored. The candidate wrote the text: every malformed
+piece is a Refused naming what and where, never an exception of another
+kind. examples/repo-go/bundle/grader/patch.go is the same in Go; both are
+tested on the same fixtures (examples/repo-python/grader-tests).
 """
 
 import os
 import re
+import stat
 
 MAX_FILES = 200
 
@@ -48,10 +54,24 @@ def _path(field, where):
     first, sep, rest = name.partition("/")
     if not sep or first not in ("a", "b"):
         raise Refused(f"{where}: path {name!r} is not a/PATH or b/PATH")
-    parts = rest.split("/")
-    if rest == "" or any(p in ("", ".", "..") for p in parts) or "\\" in rest:
+    if any(c in '"\\' or ord(c) < 0x20 or ord(c) == 0x7F for c in rest):
+        raise Refused(f"{where}: path {name!r} holds a quote, a backslash or a control character"
+                      " (a CR: the patch was saved with CRLF line ends)")
+    if any(p in ("", ".", "..") for p in rest.split("/")):
         raise Refused(f"{where}: path {name!r} is not relative and clean")
     return rest
+
+
+def _git_path(line, where):
+    """The path of "diff --git a/P b/P" (no rename: both halves name P)."""
+    rest = line[len("diff --git "):]
+    half = (len(rest) - 1) // 2
+    if len(rest) % 2 == 0 or rest[half] != " ":
+        raise Refused(f"{where}: a git header without a diff, whose path cannot be read: {line[:80]!r}")
+    old, new = _path(rest[:half], where), _path(rest[half + 1:], where)
+    if old != new:
+        raise Refused(f"{where}: {old} becomes {new}: renames are not taken")
+    return old
 
 
 def parse(text):
@@ -60,18 +80,36 @@ def parse(text):
     if lines and lines[-1] == "":
         lines.pop()
     files, seen, i = [], set(), 0
+
+    def add(fp, at):
+        if fp.path in seen:
+            raise Refused(f"line {at + 1}: {fp.path} is patched twice")
+        seen.add(fp.path)
+        files.append(fp)
+        if len(files) > MAX_FILES:
+            raise Refused(f"more than {MAX_FILES} files")
+
     while i < len(lines):
         line = lines[i]
         if line.startswith("diff --git "):
+            start, mode = i, None
             i += 1
             while i < len(lines) and not lines[i].startswith(("--- ", "diff --git ")):
                 h = lines[i]
                 if h.startswith(_GIT_OK):
+                    mode = h.split(" ")[0] if "file mode" in h else mode
                     i += 1
                     continue
                 if h.startswith(_GIT_REFUSED):
                     raise Refused(f"line {i + 1}: {h.split(' ')[0]} ...: only changes to the text of files are taken")
                 raise Refused(f"line {i + 1}: unexpected line in a git header: {h[:80]!r}")
+            if i < len(lines) and lines[i].startswith("--- "):
+                continue
+            # No "---": git writes an empty file created or deleted so.
+            if mode is None:
+                raise Refused(f"line {start + 1}: a git header without a diff of a file created or deleted")
+            p = _git_path(line, f"line {start + 1}")
+            add(FilePatch(None, p) if mode == "new" else FilePatch(p, None), start)
             continue
         if not line.startswith("--- "):
             i += 1  # text outside a file's diff (a commit message, a comment)
@@ -83,19 +121,17 @@ def parse(text):
             raise Refused(f"line {i + 1}: /dev/null on both sides")
         if fp.old is not None and fp.new is not None and fp.old != fp.new:
             raise Refused(f"line {i + 1}: {fp.old} becomes {fp.new}: renames are not taken")
-        if fp.path in seen:
-            raise Refused(f"line {i + 1}: {fp.path} is patched twice")
-        seen.add(fp.path)
+        at = i
         i += 2
         while i < len(lines) and lines[i].startswith("@@"):
             i = _hunk(lines, i, fp)
         if not fp.hunks:
             raise Refused(f"line {i + 1}: {fp.path} has no hunk")
-        if i < len(lines) and lines[i][:1] in ("+", "-", " ", "\\") and not lines[i].startswith("--- "):
+        # "-- " after the last hunk is format-patch's signature, not a line of it.
+        if i < len(lines) and lines[i][:1] in ("+", "-", " ", "\\") and not lines[i].startswith("--- ") \
+                and lines[i] != "-- ":
             raise Refused(f"line {i + 1}: a line of a hunk beyond the count its header gives")
-        files.append(fp)
-        if len(files) > MAX_FILES:
-            raise Refused(f"more than {MAX_FILES} files")
+        add(fp, at)
     if not files and text.strip():
         raise Refused("the patch holds no file diff")
     return files
@@ -137,8 +173,10 @@ def _read(root, path):
     full = os.path.join(root, path)
     try:
         st = os.lstat(full)
-    except FileNotFoundError:
+    except (FileNotFoundError, NotADirectoryError):
         return None
+    if stat.S_ISDIR(st.st_mode):
+        return None  # no file: one created here takes the place of a directory the patch empties
     if not os.path.isfile(full) or os.path.islink(full) or st.st_nlink != 1:
         raise Refused(f"{path}: not a regular file of the repository")
     with open(full, encoding="utf-8", newline="") as f:
@@ -192,11 +230,23 @@ def apply(files, root):
         if fp.new is None and new != "":
             raise Refused(f"does not apply: {fp.path}: deleted, but the patch leaves lines in it")
         results.append((fp, new))
-    for fp, new in results:
-        full = os.path.join(root, fp.path)
+    for fp, _ in results:  # removals first: a file may take a removed directory's place, or the reverse
         if fp.new is None:
-            os.unlink(full)
+            remove(root, fp.path)
+    for fp, new in results:
+        if fp.new is None:
             continue
+        full = os.path.join(root, fp.path)
         os.makedirs(os.path.dirname(full), exist_ok=True)
         with open(full, "w", encoding="utf-8", newline="") as f:
             f.write(new)
+
+
+def remove(root, path):
+    """Removes a file and then the directories that removing it left empty,
+    as `git apply` does."""
+    os.unlink(os.path.join(root, path))
+    d = os.path.dirname(path)
+    while d and not os.listdir(os.path.join(root, d)):
+        os.rmdir(os.path.join(root, d))
+        d = os.path.dirname(d)
