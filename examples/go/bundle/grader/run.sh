@@ -18,8 +18,14 @@ export HOME=/tmp GOCACHE=/tmp/gocache GOPATH=/tmp/gopath GOFLAGS=-mod=mod \
 cp -r /usr/local/share/gocache "$GOCACHE"
 mkdir -p /work/src /work/bin "$(dirname "$report")"
 cp -r "$SANDBOXD_CANDIDATE"/. /work/src/
-# The candidate's own tests (and any TestMain) never count.
-find /work/src -name '*_test.go' -delete
+# The candidate's own tests (and any TestMain) never count. busybox find
+# has no -delete (it failed, and the candidate's test files stayed): each
+# is removed, and none may be left.
+find /work/src -name '*_test.go' -exec rm -f {} +
+if [ -n "$(find /work/src -name '*_test.go')" ]; then
+  echo "grader: candidate test files are left: $(find /work/src -name '*_test.go')" >&2
+  exit 3
+fi
 cp "$SANDBOXD_BUNDLE"/tests/*_test.go /work/src/
 cd /work/src
 exec go test -json -count=1 -timeout 60s -exec "/bin/sh $SANDBOXD_BUNDLE/grader/exec.sh" . > "$report"
