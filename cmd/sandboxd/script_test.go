@@ -209,9 +209,11 @@ func cleanBroker(ctx context.Context, eng broker.Engine, name string) error {
 	if len(cs.Items) > 0 {
 		return fmt.Errorf("%d job containers of broker %s left behind", len(cs.Items), name)
 	}
-	// daemon.txtar kills its daemon outright: the sandboxes it had
-	// ready stay until a next start would reap them.
-	pf := make(client.Filters).Add("label", broker.LabelBroker+"="+name, broker.LabelRole+"=pool")
+	// daemon.txtar kills its daemon outright: what it had made (the
+	// sandboxes it had ready, whatever it was creating when it died)
+	// stays until a next start would reap it. Every container of the name
+	// goes, whatever its role: one left held the shim volume (CI16).
+	pf := make(client.Filters).Add("label", broker.LabelBroker+"="+name)
 	ps, err := eng.ContainerList(ctx, client.ContainerListOptions{All: true, Filters: pf})
 	if err != nil {
 		return err
