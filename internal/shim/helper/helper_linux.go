@@ -170,6 +170,9 @@ func runJob(o *out) (*shim.Status, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := checkScratch(cfg.Scratch); err != nil {
+		return nil, err
+	}
 	cfgJSON, _ := json.Marshal(cfg)
 
 	// Stage: extract writable inputs as the candidate user, reading the
@@ -331,6 +334,26 @@ func runJob(o *out) (*shim.Status, error) {
 		return nil, fmt.Errorf("collect outputs: %w", err)
 	}
 	return st, nil
+}
+
+// checkScratch refuses scratch space that another uid could change under
+// the job: a directory writable by group or others without the sticky bit
+// lets any uid in the sandbox rename or unlink what the job made there
+// (the code uid could replace the grader's report directory). The engine
+// gives a tmpfs the mode of the image's directory it is mounted on, not
+// the mode the broker asks for: an image whose /work is 0777 made /work
+// 0777 (runc, measured on Docker here).
+func checkScratch(dirs []string) error {
+	for _, d := range dirs {
+		var st unix.Stat_t
+		if err := unix.Stat(d, &st); err != nil {
+			return fmt.Errorf("scratch %s: %w", d, err)
+		}
+		if st.Mode&0o022 != 0 && st.Mode&unix.S_ISVTX == 0 {
+			return fmt.Errorf("scratch %s is mode %#o: writable by other uids without the sticky bit (the tmpfs takes the mode of the image's %s); the job does not run", d, st.Mode&0o7777, d)
+		}
+	}
+	return nil
 }
 
 func command(cfg *shim.Config) (*exec.Cmd, error) {

@@ -356,3 +356,35 @@ func TestKillCandidatesWaitsForTheReap(t *testing.T) {
 		t.Fatal("killCandidates returned while the killed process was not yet reaped (a zombie in the pids cgroup)")
 	}
 }
+
+// Scratch space writable by other uids without the sticky bit is refused
+// before anything of the job runs (an image's 0777 /work gave its tmpfs
+// that mode); /tmp's 1777 and /work's 0755 are not.
+func TestCheckScratch(t *testing.T) {
+	for _, tt := range []struct {
+		mode os.FileMode
+		ok   bool
+	}{
+		{0o755, true},
+		{0o700, true},
+		{0o777 | os.ModeSticky, true},
+		{0o777, false},
+		{0o775, false},
+		{0o757, false},
+	} {
+		d := t.TempDir()
+		if err := os.Chmod(d, tt.mode); err != nil {
+			t.Fatal(err)
+		}
+		err := checkScratch([]string{d})
+		if (err == nil) != tt.ok {
+			t.Errorf("mode %v: got %v, want ok=%v", tt.mode, err, tt.ok)
+		}
+		if err != nil && !strings.Contains(err.Error(), "without the sticky bit") {
+			t.Errorf("mode %v: %v does not say why", tt.mode, err)
+		}
+	}
+	if err := checkScratch([]string{filepath.Join(t.TempDir(), "absent")}); err == nil {
+		t.Error("a scratch directory that is not there was accepted")
+	}
+}
