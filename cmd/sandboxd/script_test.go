@@ -14,7 +14,9 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
+	"github.com/containerd/errdefs"
 	"github.com/moby/moby/client"
 	"github.com/rogpeppe/go-internal/testscript"
 	"github.com/rogpeppe/go-internal/txtar"
@@ -211,22 +213,43 @@ func cleanBroker(ctx context.Context, eng broker.Engine, name string) error {
 	}
 	// daemon.txtar kills its daemon outright: what it had made (the
 	// sandboxes it had ready, whatever it was creating when it died)
-	// stays until a next start would reap it. Every container of the name
-	// goes, whatever its role: one left held the shim volume (CI16).
-	pf := make(client.Filters).Add("label", broker.LabelBroker+"="+name)
-	ps, err := eng.ContainerList(ctx, client.ContainerListOptions{All: true, Filters: pf})
-	if err != nil {
+	// stays until a next start would reap it, or goes by itself as its
+	// helper sees the daemon gone. Every container of the name goes,
+	// whatever its role, and the volumes only once none is left (CI16: one
+	// still going held the shim volume; CI17: one went between the list
+	// and its removal).
+	if err := removeContainers(ctx, eng, name); err != nil {
 		return err
-	}
-	for _, c := range ps.Items {
-		if _, err := eng.ContainerRemove(ctx, c.ID, client.ContainerRemoveOptions{Force: true}); err != nil {
-			return err
-		}
 	}
 	if err := broker.RemoveCache(ctx, eng, name); err != nil {
 		return err
 	}
 	return leftovers(ctx, eng, name)
+}
+
+// removeContainers removes every container of the broker name and waits,
+// up to a minute, until none is listed: one that goes by itself meanwhile
+// is gone, not an error.
+func removeContainers(ctx context.Context, eng broker.Engine, name string) error {
+	f := make(client.Filters).Add("label", broker.LabelBroker+"="+name)
+	for deadline := time.Now().Add(time.Minute); ; {
+		cs, err := eng.ContainerList(ctx, client.ContainerListOptions{All: true, Filters: f})
+		if err != nil {
+			return err
+		}
+		if len(cs.Items) == 0 {
+			return nil
+		}
+		for _, c := range cs.Items {
+			if _, err := eng.ContainerRemove(ctx, c.ID, client.ContainerRemoveOptions{Force: true}); err != nil && !errdefs.IsNotFound(err) && !errdefs.IsConflict(err) {
+				return err
+			}
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%d containers of broker %s still there after a minute of removals", len(cs.Items), name)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
 }
 
 // leftovers fails if a container or volume of the broker name remains.
