@@ -3,6 +3,7 @@ package sandbox
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"slices"
 )
 
@@ -22,6 +23,37 @@ type PlanRequest struct {
 	// CandidateJobID and GraderJobID are the ids the verifier reserved.
 	CandidateJobID string `json:"candidate_job_id"`
 	GraderJobID    string `json:"grader_job_id"`
+	// Controls are the ids reserved for the jobs of each control the
+	// bundle declares, by kind (ControlKnownGood, ControlKnownBad): one
+	// entry for each declared control and none for another. Every id of a
+	// plan is distinct. Omitted for a bundle without controls.
+	Controls map[string]ControlIDs `json:"controls,omitempty"`
+}
+
+// The kinds of control a bundle may declare: a workspace in the bundle
+// that must pass (known-good) and one that must fail (known-bad), judged
+// under the same jobs as the candidate's own.
+const (
+	ControlKnownGood = "known-good"
+	ControlKnownBad  = "known-bad"
+)
+
+// ControlIDs are the ids reserved for one control's jobs. Without a
+// candidate command the control has only its grader job; its candidate
+// job id is then the grader's (or empty).
+type ControlIDs struct {
+	CandidateJobID string `json:"candidate_job_id"`
+	GraderJobID    string `json:"grader_job_id"`
+}
+
+// ControlPlan is what a bundle prescribes for one of its controls: the
+// control's workspace, which the daemon rebuilds from the bundle's layer,
+// and the jobs on it, made as the candidate's own are (Plan.Candidate,
+// Plan.Grader).
+type ControlPlan struct {
+	WorkspaceDigest string `json:"workspace_digest"`
+	Candidate       *Job   `json:"candidate,omitempty"`
+	Grader          Job    `json:"grader"`
 }
 
 // Plan is what a bundle prescribes for one workspace under reserved ids:
@@ -49,6 +81,9 @@ type Plan struct {
 	// (GraderJob appends the candidate's export to it); without one it is
 	// the complete grader job, with the workspace at CandidateExportPath.
 	Grader Job `json:"grader"`
+	// Controls are the jobs of each control the bundle declares, under
+	// the ids the request reserved for it; omitted without controls.
+	Controls map[string]ControlPlan `json:"controls,omitempty"`
 }
 
 // AssessRequest asks the daemon's supervisor to judge a grader job it ran
@@ -60,6 +95,11 @@ type AssessRequest struct {
 	GraderJobID     string `json:"grader_job_id"`
 	CandidateJobID  string `json:"candidate_job_id"`
 	WorkspaceDigest string `json:"workspace_digest,omitempty"`
+	// Controls name the jobs each control ran under (the plan's ids), by
+	// kind. The daemon rebuilds each control's workspace from the bundle
+	// itself, and judges the candidate with the controls' outcomes; a
+	// declared control left out makes the verdict inconclusive.
+	Controls map[string]ControlIDs `json:"controls,omitempty"`
 }
 
 // AssessResponse is the daemon's answer to an AssessRequest: the signed
@@ -82,12 +122,14 @@ type SignedAssessment struct {
 }
 
 // Check reports whether p is a plan for req: every job sealed and hashing
-// to its digest, under the reserved ids, of the bundle whose manifest req
-// carries and of p's image, the candidate job on req's workspace, and p's
-// instance the one req's bundle.json names. It does not prove that the
-// jobs are the ones the bundle prescribes (the daemon that answered is the
-// one definition of those, and its assess endpoint refuses any other); it
-// proves that the plan is bound to what the caller asked about.
+// to its digest, under the reserved ids (all distinct), of the bundle
+// whose manifest req carries and of p's image, the candidate job on req's
+// workspace, p's instance the one req's bundle.json names, and exactly
+// the controls req reserved ids for, each's candidate job on the
+// control's own workspace. It does not prove that the jobs are the ones
+// the bundle prescribes (the daemon that answered is the one definition
+// of those, and its assess endpoint refuses any other); it proves that
+// the plan is bound to what the caller asked about.
 func (p *Plan) Check(req PlanRequest) error {
 	bad := func(format string, a ...any) error {
 		return fmt.Errorf("plan: %w: "+format, append([]any{ErrInvalid}, a...)...)
@@ -121,26 +163,63 @@ func (p *Plan) Check(req PlanRequest) error {
 		}
 		return nil
 	}
-	if err := check("grader", req.GraderJobID, &p.Grader); err != nil {
-		return err
-	}
-	onWorkspace := func(j *Job) bool {
-		return slices.ContainsFunc(j.Inputs, func(in Input) bool { return in.Digest == req.WorkspaceDigest })
-	}
-	if p.Candidate == nil {
-		if !onWorkspace(&p.Grader) {
-			return bad("without a candidate job the grader job must take the workspace %s", req.WorkspaceDigest)
+	// roles are the jobs checked so far by id: every id of a plan is
+	// distinct.
+	roles := map[string]string{}
+	// workspace checks one workspace's jobs (prefix names a control's):
+	// under the reserved ids, the candidate job (or, without one, the
+	// grader job) on the workspace.
+	workspace := func(prefix, ws string, candidate, grader *Job, candidateID, graderID string) error {
+		taking, role := grader, prefix+"grader"
+		if err := check(role, graderID, grader); err != nil {
+			return err
+		}
+		if candidate != nil {
+			taking, role = candidate, prefix+"candidate"
+			if err := check(role, candidateID, candidate); err != nil {
+				return err
+			}
+		}
+		if !slices.ContainsFunc(taking.Inputs, func(in Input) bool { return in.Digest == ws }) {
+			return bad("the %s job does not take the workspace %s", role, ws)
+		}
+		for _, j := range []struct {
+			role string
+			job  *Job
+		}{{prefix + "candidate", candidate}, {prefix + "grader", grader}} {
+			if j.job == nil {
+				continue
+			}
+			if other, dup := roles[j.job.ID]; dup {
+				return bad("the %s and %s jobs share id %s", other, j.role, j.job.ID)
+			}
+			roles[j.job.ID] = j.role
 		}
 		return nil
 	}
-	if err := check("candidate", req.CandidateJobID, p.Candidate); err != nil {
+	if err := workspace("", req.WorkspaceDigest, p.Candidate, &p.Grader, req.CandidateJobID, req.GraderJobID); err != nil {
 		return err
 	}
-	if !onWorkspace(p.Candidate) {
-		return bad("the candidate job does not take the workspace %s", req.WorkspaceDigest)
+	for kind := range p.Controls {
+		if _, ok := req.Controls[kind]; !ok {
+			return bad("control %s was not asked about", kind)
+		}
 	}
-	if p.Candidate.ID == p.Grader.ID {
-		return bad("the candidate and grader jobs share id %s", p.Grader.ID)
+	for _, kind := range slices.Sorted(maps.Keys(req.Controls)) {
+		c, ok := p.Controls[kind]
+		if !ok {
+			return bad("control %s is missing", kind)
+		}
+		if !ValidDigest(c.WorkspaceDigest) {
+			return bad("control %s: malformed workspace digest %q", kind, c.WorkspaceDigest)
+		}
+		if (c.Candidate == nil) != (p.Candidate == nil) {
+			return bad("control %s: a candidate job exactly when the candidate's own plan has one", kind)
+		}
+		ids := req.Controls[kind]
+		if err := workspace(kind+" ", c.WorkspaceDigest, c.Candidate, &c.Grader, ids.CandidateJobID, ids.GraderJobID); err != nil {
+			return err
+		}
 	}
 	return nil
 }

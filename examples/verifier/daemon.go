@@ -6,8 +6,10 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 
 	"github.com/sandboxd/sandboxd/sandbox"
@@ -91,12 +93,45 @@ func PackWorkspace(dir string) ([]byte, string, error) {
 // Reserved are the job ids the host reserved, durably, for one evaluation.
 type Reserved struct {
 	Candidate, Grader string
+	// Controls are the ids of each declared control's jobs, by kind
+	// (sandbox.ControlKnownGood, …); nil derives them from Candidate and
+	// Grader (ControlIDs), so that reserving those reserves them too.
+	Controls map[string]sandbox.ControlIDs
+}
+
+// ControlIDs are the ids of the jobs of the controls a bundle declares,
+// derived from an evaluation's own: <candidate>-<kind> and
+// <grader>-<kind>. None for a bundle without controls.
+func ControlIDs(b Bundle, candidate, grader string) (map[string]sandbox.ControlIDs, error) {
+	var config struct {
+		Controls *struct {
+			KnownGood string `json:"known_good"`
+			KnownBad  string `json:"known_bad"`
+		} `json:"controls"`
+	}
+	if err := json.Unmarshal(b.Config, &config); err != nil {
+		return nil, fmt.Errorf("bundle %s: bundle.json: %w: %w", b.Digest, sandbox.ErrInvalid, err)
+	}
+	if config.Controls == nil {
+		return nil, nil
+	}
+	ids := map[string]sandbox.ControlIDs{}
+	for kind, dir := range map[string]string{sandbox.ControlKnownGood: config.Controls.KnownGood, sandbox.ControlKnownBad: config.Controls.KnownBad} {
+		if dir != "" {
+			ids[kind] = sandbox.ControlIDs{CandidateJobID: candidate + "-" + kind, GraderJobID: grader + "-" + kind}
+		}
+	}
+	if len(ids) == 0 {
+		return nil, nil
+	}
+	return ids, nil
 }
 
 // Register builds a registration from a bundle and a workspace directory:
 // it uploads the workspace and the bundle's layer, asks the daemon for the
 // jobs the bundle prescribes under the reserved ids (sandbox.Plan, checked
-// against the request), and seals the host's manifest with the required
+// against the request), its controls' jobs too (on the workspaces the
+// daemon rebuilds from the uploaded layer), and seals the host's manifest with the required
 // checks the host selected (never copied from the daemon's answer: the
 // registration is refused when they differ from the bundle's). Nothing
 // runs. The host records the registration before it calls EvaluateTests.
@@ -113,12 +148,29 @@ func Register(ctx context.Context, c *client.Client, b Bundle, workspaceDir stri
 			return Registration{}, fmt.Errorf("upload %s: %w", up.what, err)
 		}
 	}
-	p, err := c.Plan(ctx, sandbox.PlanRequest{BundleManifest: b.Manifest, BundleConfig: b.Config, WorkspaceDigest: ws, CandidateJobID: ids.Candidate, GraderJobID: ids.Grader})
+	if ids.Controls == nil {
+		if ids.Controls, err = ControlIDs(b, ids.Candidate, ids.Grader); err != nil {
+			return Registration{}, err
+		}
+	}
+	p, err := c.Plan(ctx, sandbox.PlanRequest{BundleManifest: b.Manifest, BundleConfig: b.Config, WorkspaceDigest: ws, CandidateJobID: ids.Candidate, GraderJobID: ids.Grader, Controls: ids.Controls})
 	if err != nil {
 		return Registration{}, err
 	}
-	if p.Candidate == nil {
-		return Registration{}, fmt.Errorf("bundle %s: %w: it has no candidate command; a SandboxTestPlan has a candidate and a grader job", b.Digest, ErrPlanRefused)
+	// Without a candidate command (a repository instance whose grader
+	// applies the candidate's patch itself) the plan's candidate stays
+	// the zero job and its grader is the complete job on the workspace.
+	plan := SandboxTestPlan{Grader: p.Grader}
+	if p.Candidate != nil {
+		plan.Candidate = *p.Candidate
+	}
+	for _, kind := range slices.Sorted(maps.Keys(p.Controls)) {
+		c := p.Controls[kind]
+		cj := ControlJobs{Kind: kind, Grader: c.Grader}
+		if c.Candidate != nil {
+			cj.Candidate = *c.Candidate
+		}
+		plan.Controls = append(plan.Controls, cj)
 	}
 	m, err := SealEvaluationManifest(EvaluationManifest{
 		SchemaVersion: 1, Revision: revision, TestBundle: Ref{Name: "bundle", Digest: b.Digest, MediaType: "application/vnd.oci.image.manifest.v1+json"},
@@ -127,12 +179,13 @@ func Register(ctx context.Context, c *client.Client, b Bundle, workspaceDir stri
 	if err != nil {
 		return Registration{}, err
 	}
+	plan.ManifestDigest = m.Digest
 	root, err := filepath.Abs(workspaceDir)
 	if err != nil {
 		return Registration{}, err
 	}
 	return Registration{
-		Manifest: m, Plan: SandboxTestPlan{ManifestDigest: m.Digest, Candidate: *p.Candidate, Grader: p.Grader},
+		Manifest: m, Plan: plan,
 		Bundle: p, Workspace: ws, CandidateRoot: root, OutputDir: outputDir,
 	}, nil
 }
@@ -170,7 +223,14 @@ func (s *DaemonSupervisor) Assess(ctx context.Context, obs SandboxObservation) (
 			ws = r.Digest
 		}
 	}
-	sa, err := s.client.Assess(ctx, sandbox.AssessRequest{BundleManifest: b.Manifest, BundleConfig: b.Config, GraderJobID: obs.Grader.ID, CandidateJobID: obs.Candidate.ID, WorkspaceDigest: ws}, obs.Candidate, obs.Grader)
+	req := sandbox.AssessRequest{BundleManifest: b.Manifest, BundleConfig: b.Config, GraderJobID: obs.Grader.ID, CandidateJobID: obs.Candidate.ID, WorkspaceDigest: ws}
+	for _, c := range obs.Controls {
+		if req.Controls == nil {
+			req.Controls = map[string]sandbox.ControlIDs{}
+		}
+		req.Controls[c.Kind] = sandbox.ControlIDs{CandidateJobID: c.Candidate.ID, GraderJobID: c.Grader.ID}
+	}
+	sa, err := s.client.Assess(ctx, req, obs.Candidate, obs.Grader)
 	if err != nil {
 		var ae *client.APIError
 		var ve *sandbox.VerifyError

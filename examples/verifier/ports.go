@@ -134,21 +134,41 @@ func (m EvaluationManifest) Validate() error {
 // SandboxTestPlan is the seed's: host configuration for one registered
 // manifest. Candidate and Grader are sealed under ids the host reserved
 // before registration; Grader is the template the candidate's export is
-// appended to (sandbox.GraderJob).
+// appended to (sandbox.GraderJob). A bundle without a candidate command
+// (a repository instance whose grader applies the patch itself) has the
+// zero Candidate (no digest), and Grader is the complete job on the
+// workspace.
 type SandboxTestPlan struct {
 	ManifestDigest string      `json:"manifest_digest"`
 	Candidate      sandbox.Job `json:"candidate"`
 	Grader         sandbox.Job `json:"grader"`
+	// Controls are the jobs of each control the bundle declares (a
+	// workspace in the bundle that must pass, one that must fail), in
+	// the same form, under ids reserved with the candidate's; run beside
+	// the candidate's, their outcomes judged with it. None without.
+	Controls []ControlJobs `json:"controls,omitempty"`
+}
+
+// ControlJobs are one control's candidate job (the zero job without a
+// candidate command) and grader template (or, as it ran, grader job).
+type ControlJobs struct {
+	Kind      string      `json:"kind"`
+	Candidate sandbox.Job `json:"candidate"`
+	Grader    sandbox.Job `json:"grader"`
 }
 
 // SandboxObservation is the seed's: completed job identities and captured
 // references. Stdout and stderr are deliberately absent.
 type SandboxObservation struct {
-	Manifest           EvaluationManifest
+	Manifest EvaluationManifest
+	// Candidate is the grader job itself when the bundle has no candidate
+	// command.
 	Candidate          sandbox.Job
 	Grader             sandbox.Job
 	CandidateArtifacts []Ref
 	GraderArtifacts    []Ref
+	// Controls are the controls' jobs as they ran.
+	Controls []ControlJobs
 }
 
 // SupervisedCheck is the seed's: the supervisor's observation of one check.

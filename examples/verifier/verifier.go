@@ -53,8 +53,10 @@ var ErrPlanRefused = sandbox.NewSentinel("plan refused", sandbox.ErrInvalid)
 // bundle's (not a subset: a change of the bundle's required surface must be
 // acknowledged); the plan's jobs exactly the ones the bundle prescribes,
 // sealed under distinct reserved ids, the candidate on the registered
-// workspace; the grader template leaving the candidate export's place
-// free; the output directory outside the candidate's root.
+// workspace (without a candidate command, the grader job on it); the
+// grader template leaving the candidate export's place free; each
+// declared control's jobs likewise, on the control's workspace; the
+// output directory outside the candidate's root.
 func ValidateSandboxTestPlan(r Registration) error {
 	refuse := func(format string, a ...any) error {
 		return fmt.Errorf("%w: "+format, append([]any{ErrPlanRefused}, a...)...)
@@ -66,17 +68,6 @@ func ValidateSandboxTestPlan(r Registration) error {
 	if p.ManifestDigest != m.Digest {
 		return refuse("the plan is for manifest %s, not %s", p.ManifestDigest, m.Digest)
 	}
-	for _, j := range []struct {
-		role string
-		job  sandbox.Job
-	}{{"candidate", p.Candidate}, {"grader", p.Grader}} {
-		if err := j.job.VerifyDigest(); err != nil {
-			return refuse("%s job: %v", j.role, err)
-		}
-		if j.job.Bundle != m.TestBundle.Digest {
-			return refuse("%s job runs bundle %s, the manifest pins %s", j.role, j.job.Bundle, m.TestBundle.Digest)
-		}
-	}
 	if b.ManifestDigest != m.TestBundle.Digest || b.SupervisorRevision != m.SupervisorRevision {
 		return refuse("the bundle answer is for %s under %s, the manifest pins %s under %s", b.ManifestDigest, b.SupervisorRevision, m.TestBundle.Digest, m.SupervisorRevision)
 	}
@@ -87,18 +78,71 @@ func ValidateSandboxTestPlan(r Registration) error {
 	if !slices.Equal(bundleChecks, m.RequiredChecks) {
 		return refuse("required checks %v are not exactly the bundle's %v", m.RequiredChecks, bundleChecks)
 	}
-	if b.Candidate == nil || p.Candidate.Digest != b.Candidate.Digest || p.Grader.Digest != b.Grader.Digest {
-		return refuse("the plan's jobs are not the ones the bundle prescribes")
+	// ids are the jobs' ids so far: every one distinct.
+	ids := map[string]string{}
+	// workspace checks one workspace's jobs (prefix names a control's)
+	// against the daemon's answer for it: sealed, of the pinned bundle,
+	// the candidate job on the workspace and the grader template leaving
+	// the export's place free or, without a candidate command, the
+	// complete grader job on the workspace at the export's place.
+	workspace := func(prefix, ws string, cand, grader sandbox.Job, wantCand *sandbox.Job, wantGrader sandbox.Job) error {
+		jobs := []struct {
+			role string
+			job  sandbox.Job
+		}{{prefix + "grader", grader}}
+		if wantCand != nil {
+			jobs = append(jobs, struct {
+				role string
+				job  sandbox.Job
+			}{prefix + "candidate", cand})
+		}
+		for _, j := range jobs {
+			if err := j.job.VerifyDigest(); err != nil {
+				return refuse("%s job: %v", j.role, err)
+			}
+			if j.job.Bundle != m.TestBundle.Digest {
+				return refuse("%s job runs bundle %s, the manifest pins %s", j.role, j.job.Bundle, m.TestBundle.Digest)
+			}
+			if other, dup := ids[j.job.ID]; dup {
+				return refuse("the %s and %s jobs share id %s", other, j.role, j.job.ID)
+			}
+			ids[j.job.ID] = j.role
+		}
+		if (wantCand == nil) != (cand.Digest == "") || (wantCand != nil && cand.Digest != wantCand.Digest) || grader.Digest != wantGrader.Digest {
+			return refuse("the plan's %sjobs are not the ones the bundle prescribes", prefix)
+		}
+		if wantCand == nil {
+			if !slices.ContainsFunc(grader.Inputs, func(in sandbox.Input) bool {
+				return in.Digest == ws && in.Name == sandbox.CandidateExportInput && in.Path == sandbox.CandidateExportPath && !in.Writable
+			}) {
+				return refuse("without a candidate command the %sgrader job must take the workspace %s, read-only, at %s", prefix, ws, sandbox.CandidateExportPath)
+			}
+			return nil
+		}
+		if !slices.ContainsFunc(cand.Inputs, func(in sandbox.Input) bool { return in.Digest == ws && in.Writable }) {
+			return refuse("the %scandidate job does not take the workspace %s", prefix, ws)
+		}
+		for _, in := range grader.Inputs {
+			if in.Name == sandbox.CandidateExportInput || strings.HasPrefix(in.Path+"/", sandbox.CandidateExportPath+"/") || in.Writable {
+				return refuse("%sgrader template input %q at %s: only protected, read-only inputs; the export's place stays free", prefix, in.Name, in.Path)
+			}
+		}
+		return nil
 	}
-	if p.Candidate.ID == p.Grader.ID {
-		return refuse("the candidate and grader jobs share id %s", p.Grader.ID)
+	if err := workspace("", r.Workspace, p.Candidate, p.Grader, b.Candidate, b.Grader); err != nil {
+		return err
 	}
-	if !slices.ContainsFunc(p.Candidate.Inputs, func(in sandbox.Input) bool { return in.Digest == r.Workspace && in.Writable }) {
-		return refuse("the candidate job does not take the registered workspace %s", r.Workspace)
+	// Each control the bundle declares, exactly as the daemon answered.
+	if len(p.Controls) != len(b.Controls) {
+		return refuse("the plan has %d controls, the bundle declares %d", len(p.Controls), len(b.Controls))
 	}
-	for _, in := range p.Grader.Inputs {
-		if in.Name == sandbox.CandidateExportInput || strings.HasPrefix(in.Path+"/", sandbox.CandidateExportPath+"/") || in.Writable {
-			return refuse("grader template input %q at %s: only protected, read-only inputs; the export's place stays free", in.Name, in.Path)
+	for _, c := range p.Controls {
+		want, ok := b.Controls[c.Kind]
+		if !ok {
+			return refuse("the plan's %s control is not one the bundle declares", c.Kind)
+		}
+		if err := workspace(c.Kind+" ", want.WorkspaceDigest, c.Candidate, c.Grader, want.Candidate, want.Grader); err != nil {
+			return err
 		}
 	}
 	inside, err := within(r.OutputDir, r.CandidateRoot)
@@ -178,10 +222,12 @@ func NewSandboxTestVerifier(cfg SandboxTestConfig) (*SandboxTestVerifier, error)
 	return v, nil
 }
 
-// EvaluateTests dispatches only the reserved jobs: the candidate job, then
-// the grader job built from the template and the candidate's verified
-// export, each receipt and result authenticated against the pinned key,
-// then asks the supervisor. An ambiguous dispatch or wait returns
+// EvaluateTests dispatches only the reserved jobs: each declared
+// control's, then the candidate job and the grader job built from the
+// template and the candidate's verified export (without a candidate
+// command, the grader job alone), each receipt and result authenticated
+// against the pinned key, then asks the supervisor, which judges the
+// candidate with the controls' outcomes. An ambiguous dispatch or wait returns
 // ErrCallUncertain and allocates nothing: call again with the same request
 // to reconcile (submission is idempotent by id and digest, so nothing runs
 // twice, and the supervisor returns its retained assessment).
@@ -194,10 +240,113 @@ func (v *SandboxTestVerifier) EvaluateTests(ctx context.Context, req TestRequest
 	if err != nil {
 		return CheckResult{}, err
 	}
+	// The controls' jobs first, as `sandboxd run` runs them: a control
+	// that cannot be run leaves no verdict to give.
+	var controls []ControlJobs
+	var controlEvidence []string
+	files := map[string][]byte{}
+	for _, c := range r.Plan.Controls {
+		ran, err := v.runWorkspace(ctx, c.Kind+" ", c.Candidate, c.Grader)
+		if err != nil {
+			return CheckResult{}, err
+		}
+		if ran.refused != "" {
+			return CheckResult{Status: StatusInconclusive, Reason: c.Kind + " control: candidate export refused: " + ran.refused, PlanDigest: planDigest,
+				EvidenceIDs: []string{c.Candidate.Digest, ran.cres.Result.JobDigest}}, nil
+		}
+		controls = append(controls, ControlJobs{Kind: c.Kind, Candidate: c.Candidate, Grader: ran.grader})
+		if c.Candidate.Digest != "" {
+			controlEvidence = append(controlEvidence, c.Candidate.Digest)
+			files[c.Kind+".candidate.receipt.json"], files[c.Kind+".candidate.result.json"] = ran.cres.Receipt.Envelope, ran.cres.Envelope
+		}
+		controlEvidence = append(controlEvidence, ran.grader.Digest)
+		files[c.Kind+".grader.receipt.json"], files[c.Kind+".grader.result.json"] = ran.gres.Receipt.Envelope, ran.gres.Envelope
+	}
 	cand := r.Plan.Candidate
-	cres, err := v.run(ctx, "candidate", cand)
+	ran, err := v.runWorkspace(ctx, "", cand, r.Plan.Grader)
 	if err != nil {
 		return CheckResult{}, err
+	}
+	if ran.refused != "" {
+		// The candidate's outputs cannot form an export (a name the
+		// canonical form refuses): its doing, so a definitive outcome,
+		// and never a pass.
+		return CheckResult{Status: StatusInconclusive, Reason: "candidate export refused: " + ran.refused, PlanDigest: planDigest,
+			EvidenceIDs: []string{cand.Digest, ran.cres.Result.JobDigest}}, nil
+	}
+	cres, grader, gres, exportDigest := ran.cres, ran.grader, ran.gres, ran.export
+	genv, _ := sandbox.EnvelopeDigest(gres.Envelope)
+	obs := SandboxObservation{
+		Manifest: r.Manifest, Candidate: cand, Grader: grader, Controls: controls,
+		CandidateArtifacts: []Ref{{Name: "workspace", Digest: r.Workspace}},
+		GraderArtifacts:    []Ref{{Name: "grader/result", Digest: genv, MediaType: sandbox.MediaTypeEnvelope}},
+	}
+	evidence := []string{cand.Digest, grader.Digest}
+	files["grader.receipt.json"], files["grader.result.json"] = gres.Receipt.Envelope, gres.Envelope
+	if cand.Digest == "" {
+		// No candidate command: the grader job is the candidate's own.
+		obs.Candidate, evidence = grader, []string{grader.Digest}
+	} else {
+		cenv, _ := sandbox.EnvelopeDigest(cres.Envelope)
+		obs.CandidateArtifacts = append(obs.CandidateArtifacts, Ref{Name: "candidate/result", Digest: cenv, MediaType: sandbox.MediaTypeEnvelope}, Ref{Name: "candidate/export", Digest: exportDigest})
+		evidence = append(evidence, cenv)
+		files["candidate.receipt.json"], files["candidate.result.json"] = cres.Receipt.Envelope, cres.Envelope
+	}
+	evidence = append(evidence, genv)
+	for _, a := range gres.Result.Artifacts {
+		obs.GraderArtifacts = append(obs.GraderArtifacts, Ref{Name: a.Path, Digest: a.Digest, MediaType: a.MediaType})
+	}
+	a, err := v.cfg.Supervisor.Assess(ctx, obs)
+	if err != nil {
+		return CheckResult{}, v.callErr(ctx, "assess", err)
+	}
+	if a.ManifestDigest != r.Manifest.Digest || a.SupervisorRevision != r.Manifest.SupervisorRevision || a.CandidateDigest != obs.Candidate.Digest || a.GraderDigest != grader.Digest {
+		return CheckResult{}, fmt.Errorf("assess: %w: the assessment is about manifest %s (%s), jobs %s and %s, not the plan's", sandbox.ErrInvalid, a.ManifestDigest, a.SupervisorRevision, a.CandidateDigest, a.GraderDigest)
+	}
+	if a.Instance != r.Bundle.Instance {
+		return CheckResult{}, fmt.Errorf("assess: %w: the assessment is about instance %q, the plan's bundle names %q", sandbox.ErrInvalid, a.Instance, r.Bundle.Instance)
+	}
+	status, reason := verdict(a.Checks, r.Manifest.RequiredChecks)
+	res := CheckResult{
+		Status: status, Reason: reason, PlanDigest: planDigest, ObservationRefs: a.ObservationRefs,
+		EvidenceIDs: append(append(evidence, sandbox.DigestBytes(a.Envelope)), controlEvidence...),
+	}
+	files["assessment.json"] = a.Envelope
+	if err := writeEvidence(r.OutputDir, planDigest, files); err != nil {
+		return CheckResult{}, err
+	}
+	return res, nil
+}
+
+// ranWorkspace is one workspace's jobs as they ran: the candidate job's
+// signed result and its export (none without a candidate command), and
+// the grader job built on it with its signed result; or, when the canonical form refuses the export (the
+// candidate's doing), why, and no grader job.
+type ranWorkspace struct {
+	cres, gres sandbox.SignedResult
+	export     string
+	grader     sandbox.Job
+	refused    string
+}
+
+// runWorkspace runs one workspace's jobs (the candidate's own, or a
+// control's: prefix names it): the candidate job, then the grader job
+// built from the template and the candidate's verified export. An export
+// the canonical form refuses is an outcome (ranWorkspace.refused), not an
+// error.
+func (v *SandboxTestVerifier) runWorkspace(ctx context.Context, prefix string, cand, template sandbox.Job) (ranWorkspace, error) {
+	if cand.Digest == "" {
+		// No candidate command: the template is the complete grader job
+		// on the workspace.
+		gres, err := v.run(ctx, prefix+"grader", template)
+		if err != nil {
+			return ranWorkspace{}, err
+		}
+		return ranWorkspace{gres: gres, grader: template}, nil
+	}
+	cres, err := v.run(ctx, prefix+"candidate", cand)
+	if err != nil {
+		return ranWorkspace{}, err
 	}
 	var export bytes.Buffer
 	var fetchErr error
@@ -210,58 +359,22 @@ func (v *SandboxTestVerifier) EvaluateTests(ctx context.Context, req TestRequest
 	})
 	switch {
 	case fetchErr != nil:
-		return CheckResult{}, v.callErr(ctx, "fetch the candidate's artifacts", fetchErr)
+		return ranWorkspace{}, v.callErr(ctx, "fetch the "+prefix+"candidate's artifacts", fetchErr)
 	case err != nil:
-		// The candidate's outputs cannot form an export (a name the
-		// canonical form refuses): its doing, so a definitive outcome,
-		// and never a pass.
-		return CheckResult{Status: StatusInconclusive, Reason: "candidate export refused: " + err.Error(), PlanDigest: planDigest,
-			EvidenceIDs: []string{cand.Digest, cres.Result.JobDigest}}, nil
+		return ranWorkspace{cres: cres, refused: err.Error()}, nil
 	}
 	if err := v.cfg.Blobs.PutBlob(ctx, exportDigest, export.Bytes()); err != nil {
-		return CheckResult{}, v.callErr(ctx, "upload candidate export", err)
+		return ranWorkspace{}, v.callErr(ctx, "upload "+prefix+"candidate export", err)
 	}
-	grader, err := sandbox.GraderJob(r.Plan.Grader, cand, cres.Result, exportDigest)
+	grader, err := sandbox.GraderJob(template, cand, cres.Result, exportDigest)
 	if err != nil {
-		return CheckResult{}, err
+		return ranWorkspace{}, err
 	}
-	gres, err := v.run(ctx, "grader", grader)
+	gres, err := v.run(ctx, prefix+"grader", grader)
 	if err != nil {
-		return CheckResult{}, err
+		return ranWorkspace{}, err
 	}
-	cenv, _ := sandbox.EnvelopeDigest(cres.Envelope)
-	genv, _ := sandbox.EnvelopeDigest(gres.Envelope)
-	obs := SandboxObservation{
-		Manifest: r.Manifest, Candidate: cand, Grader: grader,
-		CandidateArtifacts: []Ref{{Name: "workspace", Digest: r.Workspace}, {Name: "candidate/result", Digest: cenv, MediaType: sandbox.MediaTypeEnvelope}, {Name: "candidate/export", Digest: exportDigest}},
-		GraderArtifacts:    []Ref{{Name: "grader/result", Digest: genv, MediaType: sandbox.MediaTypeEnvelope}},
-	}
-	for _, a := range gres.Result.Artifacts {
-		obs.GraderArtifacts = append(obs.GraderArtifacts, Ref{Name: a.Path, Digest: a.Digest, MediaType: a.MediaType})
-	}
-	a, err := v.cfg.Supervisor.Assess(ctx, obs)
-	if err != nil {
-		return CheckResult{}, v.callErr(ctx, "assess", err)
-	}
-	if a.ManifestDigest != r.Manifest.Digest || a.SupervisorRevision != r.Manifest.SupervisorRevision || a.CandidateDigest != cand.Digest || a.GraderDigest != grader.Digest {
-		return CheckResult{}, fmt.Errorf("assess: %w: the assessment is about manifest %s (%s), jobs %s and %s, not the plan's", sandbox.ErrInvalid, a.ManifestDigest, a.SupervisorRevision, a.CandidateDigest, a.GraderDigest)
-	}
-	if a.Instance != r.Bundle.Instance {
-		return CheckResult{}, fmt.Errorf("assess: %w: the assessment is about instance %q, the plan's bundle names %q", sandbox.ErrInvalid, a.Instance, r.Bundle.Instance)
-	}
-	status, reason := verdict(a.Checks, r.Manifest.RequiredChecks)
-	res := CheckResult{
-		Status: status, Reason: reason, PlanDigest: planDigest, ObservationRefs: a.ObservationRefs,
-		EvidenceIDs: []string{cand.Digest, grader.Digest, cenv, genv, sandbox.DigestBytes(a.Envelope)},
-	}
-	if err := writeEvidence(r.OutputDir, planDigest, map[string][]byte{
-		"candidate.receipt.json": cres.Receipt.Envelope, "candidate.result.json": cres.Envelope,
-		"grader.receipt.json": gres.Receipt.Envelope, "grader.result.json": gres.Envelope,
-		"assessment.json": a.Envelope,
-	}); err != nil {
-		return CheckResult{}, err
-	}
-	return res, nil
+	return ranWorkspace{cres: cres, gres: gres, export: exportDigest, grader: grader}, nil
 }
 
 // run dispatches one reserved job and waits for it, authenticating both

@@ -423,12 +423,12 @@ func ControlDir(m bundle.Manifest, kind supervisor.ControlKind) string {
 
 // controlWorkspace re-roots a control's directory of the bundle's layer as
 // a workspace of its own, ingests it into blobs and returns its digest.
-func controlWorkspace(ctx context.Context, blobs *store.Store, b *bundle.Bundle, kind supervisor.ControlKind) (string, error) {
-	dir := ControlDir(b.Manifest, kind)
+func controlWorkspace(ctx context.Context, blobs *store.Store, m bundle.Manifest, openLayer func() (io.ReadCloser, error), kind supervisor.ControlKind) (string, error) {
+	dir := ControlDir(m, kind)
 	if dir == "" {
 		return "", fmt.Errorf("the bundle declares no %s control: %w", kind, sandbox.ErrInvalid)
 	}
-	layer, err := b.OpenLayer()
+	layer, err := openLayer()
 	if err != nil {
 		return "", err
 	}

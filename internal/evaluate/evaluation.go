@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"path"
 
 	"github.com/sandboxd/sandboxd/internal/bundle"
@@ -313,10 +314,19 @@ func (e *Evaluation) Judge(blobs *store.Store, controls map[supervisor.ControlKi
 
 // ControlWorkspace is the workspace of one of the bundle's controls,
 // rebuilt from the bundle's layer into blobs: the only workspace an
-// evaluation of that control may have. It needs the bundle itself (Of).
+// evaluation of that control may have. The layer is the bundle's own
+// (Of) or, for an evaluation built from a manifest (New), the one blobs
+// holds under LayerDigest (the store checks a blob against its digest).
 func (e *Evaluation) ControlWorkspace(ctx context.Context, blobs *store.Store, kind supervisor.ControlKind) (string, error) {
-	if e.bundle == nil {
-		return "", fmt.Errorf("control %s: the evaluation was built without the bundle's layer", kind)
+	open := func() (io.ReadCloser, error) {
+		f, err := blobs.Open(e.LayerDigest)
+		if err != nil {
+			return nil, fmt.Errorf("the bundle's layer %s: %w", e.LayerDigest, err)
+		}
+		return f, nil
 	}
-	return controlWorkspace(ctx, blobs, e.bundle, kind)
+	if e.bundle != nil {
+		open = e.bundle.OpenLayer
+	}
+	return controlWorkspace(ctx, blobs, e.Manifest, open, kind)
 }

@@ -14,6 +14,10 @@ import (
 type Judged struct {
 	Candidate, Grader             sandbox.Job
 	CandidateResult, GraderResult []byte // completed envelopes
+	// Controls are the controls' judged jobs, by kind: the signed
+	// assessment names their results beside the control's own
+	// assessment, whose verdict the candidate's was judged with.
+	Controls map[supervisor.ControlKind]Judged
 }
 
 // PublicAssessment is the predicate of the signed assessment: the fields a
@@ -32,6 +36,23 @@ func PublicAssessment(a supervisor.Assessment, raw []byte, j Judged) (sandbox.As
 			return sandbox.Assessment{}, fmt.Errorf("%s: %w", r.name, err)
 		}
 		refs = append(refs, sandbox.ObservationRef{Name: r.name, Digest: d, MediaType: sandbox.MediaTypeEnvelope})
+	}
+	for _, c := range a.Controls {
+		refs = append(refs, sandbox.ObservationRef{Name: string(c.Kind) + "/assessment", Digest: c.Assessment, MediaType: sandbox.MediaTypeAssessment})
+		cj := j.Controls[c.Kind]
+		for _, r := range []struct {
+			name string
+			env  []byte
+		}{{"grader/result", cj.GraderResult}, {"candidate/result", cj.CandidateResult}} {
+			if r.env == nil || (r.name == "candidate/result" && cj.Candidate.Digest == cj.Grader.Digest) {
+				continue
+			}
+			d, err := sandbox.EnvelopeDigest(r.env)
+			if err != nil {
+				return sandbox.Assessment{}, fmt.Errorf("%s/%s: %w", c.Kind, r.name, err)
+			}
+			refs = append(refs, sandbox.ObservationRef{Name: string(c.Kind) + "/" + r.name, Digest: d, MediaType: sandbox.MediaTypeEnvelope})
+		}
 	}
 	if a.Report.Digest != "" {
 		refs = append(refs, sandbox.ObservationRef{Name: "grader/report", Digest: a.Report.Digest, MediaType: sandbox.MediaTypeReport})

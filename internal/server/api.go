@@ -9,7 +9,9 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net/http"
+	"slices"
 	"strconv"
 	"time"
 
@@ -19,6 +21,7 @@ import (
 	"github.com/sandboxd/sandboxd/internal/evaluate"
 	"github.com/sandboxd/sandboxd/internal/journal"
 	"github.com/sandboxd/sandboxd/internal/store"
+	"github.com/sandboxd/sandboxd/internal/supervisor"
 	"github.com/sandboxd/sandboxd/sandbox"
 )
 
@@ -648,13 +651,74 @@ func (s *Server) signedAssessment(ctx context.Context, req AssessRequest) ([]byt
 	if err != nil {
 		return nil, fmt.Errorf("assess request: %w: %w", sandbox.ErrConflict, err)
 	}
-	ev, done := e.Evidence(s.cfg.Blobs, results, nil)
-	defer done()
-	a, retained, err := s.cfg.Supervisor.Assess(ctx, ev)
+	controls, err := s.acceptControls(ctx, e, req, &jobs)
+	if err != nil {
+		return nil, err
+	}
+	judge := func(ev supervisor.Evidence) (supervisor.Assessment, []byte, error) {
+		return s.cfg.Supervisor.Assess(ctx, ev)
+	}
+	_, a, retained, err := e.Judge(s.cfg.Blobs, controls, results, judge)
 	if err != nil {
 		return nil, err
 	}
 	return evaluate.SignAssessment(ctx, s.cfg.Supervisor, s.cfg.Signer, a, retained, jobs)
+}
+
+// acceptControls takes the verified results of the controls' jobs req
+// names, as the candidate's are taken: each must be the job the bundle
+// prescribes for that control, on the control's workspace rebuilt here
+// from the stored layer (never a digest the caller gives; any other job
+// is refused, 409). A declared control req leaves out is left to the
+// judgement, which finds it missing.
+func (s *Server) acceptControls(ctx context.Context, e *evaluate.Evaluation, req AssessRequest, jobs *evaluate.Judged) (map[supervisor.ControlKind]evaluate.Results, error) {
+	if len(req.Controls) == 0 {
+		return nil, nil
+	}
+	for kind := range req.Controls {
+		if !slices.Contains(e.Policy.Controls, supervisor.ControlKind(kind)) {
+			return nil, fmt.Errorf("assess request: %w: controls: the bundle declares no %s control", sandbox.ErrInvalid, kind)
+		}
+	}
+	if err := s.layerStored(ctx, e.LayerDigest); err != nil {
+		return nil, fmt.Errorf("assess request: %w", err)
+	}
+	controls := map[supervisor.ControlKind]evaluate.Results{}
+	jobs.Controls = map[supervisor.ControlKind]evaluate.Judged{}
+	for _, k := range slices.Sorted(maps.Keys(req.Controls)) {
+		kind, ids := supervisor.ControlKind(k), req.Controls[k]
+		ws, err := e.ControlWorkspace(ctx, s.cfg.Blobs, kind)
+		if err != nil {
+			return nil, fmt.Errorf("control %s: %w", kind, err)
+		}
+		g, err := s.ranJob(ctx, ids.GraderJobID)
+		if errors.Is(err, errNotEnded) {
+			return nil, fmt.Errorf("control %s: grader job %s has no verified result yet: %w: %w", kind, ids.GraderJobID, sandbox.ErrConflict, err)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("control %s: grader job: %w", kind, err)
+		}
+		judged := evaluate.Judged{Grader: g.Job, Candidate: g.Job, GraderResult: g.envelope}
+		var candidate *evaluate.Ran
+		if ids.CandidateJobID != "" && ids.CandidateJobID != ids.GraderJobID {
+			c, err := s.ranJob(ctx, ids.CandidateJobID)
+			if errors.Is(err, errNotEnded) {
+				return nil, fmt.Errorf("control %s: candidate job %s has no verified result yet: %w: %w", kind, ids.CandidateJobID, sandbox.ErrConflict, err)
+			}
+			if err != nil {
+				return nil, fmt.Errorf("control %s: candidate job: %w", kind, err)
+			}
+			candidate = &c.Ran
+			judged.Candidate, judged.CandidateResult = c.Job, c.envelope
+		}
+		r, err := e.Accept(ctx, s.cfg.Blobs, ws, candidate, g.Ran)
+		if err != nil {
+			return nil, fmt.Errorf("assess request: control %s: %w: %w", kind, sandbox.ErrConflict, err)
+		}
+		controls[kind] = r
+		jobs.Controls[kind] = judged
+	}
+	return controls, nil
 }
 
 // ranJob is a job of the journal with its verified result and the

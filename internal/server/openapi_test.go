@@ -110,7 +110,11 @@ func TestResponsesMatchOpenAPI(t *testing.T) {
 	call("/v1/blobs/{digest}", "GET", "/v1/blobs/"+sandbox.DigestBytes([]byte("absent")), nil)
 
 	ws := sandbox.DigestBytes([]byte("workspace"))
-	planReq, _ := json.Marshal(sandbox.PlanRequest{BundleManifest: blob(b.Digest), BundleConfig: blob(b.ConfigDigest), WorkspaceDigest: ws, CandidateJobID: "c1", GraderJobID: "g1"})
+	if err := b.CopyLayer(f.srv.cfg.Blobs); err != nil {
+		t.Fatal(err)
+	}
+	planReq, _ := json.Marshal(sandbox.PlanRequest{BundleManifest: blob(b.Digest), BundleConfig: blob(b.ConfigDigest), WorkspaceDigest: ws, CandidateJobID: "c1", GraderJobID: "g1", Controls: controlIDs("k")})
+	api.schema("PlanRequest", planReq)
 	code, out := call("/v1/plan", "POST", "/v1/plan", planReq)
 	if code != http.StatusOK {
 		t.Fatalf("plan: %d %s", code, out)
@@ -169,6 +173,8 @@ func TestResponsesMatchOpenAPI(t *testing.T) {
 	call("/readyz", "GET", "/readyz", nil)
 
 	assessReq, _ := json.Marshal(sandbox.AssessRequest{BundleManifest: blob(b.Digest), BundleConfig: blob(b.ConfigDigest), GraderJobID: "g1", CandidateJobID: "c1", WorkspaceDigest: ws})
+	withControls, _ := json.Marshal(sandbox.AssessRequest{BundleManifest: blob(b.Digest), BundleConfig: blob(b.ConfigDigest), GraderJobID: "g1", CandidateJobID: "c1", WorkspaceDigest: ws, Controls: controlIDs("k")})
+	api.schema("AssessRequest", withControls)
 	code, out = call("/v1/assess", "POST", "/v1/assess", assessReq)
 	if code != http.StatusOK {
 		t.Fatalf("assess: %d %s", code, out)

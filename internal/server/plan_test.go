@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"maps"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -63,7 +64,10 @@ func TestPlanIsTheBundlesJobs(t *testing.T) {
 		resp, out := f.do(t, http.MethodPost, "/v1/plan", body)
 		return resp.StatusCode, out
 	}
-	code, out := ask(sandbox.PlanRequest{BundleManifest: blob(b.Digest), BundleConfig: blob(b.ConfigDigest), WorkspaceDigest: ws, CandidateJobID: "c1", GraderJobID: "g1"})
+	if err := b.CopyLayer(f.srv.cfg.Blobs); err != nil {
+		t.Fatal(err)
+	}
+	code, out := ask(sandbox.PlanRequest{BundleManifest: blob(b.Digest), BundleConfig: blob(b.ConfigDigest), WorkspaceDigest: ws, CandidateJobID: "c1", GraderJobID: "g1", Controls: controlIDs("k")})
 	if code != http.StatusOK {
 		t.Fatalf("plan: %d %s", code, out)
 	}
@@ -178,7 +182,10 @@ func TestPlanHonoursTheHostsRuntime(t *testing.T) {
 	ws := sandbox.DigestBytes([]byte("workspace"))
 	for _, rt := range []string{"", sandbox.RuntimeRunc, sandbox.RuntimeRunsc} {
 		f := newFixture(t, func(c *Config) { c.Runtime = rt }, nil)
-		body, _ := json.Marshal(sandbox.PlanRequest{BundleManifest: blob(b.Digest), BundleConfig: blob(b.ConfigDigest), WorkspaceDigest: ws, CandidateJobID: "c1", GraderJobID: "g1"})
+		if err := b.CopyLayer(f.srv.cfg.Blobs); err != nil {
+			t.Fatal(err)
+		}
+		body, _ := json.Marshal(sandbox.PlanRequest{BundleManifest: blob(b.Digest), BundleConfig: blob(b.ConfigDigest), WorkspaceDigest: ws, CandidateJobID: "c1", GraderJobID: "g1", Controls: controlIDs("k")})
 		resp, out := f.do(t, http.MethodPost, "/v1/plan", body)
 		if resp.StatusCode != http.StatusOK {
 			t.Fatalf("runtime %q: plan: %d %s", rt, resp.StatusCode, out)
@@ -233,4 +240,214 @@ func evalOf(t *testing.T, m bundle.Manifest, digest, layer, runtime string) *eva
 		t.Fatal(err)
 	}
 	return e
+}
+
+// controlIDs are ids for the jobs of the example bundle's two controls.
+func controlIDs(prefix string) map[string]sandbox.ControlIDs {
+	return map[string]sandbox.ControlIDs{
+		sandbox.ControlKnownGood: {CandidateJobID: prefix + "-good-c", GraderJobID: prefix + "-good-g"},
+		sandbox.ControlKnownBad:  {CandidateJobID: prefix + "-bad-c", GraderJobID: prefix + "-bad-g"},
+	}
+}
+
+// bundleWithout packs the example bundle with its bundle.json edited
+// (here: its controls taken out).
+func bundleWithout(t *testing.T, edit func(m map[string]any)) (*bundle.Bundle, func(digest string) []byte) {
+	t.Helper()
+	src := filepath.Join(t.TempDir(), "bundle")
+	if err := os.CopyFS(src, os.DirFS("../bundle/testdata/example-bundle")); err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile(filepath.Join(src, "bundle.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var m map[string]any
+	if err := json.Unmarshal(data, &m); err != nil {
+		t.Fatal(err)
+	}
+	edit(m)
+	if data, err = json.Marshal(m); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(src, "bundle.json"), data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	b, err := bundle.Pack(context.Background(), src, t.TempDir(), bundle.DefaultLimits())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b, func(d string) []byte {
+		t.Helper()
+		data, err := os.ReadFile(filepath.Join(b.Layout, "blobs", "sha256", strings.TrimPrefix(d, "sha256:")))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return data
+	}
+}
+
+// A bundle that declares controls is planned with each control's jobs
+// under the ids the caller reserved for it: on the control's workspace
+// rebuilt from the stored layer, exactly the jobs `sandboxd run` runs for
+// it. Ids missing for a declared control, ids for another, an id given
+// twice and a layer not uploaded are refused, each by name; a bundle
+// without controls is planned as before, byte for byte.
+func TestPlanControls(t *testing.T) {
+	ctx := context.Background()
+	b, blob := exampleBundle(t)
+	f := newFixture(t, nil, nil)
+	ws := sandbox.DigestBytes([]byte("workspace"))
+	req := sandbox.PlanRequest{BundleManifest: blob(b.Digest), BundleConfig: blob(b.ConfigDigest), WorkspaceDigest: ws, CandidateJobID: "c1", GraderJobID: "g1", Controls: controlIDs("k")}
+	ask := func(req sandbox.PlanRequest) (int, []byte) {
+		body, _ := json.Marshal(req)
+		resp, out := f.do(t, http.MethodPost, "/v1/plan", body)
+		return resp.StatusCode, out
+	}
+	if code, out := ask(req); code != http.StatusNotFound || !strings.Contains(string(out), "layer "+b.LayerDigest) {
+		t.Fatalf("layer not uploaded: %d %s, want 404 naming the layer", code, out)
+	}
+	if err := b.CopyLayer(f.srv.cfg.Blobs); err != nil {
+		t.Fatal(err)
+	}
+	code, out := ask(req)
+	if code != http.StatusOK {
+		t.Fatalf("plan: %d %s", code, out)
+	}
+	var p sandbox.Plan
+	if err := json.Unmarshal(out, &p); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Check(req); err != nil {
+		t.Fatalf("the plan does not check against its request: %v", err)
+	}
+	e, err := evaluate.Of(b, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, kind := range []supervisor.ControlKind{supervisor.ControlKnownGood, supervisor.ControlKnownBad} {
+		cp, ok := p.Controls[string(kind)]
+		if !ok {
+			t.Fatalf("plan has no %s control: %s", kind, out)
+		}
+		want, err := e.ControlWorkspace(ctx, f.srv.cfg.Blobs, kind)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids := req.Controls[string(kind)]
+		wantC, wantG := e.CandidateJob(want, ids.CandidateJobID), e.GraderTemplate(ids.GraderJobID)
+		for _, j := range []*sandbox.Job{&wantC, &wantG} {
+			if err := j.Seal(); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if cp.WorkspaceDigest != want || cp.Candidate == nil || cp.Candidate.Digest != wantC.Digest || cp.Grader.Digest != wantG.Digest {
+			t.Errorf("%s: plan %+v, want workspace %s, candidate %s, grader %s as sandboxd run makes them", kind, cp, want, wantC.Digest, wantG.Digest)
+		}
+	}
+	// Plan.Check refuses a control's job moved to another workspace.
+	moved := p
+	moved.Controls = maps.Clone(p.Controls)
+	good := moved.Controls[sandbox.ControlKnownGood]
+	good.WorkspaceDigest = ws
+	moved.Controls[sandbox.ControlKnownGood] = good
+	if err := moved.Check(req); err == nil || !strings.Contains(err.Error(), "known-good candidate job does not take the workspace") {
+		t.Errorf("a control's jobs on another workspace: %v, want refused", err)
+	}
+
+	onlyGood := map[string]sandbox.ControlIDs{sandbox.ControlKnownGood: req.Controls[sandbox.ControlKnownGood]}
+	ugly := controlIDs("k")
+	ugly["known-ugly"] = sandbox.ControlIDs{CandidateJobID: "u-c", GraderJobID: "u-g"}
+	shared := controlIDs("k")
+	shared[sandbox.ControlKnownBad] = sandbox.ControlIDs{CandidateJobID: "c1", GraderJobID: "k-bad-g"}
+	for _, tc := range []struct {
+		name     string
+		controls map[string]sandbox.ControlIDs
+		want     string
+	}{
+		{"no control ids", nil, "declares a known-good control"},
+		{"known-bad missing", onlyGood, "declares a known-bad control"},
+		{"an undeclared kind", ugly, "declares no known-ugly control"},
+		{"an id given twice", shared, "share id c1"},
+	} {
+		r := req
+		r.Controls = tc.controls
+		if code, out := ask(r); code != http.StatusBadRequest || !strings.Contains(string(out), tc.want) {
+			t.Errorf("%s: %d %s, want 400 naming %q", tc.name, code, out, tc.want)
+		}
+	}
+
+	// Without controls: no ids asked for, none given back, and controls
+	// asked for are refused.
+	nb, nblob := bundleWithout(t, func(m map[string]any) { delete(m, "controls") })
+	plain := sandbox.PlanRequest{BundleManifest: nblob(nb.Digest), BundleConfig: nblob(nb.ConfigDigest), WorkspaceDigest: ws, CandidateJobID: "c1", GraderJobID: "g1"}
+	if body, _ := json.Marshal(plain); strings.Contains(string(body), "controls") {
+		t.Fatalf("a request without controls names them: %s", body)
+	}
+	code, out = ask(plain)
+	if code != http.StatusOK || strings.Contains(string(out), "controls") {
+		t.Fatalf("bundle without controls: %d %s, want a plan without controls", code, out)
+	}
+	ne, err := evaluate.New(nb.Manifest, nb.Digest, nb.LayerDigest, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	np, err := ne.Plan(ws, "c1", "g1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if wantJSON, _ := json.Marshal(np); !bytes.Equal(bytes.TrimSpace(out), wantJSON) {
+		t.Errorf("plan without controls:\n%s\nwant\n%s", out, wantJSON)
+	}
+	plain.Controls = controlIDs("k")
+	if code, out := ask(plain); code != http.StatusBadRequest || !strings.Contains(string(out), "declares no known-") {
+		t.Errorf("controls for a bundle without: %d %s, want 400", code, out)
+	}
+}
+
+// With tenants, a bundle's controls are planned only from a layer the
+// caller may read (one it uploaded): another tenant's upload is not
+// found. The control workspaces a plan rebuilds are the caller's, so it
+// may submit the controls' jobs.
+func TestPlanControlsReadOnlyTheCallersLayer(t *testing.T) {
+	b, blob := exampleBundle(t)
+	r := newTenancyRig(t, "", func(c *Config) { c.MaxBlobBytes = 1 << 20 })
+	layer, err := os.ReadFile(filepath.Join(b.Layout, "blobs", "sha256", strings.TrimPrefix(b.LayerDigest, "sha256:")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if code, out := r.do(t, r.a, http.MethodPut, "/v1/blobs/"+b.LayerDigest, layer); code/100 != 2 {
+		t.Fatalf("tenant-a uploads the layer: %d %s", code, out)
+	}
+	ws := sandbox.DigestBytes([]byte("workspace"))
+	body, _ := json.Marshal(sandbox.PlanRequest{BundleManifest: blob(b.Digest), BundleConfig: blob(b.ConfigDigest), WorkspaceDigest: ws, CandidateJobID: "c1", GraderJobID: "g1", Controls: controlIDs("k")})
+	if code, out := r.do(t, r.b, http.MethodPost, "/v1/plan", body); code != http.StatusNotFound || !strings.Contains(string(out), b.LayerDigest) {
+		t.Fatalf("tenant-b plans from tenant-a's layer: %d %s, want 404 naming the layer", code, out)
+	}
+	code, out := r.do(t, r.a, http.MethodPost, "/v1/plan", body)
+	if code != http.StatusOK {
+		t.Fatalf("tenant-a plans: %d %s", code, out)
+	}
+	var p sandbox.Plan
+	if err := json.Unmarshal(out, &p); err != nil {
+		t.Fatal(err)
+	}
+	good := p.Controls[sandbox.ControlKnownGood]
+	if good.Candidate == nil {
+		t.Fatalf("plan %s has no known-good candidate job", out)
+	}
+	// On the image the fixture's preflight admits: what is checked here
+	// is who may read the control's workspace.
+	good.Candidate.Image = testImage
+	good.Candidate.Digest = ""
+	if err := good.Candidate.Seal(); err != nil {
+		t.Fatal(err)
+	}
+	job, _ := json.Marshal(good.Candidate)
+	if code, out := r.do(t, r.b, http.MethodPost, "/v1/jobs", job); code != http.StatusUnprocessableEntity {
+		t.Errorf("tenant-b submits a job on tenant-a's control workspace: %d %s, want 422", code, out)
+	}
+	if code, out := r.do(t, r.a, http.MethodPost, "/v1/jobs", job); code/100 != 2 {
+		t.Errorf("tenant-a submits its known-good candidate job: %d %s", code, out)
+	}
 }

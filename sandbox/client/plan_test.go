@@ -154,3 +154,74 @@ func TestPlanAndAssessAreChecked(t *testing.T) {
 		}
 	}
 }
+
+// A plan's control jobs are checked as the candidate's own: under the ids
+// requested for that control, of the bundle and its image, the candidate
+// job on the control's own workspace; the controls exactly those asked
+// about; every id of the plan distinct.
+func TestPlanControlsAreChecked(t *testing.T) {
+	ctx := context.Background()
+	signer, err := receipt.NewEphemeralSigner()
+	if err != nil {
+		t.Fatal(err)
+	}
+	keys, _ := sandbox.ParseKeySet(signer.PublicKeyPEM())
+	manifest := []byte(`{"manifest":1}`)
+	bundle := sandbox.DigestBytes(manifest)
+	ws, goodWS := sandbox.DigestBytes([]byte("ws")), sandbox.DigestBytes([]byte("good ws"))
+	job := func(id string, inputs ...sandbox.Input) sandbox.Job {
+		j := newJob(t, id, "true")
+		j.Digest, j.Bundle, j.Inputs = "", bundle, inputs
+		if err := j.Seal(); err != nil {
+			t.Fatal(err)
+		}
+		return j
+	}
+	on := func(d string) sandbox.Input {
+		return sandbox.Input{Name: "workspace", Digest: d, Path: sandbox.WorkPath, Writable: true}
+	}
+	cand, grader := job("c", on(ws)), job("g")
+	goodC, goodG := job("kg-c", on(goodWS)), job("kg-g")
+	req := sandbox.PlanRequest{BundleManifest: manifest, WorkspaceDigest: ws, CandidateJobID: "c", GraderJobID: "g",
+		Controls: map[string]sandbox.ControlIDs{sandbox.ControlKnownGood: {CandidateJobID: "kg-c", GraderJobID: "kg-g"}}}
+	plan := func(c sandbox.ControlPlan) sandbox.Plan {
+		return sandbox.Plan{ManifestDigest: bundle, Image: cand.Image, WorkspaceDigest: ws, Candidate: &cand, Grader: grader,
+			Controls: map[string]sandbox.ControlPlan{sandbox.ControlKnownGood: c}}
+	}
+	good := plan(sandbox.ControlPlan{WorkspaceDigest: goodWS, Candidate: &goodC, Grader: goodG})
+	if _, err := client.New(answering(t, good), keys).Plan(ctx, req); err != nil {
+		t.Fatalf("a plan with its control bound to the request: %v", err)
+	}
+	otherImage := goodC
+	otherImage.Digest, otherImage.Image = "", "sha256:"+strings.Repeat("c", 64)
+	if err := otherImage.Seal(); err != nil {
+		t.Fatal(err)
+	}
+	reused := job("c", on(goodWS))
+	noControls := good
+	noControls.Controls = nil
+	extra := good
+	extra.Controls = map[string]sandbox.ControlPlan{sandbox.ControlKnownGood: good.Controls[sandbox.ControlKnownGood], sandbox.ControlKnownBad: good.Controls[sandbox.ControlKnownGood]}
+	for _, tc := range []struct {
+		name string
+		plan sandbox.Plan
+		want string
+	}{
+		{"the control's jobs on another workspace", plan(sandbox.ControlPlan{WorkspaceDigest: ws, Candidate: &goodC, Grader: goodG}), "does not take the workspace"},
+		{"the control's ids swapped", plan(sandbox.ControlPlan{WorkspaceDigest: goodWS, Candidate: &goodG, Grader: goodC}), "known-good grader job is kg-c"},
+		{"the control's job on another image", plan(sandbox.ControlPlan{WorkspaceDigest: goodWS, Candidate: &otherImage, Grader: goodG}), "on image"},
+		{"no candidate job for the control", plan(sandbox.ControlPlan{WorkspaceDigest: goodWS, Grader: goodG}), "candidate job exactly when"},
+		{"the control missing", noControls, "control known-good is missing"},
+		{"a control not asked about", extra, "control known-bad was not asked about"},
+	} {
+		_, err := client.New(answering(t, tc.plan), keys).Plan(ctx, req)
+		if !errors.Is(err, sandbox.ErrInvalid) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: %v, want the plan refused naming %q", tc.name, err, tc.want)
+		}
+	}
+	sharing := req
+	sharing.Controls = map[string]sandbox.ControlIDs{sandbox.ControlKnownGood: {CandidateJobID: "c", GraderJobID: "kg-g"}}
+	if _, err := client.New(answering(t, plan(sandbox.ControlPlan{WorkspaceDigest: goodWS, Candidate: &reused, Grader: goodG})), keys).Plan(ctx, sharing); err == nil || !strings.Contains(err.Error(), "share id c") {
+		t.Errorf("a control job with the candidate's id: %v, want refused", err)
+	}
+}
