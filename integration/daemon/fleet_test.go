@@ -72,7 +72,7 @@ func TestFleetCoordinator(t *testing.T) {
 			if _, err := js.Publish("sandboxd.jobs", body); err != nil {
 				t.Fatal(err)
 			}
-			d, err := co.Next(ctx, 5*time.Second)
+			d, err := nextRidingOut(ctx, co, 5*time.Second)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -111,6 +111,20 @@ func TestFleetCoordinator(t *testing.T) {
 	})
 }
 
+// nextRidingOut is co.Next tried again for up to 30 s while the fleet is
+// unavailable, as a host's loop does: a cluster just formed may not have
+// elected its consumer's leader yet ("no responders", CI18).
+func nextRidingOut(ctx context.Context, co fleet.Coordinator, wait time.Duration) (*fleet.Delivery, error) {
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		d, err := co.Next(ctx, wait)
+		if !errors.Is(err, fleet.ErrUnavailable) || time.Now().After(deadline) {
+			return d, err
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
 // testCoordinator checks the contract of fleet.Coordinator on the one open
 // returns, whose queue nothing else reads. A second implementation (a
 // Kubernetes one) adds only an opener.
@@ -135,11 +149,11 @@ func testCoordinator(t *testing.T, open func(t *testing.T) fleet.Coordinator) {
 		if _, err := co.Submit(ctx, other); !errors.Is(err, sandbox.ErrConflict) {
 			t.Fatalf("another digest under the id: got %v, want ErrConflict", err)
 		}
-		d, err := co.Next(ctx, 5*time.Second)
+		d, err := nextRidingOut(ctx, co, 5*time.Second)
 		if err != nil || d.Err != nil || d.Job.Digest != job.Digest {
 			t.Fatalf("next: %+v, %v", d, err)
 		}
-		if _, err := co.Next(ctx, time.Second); !errors.Is(err, fleet.ErrNoMessage) {
+		if _, err := nextRidingOut(ctx, co, time.Second); !errors.Is(err, fleet.ErrNoMessage) {
 			t.Fatalf("a second message: got %v, want none (the duplicate and the conflicting job are not queued)", err)
 		}
 		// Claims are compare-and-set: of two writers at one revision, one
