@@ -458,23 +458,9 @@ func (s *Server) putBlob(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusInternalServerError, fmt.Errorf("blob %s: %w", want, err))
 		return
 	}
-	if granted {
-		// A lease of a stored blob the tenant may read makes it one of
-		// its uploads no accepted job names yet again: its
-		// max_upload_bytes is checked, and the room held until the
-		// lease is taken, as an upload's is.
-		release, err := s.reserveTenantLease(tenantOf(r.Context()), want)
-		switch {
-		case errors.Is(err, errQuota):
-			writeError(w, quotaStatus, fmt.Errorf("blob %s: %w", want, err))
-			return
-		case err != nil:
-			writeError(w, http.StatusInternalServerError, fmt.Errorf("blob %s: %w", want, err))
-			return
-		}
-		defer release()
-	}
-	switch found, err := s.leaseStoredIf(granted, want); {
+	found, release, err := s.leaseStoredFor(r.Context(), granted, want)
+	defer release()
+	switch {
 	case errors.Is(err, errQuota):
 		writeError(w, quotaStatus, fmt.Errorf("blob %s: %w", want, err))
 		return

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net/http"
@@ -88,6 +89,21 @@ func (s *Server) leaseStoredIf(may bool, d string) (bool, error) {
 	// Found again with no sweep in between (one may have removed d since
 	// Size; then it is uploaded, under the lease just taken).
 	return s.cfg.Blobs.Keep(d), nil
+}
+
+// leaseStoredFor is leaseStoredIf with, for a blob the caller may read,
+// its tenant's max_upload_bytes checked first: the lease makes the blob
+// one of its uploads no accepted job names yet again, as an upload of it
+// would, and the room is held until release (never nil).
+func (s *Server) leaseStoredFor(ctx context.Context, may bool, d string) (found bool, release func(), err error) {
+	release = func() {}
+	if may {
+		if release, err = s.reserveTenantLease(tenantOf(ctx), d); err != nil {
+			return false, func() {}, err
+		}
+	}
+	found, err = s.leaseStoredIf(may, d)
+	return found, release, err
 }
 
 // errQuota says that the uploads no accepted job names yet, held bytes
