@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -76,26 +77,44 @@ func (b *bench) fleetItem(ctx context.Context) error {
 	// container start, which would otherwise fall on whichever side comes
 	// next).
 	settle := func() { time.Sleep(time.Second) }
-	var sock, fl []time.Duration
-	for range b.o.rounds {
+	// Each side's time is split at its receipt: the socket's submit
+	// answers once the journal took the job; the fleet's once a host
+	// claimed it, journaled it and put its receipt in the record.
+	type split struct{ submit, total []time.Duration }
+	var sock, fl split
+	timed := func(s *split, submit func(sandbox.Job) error, wait func(sandbox.Job) error) error {
 		settle()
+		j := b.noopJob(sandbox.RuntimeRunc)
 		t := time.Now()
-		if err := succeeded(local.job(ctx, b.noopJob(sandbox.RuntimeRunc))); err != nil {
+		if err := submit(j); err != nil {
 			return err
 		}
-		sock = append(sock, time.Since(t))
-		settle()
-		t = time.Now()
-		if err := viaFleet(ctx, b.noopJob(sandbox.RuntimeRunc)); err != nil {
+		s.submit = append(s.submit, time.Since(t))
+		if err := wait(j); err != nil {
 			return err
 		}
-		fl = append(fl, time.Since(t))
+		s.total = append(s.total, time.Since(t))
+		return nil
 	}
-	ms, mf := median(sock), median(fl)
+	for range b.o.rounds {
+		if err := timed(&sock, func(j sandbox.Job) error { _, err := local.c.Submit(ctx, j); return err },
+			func(j sandbox.Job) error { sr, err := local.c.Wait(ctx, j); return succeeded(sr.Result, err) }); err != nil {
+			return err
+		}
+		if err := timed(&fl, func(j sandbox.Job) error { _, err := r.Submit(ctx, j); return err },
+			func(j sandbox.Job) error { sr, err := r.Wait(ctx, j); return succeeded(sr.Result, err) }); err != nil {
+			return err
+		}
+	}
+	ms, mf := median(sock.total), median(fl.total)
 	fmt.Printf("  no-op job, submit to verified result: socket %s, fleet %s (median of %d): fleet overhead %+.1f ms\n",
 		msText(ms), msText(mf), b.o.rounds, float64(mf-ms)/1e6)
+	fmt.Printf("    to the receipt: socket %s, fleet %s; all rounds (ms): socket %s, fleet %s\n",
+		msText(median(sock.submit)), msText(median(fl.submit)), sortedMS(sock.total), sortedMS(fl.total))
 	b.results["fleet_noop_socket_ms"] = float64(ms) / 1e6
 	b.results["fleet_noop_fleet_ms"] = float64(mf) / 1e6
+	b.results["fleet_noop_socket_receipt_ms"] = float64(median(sock.submit)) / 1e6
+	b.results["fleet_noop_fleet_receipt_ms"] = float64(median(fl.submit)) / 1e6
 
 	batch := func(n int) (time.Duration, error) {
 		jobs := make([]sandbox.Job, n)
@@ -158,6 +177,17 @@ func (b *bench) fleetItem(ctx context.Context) error {
 }
 
 func msText(d time.Duration) string { return fmt.Sprintf("%.1f ms", float64(d)/1e6) }
+
+// sortedMS is the samples sorted, in whole milliseconds.
+func sortedMS(ds []time.Duration) string {
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	var out []string
+	for _, d := range s {
+		out = append(out, fmt.Sprintf("%.0f", float64(d)/1e6))
+	}
+	return strings.Join(out, " ")
+}
 
 // startNATS starts an n-node nats-server cluster (bin/nats/nats-server,
 // which scripts/setup builds) on loopback; the processes end with the

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"slices"
 	"sync"
 	"time"
 
@@ -67,9 +68,15 @@ type fleetAgent struct {
 	log *slog.Logger
 
 	mu sync.Mutex
-	// following are the jobs whose outcome this host is to publish, with
-	// the message of each if this process holds it.
-	following map[string]*fleet.Delivery
+	// following are the jobs whose outcome this host is to publish.
+	following map[string]*followed
+	// givingBack are the claims resume gives back (marked held, not
+	// journaled); listed is closed once it has listed them. Nothing here
+	// journals such a job meanwhile: an accept between the give-back's
+	// look at the journal and its write would run a job the fleet has
+	// queued again.
+	givingBack map[string]bool
+	listed     chan struct{}
 	// reachedSince is when this host's heartbeats began to go through
 	// without a failure since (zero: the last one failed, or none went).
 	reachedSince time.Time
@@ -79,7 +86,8 @@ type fleetAgent struct {
 
 func (s *Server) startFleet(ctx context.Context) {
 	cfg := *s.cfg.Fleet
-	a := &fleetAgent{s: s, cfg: cfg, co: cfg.Coordinator, log: s.log.With("fleet_host", s.cfg.Name), following: map[string]*fleet.Delivery{}}
+	a := &fleetAgent{s: s, cfg: cfg, co: cfg.Coordinator, log: s.log.With("fleet_host", s.cfg.Name), following: map[string]*followed{},
+		givingBack: map[string]bool{}, listed: make(chan struct{})}
 	s.fleet = a
 	s.m.registerFleet(a.counts)
 	for _, loop := range []func(context.Context){a.heartbeatLoop, a.resume, a.pullLoop} {
@@ -158,14 +166,26 @@ func (a *fleetAgent) resume(ctx context.Context) {
 		}
 		a.log.Warn("fleet: list the jobs this host holds", "error", err)
 		if !pause(ctx, time.Second) {
+			close(a.listed)
 			return
 		}
 	}
+	var back []string
+	a.mu.Lock()
 	for _, id := range ids {
-		if _, err := a.s.cfg.Journal.Get(id); err == nil {
-			a.follow(id, nil)
-			continue
+		if _, err := a.s.cfg.Journal.Get(id); err != nil {
+			back = append(back, id)
+			a.givingBack[id] = true
 		}
+	}
+	a.mu.Unlock()
+	close(a.listed)
+	for _, id := range ids {
+		if !slices.Contains(back, id) {
+			a.follow(id, nil, fleet.Record{})
+		}
+	}
+	for _, id := range back {
 		for ctx.Err() == nil {
 			err := a.giveBack(ctx, id)
 			if err == nil {
@@ -174,7 +194,23 @@ func (a *fleetAgent) resume(ctx context.Context) {
 			a.log.Warn("fleet: give back a claim this host never journaled", "job_id", id, "error", err)
 			pause(ctx, time.Second)
 		}
+		a.mu.Lock()
+		delete(a.givingBack, id)
+		a.mu.Unlock()
 	}
+}
+
+// beingGivenBack waits until resume has listed what it gives back (or
+// ctx ends) and reports whether id is among them.
+func (a *fleetAgent) beingGivenBack(ctx context.Context, id string) (bool, error) {
+	select {
+	case <-a.listed:
+	case <-ctx.Done():
+		return false, ctx.Err()
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.givingBack[id], nil
 }
 
 // giveBack returns this host's claim of a job it never journaled to the
@@ -240,6 +276,10 @@ func (a *fleetAgent) handle(ctx context.Context, d *fleet.Delivery) {
 	}
 	job := d.Job
 	log := a.log.With("job_id", job.ID)
+	if back, err := a.beingGivenBack(ctx, job.ID); back || err != nil {
+		d.Later(time.Second)
+		return
+	}
 	rec, err := a.co.Record(ctx, job.ID)
 	if errors.Is(err, sandbox.ErrNotFound) {
 		// Queued with no record (a record aged out, or a publisher that
@@ -268,7 +308,14 @@ func (a *fleetAgent) handle(ctx context.Context, d *fleet.Delivery) {
 		d.Done(ctx)
 	case rec.State == fleet.StateClaimed && rec.Host == a.s.cfg.Name:
 		// Ours: a message given back after this host restarted, or a
-		// claim whose journal accept did not complete.
+		// claim whose journal accept did not complete. It is marked held
+		// (again) before the journal may take it: claim writes the mark
+		// and the claim together, and the claim may have landed alone.
+		if err := a.co.Hold(ctx, a.s.cfg.Name, job.ID); err != nil {
+			log.Warn("fleet: mark the claim", "error", err)
+			d.Later(time.Second)
+			return
+		}
 		a.run(ctx, d, job, rec)
 	case rec.State == fleet.StateClaimed:
 		a.checkLease(ctx, d, job, rec)
@@ -279,8 +326,9 @@ func (a *fleetAgent) handle(ctx context.Context, d *fleet.Delivery) {
 
 // claim takes a queued job: its inputs are fetched first (a host that
 // cannot get them does not hold the job), then the claim is set by
-// compare-and-set. A claim whose write timed out may have been made: the
-// message goes back, and its next delivery reads the record again.
+// compare-and-set, with the held mark written at the same time. A claim
+// whose write timed out may have been made: the message goes back, and
+// its next delivery reads the record again.
 func (a *fleetAgent) claim(ctx context.Context, d *fleet.Delivery, job sandbox.Job, rec fleet.Record) {
 	log := a.log.With("job_id", job.ID)
 	missing, fetchErr := a.fetchInputs(ctx, job)
@@ -290,18 +338,34 @@ func (a *fleetAgent) claim(ctx context.Context, d *fleet.Delivery, job sandbox.J
 		return
 	}
 	rec.State, rec.Host, rec.ClaimedAt, rec.WallTime = fleet.StateClaimed, a.s.cfg.Name, time.Now().UTC(), job.Limits.WallTime()
-	if err := a.co.Hold(ctx, a.s.cfg.Name, job.ID); err != nil {
-		log.Warn("fleet: mark the claim", "error", err)
-		d.Later(time.Second)
-		return
-	}
+	// The held mark and the claim are written at once (one synced write's
+	// wait, not two); the journal takes the job only once both are
+	// durable. A crash between the two leaves one of them:
+	//   - the mark alone: the restart gives back each marked job its
+	//     journal does not hold; this one is not claimed, so only the mark
+	//     goes (as when the mark came first);
+	//   - the claim alone: the job's message, not acknowledged, comes
+	//     back; on this host the claim is "ours" and marked before it
+	//     runs (handle), on another it waits for this host's lease, as
+	//     any claim does. It runs at most once, here, and is not lost.
+	var held error
+	var marking sync.WaitGroup
+	marking.Go(func() { held = a.co.Hold(ctx, a.s.cfg.Name, job.ID) })
 	claimed, err := a.co.Update(ctx, rec)
+	marking.Wait()
 	if err != nil {
 		if errors.Is(err, fleet.ErrRevision) {
 			a.co.Release(ctx, a.s.cfg.Name, job.ID)
 		}
 		log.Info("fleet: claim not made (another host's, or to be read again)", "error", err)
 		d.Later(0)
+		return
+	}
+	if held != nil {
+		// Claimed, not marked: nothing journaled. The message comes back,
+		// and its next delivery marks the claim before it runs.
+		log.Warn("fleet: mark the claim", "error", held)
+		d.Later(time.Second)
 		return
 	}
 	a.count(&a.claimed)
@@ -363,19 +427,22 @@ func (a *fleetAgent) run(ctx context.Context, d *fleet.Delivery, job sandbox.Job
 		return
 	}
 	if !rec.HasReceipt() {
-		a.publishReceipt(ctx, log, job.ID, jrec.Receipt)
+		rec = a.publishReceipt(ctx, log, job.ID, jrec.Receipt, rec)
 	}
-	a.follow(job.ID, d)
+	a.follow(job.ID, d, rec)
 }
 
 // publishReceipt puts the receipt of a job this host claimed in its
-// record (a failure is logged: the result, published later, carries the
-// receipt too).
-func (a *fleetAgent) publishReceipt(ctx context.Context, log *slog.Logger, id string, receipt []byte) {
+// record, starting from claimed (this host's claim as it wrote or read
+// it: written at its revision, no read first), and returns the record as
+// written (or claimed, if it was not). A failure is logged: the result,
+// published later, carries the receipt too.
+func (a *fleetAgent) publishReceipt(ctx context.Context, log *slog.Logger, id string, receipt []byte, claimed fleet.Record) fleet.Record {
 	var held fleet.Record // the envelope, inline or by digest
 	err := fleet.SetReceipt(ctx, a.co, &held, receipt)
+	written := claimed
 	if err == nil {
-		_, err = a.update(ctx, id, func(r *fleet.Record) bool {
+		written, _, err = a.updateFrom(ctx, id, claimed, func(r *fleet.Record) bool {
 			if r.State != fleet.StateClaimed || r.Host != a.s.cfg.Name || r.HasReceipt() {
 				return false
 			}
@@ -385,7 +452,9 @@ func (a *fleetAgent) publishReceipt(ctx context.Context, log *slog.Logger, id st
 	}
 	if err != nil {
 		log.Warn("fleet: publish the receipt", "error", err)
+		return claimed
 	}
+	return written
 }
 
 // admitSubmitted admits a job submitted to this host's own API. The fleet
@@ -405,10 +474,26 @@ func (a *fleetAgent) admitSubmitted(ctx context.Context, job sandbox.Job) (journ
 		return &refusal{code: http.StatusServiceUnavailable, reason: "fleet_unavailable", retryAfter: 1,
 			err: fmt.Errorf("job %s: the fleet did not answer; it may be claimed here: submit it again: %w", job.ID, err)}
 	}
+	// A restart still listing its claims (the fleet not answering) is
+	// said so soon, as a claim that cannot be made would be.
+	lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	back, err := a.beingGivenBack(lctx, job.ID)
+	cancel()
+	if err != nil {
+		return journal.Record{}, false, unavailable(fmt.Errorf("this host is still listing the claims it held before it started: %w", err))
+	} else if back {
+		return journal.Record{}, false, unavailable(errors.New("this host's claim of it, from before a restart, is being given back"))
+	}
 	claimed := false // this call may hold the claim: what a refusal after it gives back
+	// ours is the claim as written (or read), once it is this host's.
+	var ours fleet.Record
 	claim := func(ctx context.Context) error {
 		// Marked held first: a restart finishes, or gives back, what it
-		// holds; a claim that timed out may have been made.
+		// holds; a claim that timed out may have been made. Not both at
+		// once, as from the queue (claim): a job submitted here has no
+		// message in the queue, so a claim that landed without its mark
+		// would be found by nothing, and the job would stay claimed and
+		// never run.
 		if err := a.co.Hold(ctx, host, job.ID); err != nil {
 			return err
 		}
@@ -416,10 +501,14 @@ func (a *fleetAgent) admitSubmitted(ctx context.Context, job sandbox.Job) (journ
 		rec, made, err := a.co.Claim(ctx, job, host)
 		if err == nil && !made && rec.State == fleet.StateQueued {
 			rec.State, rec.Host, rec.ClaimedAt, rec.WallTime = fleet.StateClaimed, host, time.Now().UTC(), job.Limits.WallTime()
-			if _, err = a.co.Update(ctx, rec); errors.Is(err, fleet.ErrRevision) {
+			var written fleet.Record
+			if written, err = a.co.Update(ctx, rec); err == nil {
+				rec = written
+			} else if errors.Is(err, fleet.ErrRevision) {
 				rec, err = a.co.Record(ctx, job.ID)
 			}
 		}
+		ours = rec
 		if err == nil && !(rec.State == fleet.StateClaimed && rec.Host == host) {
 			claimed = false
 			a.co.Release(ctx, host, job.ID)
@@ -438,8 +527,7 @@ func (a *fleetAgent) admitSubmitted(ctx context.Context, job sandbox.Job) (journ
 		if !existing {
 			a.count(&a.claimed)
 			log.Info("fleet: job submitted here claimed")
-			a.publishReceipt(ctx, log, job.ID, jrec.Receipt)
-			a.follow(job.ID, nil)
+			a.follow(job.ID, nil, a.publishReceipt(ctx, log, job.ID, jrec.Receipt, ours))
 		}
 		return jrec, existing, nil
 	case errors.As(ref.err, &other):
@@ -497,45 +585,73 @@ func (e *elsewhere) Error() string {
 // update applies change to the job's current record and writes it by
 // compare-and-set, reading again after a lost race, until it is written,
 // change declines (false, nil), or ctx ends. A write that timed out is
-// read back before it is tried again.
-func (a *fleetAgent) update(ctx context.Context, id string, change func(*fleet.Record) bool) (bool, error) {
+// read back before it is tried again. It returns the record as written,
+// or as last read.
+func (a *fleetAgent) update(ctx context.Context, id string, change func(*fleet.Record) bool) (fleet.Record, bool, error) {
 	for {
 		rec, err := a.co.Record(ctx, id)
 		if err == nil {
 			if !change(&rec) {
-				return false, nil
+				return rec, false, nil
 			}
-			if _, err = a.co.Update(ctx, rec); err == nil {
-				return true, nil
+			var written fleet.Record
+			if written, err = a.co.Update(ctx, rec); err == nil {
+				return written, true, nil
 			}
 		}
 		if ctx.Err() != nil {
-			return false, err
+			return fleet.Record{}, false, err
 		}
 		if !errors.Is(err, fleet.ErrRevision) {
 			a.log.Warn("fleet: update a job's record; trying again", "job_id", id, "error", err)
 			if !pause(ctx, 500*time.Millisecond) {
-				return false, err
+				return fleet.Record{}, false, err
 			}
 		}
 	}
 }
 
+// updateFrom is update starting from known, the job's record as this
+// host last wrote or read it (zero if it has none): change is written at
+// known's revision without a read first, and only a record that moved
+// since (or a write that did not answer, which may have been made) is
+// read again. A write at a revision is as safe as a read and a write: it
+// lands only on exactly the record change looked at.
+func (a *fleetAgent) updateFrom(ctx context.Context, id string, known fleet.Record, change func(*fleet.Record) bool) (fleet.Record, bool, error) {
+	if rec := known; rec.ID == id && rec.Revision != 0 && change(&rec) {
+		if written, err := a.co.Update(ctx, rec); err == nil {
+			return written, true, nil
+		}
+	}
+	return a.update(ctx, id, change)
+}
+
+// followed is a job whose outcome this host is to publish: the message
+// of it if this process holds one, and its record as this host last
+// wrote it (zero if unknown), where its result is written first.
+type followed struct {
+	d   *fleet.Delivery
+	rec fleet.Record
+}
+
 // follow publishes the job's outcome once its journal has it. A second
 // call for a job already followed hands over the message.
-func (a *fleetAgent) follow(id string, d *fleet.Delivery) {
+func (a *fleetAgent) follow(id string, d *fleet.Delivery, rec fleet.Record) {
 	a.mu.Lock()
-	if held, ok := a.following[id]; ok {
+	if f, ok := a.following[id]; ok {
 		if d != nil {
-			if held != nil {
-				held.Later(0) // an older delivery of the same message
+			if f.d != nil {
+				f.d.Later(0) // an older delivery of the same message
 			}
-			a.following[id] = d
+			f.d = d
+		}
+		if rec.Revision > f.rec.Revision {
+			f.rec = rec
 		}
 		a.mu.Unlock()
 		return
 	}
-	a.following[id] = d
+	a.following[id] = &followed{d: d, rec: rec}
 	a.mu.Unlock()
 	a.s.jobs.Add(1)
 	go func() {
@@ -544,10 +660,13 @@ func (a *fleetAgent) follow(id string, d *fleet.Delivery) {
 	}()
 }
 
-func (a *fleetAgent) delivery(id string) *fleet.Delivery {
+func (a *fleetAgent) followedAs(id string) followed {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	return a.following[id]
+	if f := a.following[id]; f != nil {
+		return *f
+	}
+	return followed{}
 }
 
 func (a *fleetAgent) publishWhenDone(id string) {
@@ -566,12 +685,12 @@ func (a *fleetAgent) publishWhenDone(id string) {
 		select {
 		case <-changed:
 		case <-touch.C:
-			if d := a.delivery(id); d != nil {
+			if d := a.followedAs(id).d; d != nil {
 				d.Working()
 			}
 		case <-a.s.closing:
 			// Shut down: the next start resumes it from the held mark.
-			if d := a.delivery(id); d != nil {
+			if d := a.followedAs(id).d; d != nil {
 				d.Later(0)
 			}
 			a.mu.Lock()
@@ -581,7 +700,7 @@ func (a *fleetAgent) publishWhenDone(id string) {
 		}
 	}
 	for {
-		err := a.publish(ctx, log, rec)
+		err := a.publish(ctx, log, rec, a.followedAs(id).rec)
 		if err == nil {
 			break
 		}
@@ -595,20 +714,48 @@ func (a *fleetAgent) publishWhenDone(id string) {
 			return
 		}
 	}
+	d := a.followedAs(id).d
 	a.mu.Lock()
-	d := a.following[id]
 	delete(a.following, id)
 	a.mu.Unlock()
+	// The outcome is durable in the record: the message is acknowledged
+	// and the held mark removed at once, as neither needs the other. A
+	// crash before the acknowledgement brings the message back, and its
+	// delivery finds the job ended (handle); one before the mark's
+	// removal leaves a mark whose job the journal holds, and the restart
+	// publishes it again (the record, ended by this host, is kept as it
+	// is) and removes the mark.
+	var acked sync.WaitGroup
 	if d != nil {
-		d.Done(ctx)
+		acked.Go(func() { d.Done(ctx) })
+	}
+	for err := a.co.Release(ctx, a.s.cfg.Name, id); err != nil; err = a.co.Release(ctx, a.s.cfg.Name, id) {
+		log.Warn("fleet: remove the held mark; trying again", "error", err)
+		if !pauseUnless(a.s.closing, time.Second) {
+			break // the next start removes it
+		}
+	}
+	acked.Wait()
+}
+
+// pauseUnless waits d or until stop is closed.
+func pauseUnless(stop <-chan struct{}, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-stop:
+		return false
+	case <-t.C:
+		return true
 	}
 }
 
 // publish puts an ended job's outputs in the fleet's blob store, then its
-// result in the record, by compare-and-set on this host's claim: a record
+// result in the record, by compare-and-set on this host's claim (from
+// known, the record as this host last wrote it, if it has it): a record
 // another host already ended (it saw this host's lease expire) is not
 // overwritten, and the late result is logged.
-func (a *fleetAgent) publish(ctx context.Context, log *slog.Logger, rec journal.Record) error {
+func (a *fleetAgent) publish(ctx context.Context, log *slog.Logger, rec journal.Record, known fleet.Record) error {
 	job, err := rec.DecodeJob()
 	if err != nil {
 		return err
@@ -623,25 +770,33 @@ func (a *fleetAgent) publish(ctx context.Context, log *slog.Logger, rec journal.
 	for _, in := range job.Inputs {
 		digests = append(digests, in.Digest)
 	}
+	// Every blob the record is to name is stored before the record names
+	// it, all at once: each is its own content-addressed object, so their
+	// order does not matter, and a crash among them leaves only blobs no
+	// record names yet (the next publish finds them there). The envelopes
+	// go with them (each is a blob only if too large for the record).
+	var withReceipt, withResult fleet.Record // the envelopes, inline or by digest
+	puts := []func() error{
+		func() error { return fleet.SetReceipt(ctx, a.co, &withReceipt, rec.Receipt) },
+		func() error { return fleet.SetResult(ctx, a.co, &withResult, rec.Result) },
+	}
+	seen := map[string]bool{fleet.EmptyDigest: true} // never stored: every reader has it
 	for _, d := range digests {
-		if err := a.putBlob(ctx, d); err != nil {
-			return err
+		if !seen[d] {
+			seen[d] = true
+			puts = append(puts, func() error { return a.putBlob(ctx, d) })
 		}
 	}
-	var ended fleet.Record // the envelopes, inline or by digest
-	if err := fleet.SetReceipt(ctx, a.co, &ended, rec.Receipt); err != nil {
-		return err
-	}
-	if err := fleet.SetResult(ctx, a.co, &ended, rec.Result); err != nil {
+	if err := all(puts, 8); err != nil {
 		return err
 	}
 	late := false
-	_, err = a.update(ctx, rec.ID, func(r *fleet.Record) bool {
+	_, _, err = a.updateFrom(ctx, rec.ID, known, func(r *fleet.Record) bool {
+		late = r.State == fleet.StateEnded && r.EndedBy != a.s.cfg.Name
 		if r.State == fleet.StateEnded || r.Host != a.s.cfg.Name || r.Digest != rec.Digest {
-			late = r.State == fleet.StateEnded && r.EndedBy != a.s.cfg.Name
 			return false
 		}
-		r.Receipt, r.ReceiptBlob, r.Result, r.ResultBlob = ended.Receipt, ended.ReceiptBlob, ended.Result, ended.ResultBlob
+		r.Receipt, r.ReceiptBlob, r.Result, r.ResultBlob = withReceipt.Receipt, withReceipt.ReceiptBlob, withResult.Result, withResult.ResultBlob
 		r.State, r.EndedBy, r.Status = fleet.StateEnded, a.s.cfg.Name, res.Status
 		return true
 	})
@@ -655,7 +810,23 @@ func (a *fleetAgent) publish(ctx context.Context, log *slog.Logger, rec journal.
 		a.count(&a.published)
 		log.Info("fleet: result published", "status", res.Status)
 	}
-	return a.co.Release(ctx, a.s.cfg.Name, rec.ID)
+	return nil
+}
+
+// all runs fns, at most n at once, and returns their errors joined.
+func all(fns []func() error, n int) error {
+	errs := make([]error, len(fns))
+	slots := make(chan struct{}, n)
+	var wg sync.WaitGroup
+	for i, fn := range fns {
+		slots <- struct{}{}
+		wg.Go(func() {
+			defer func() { <-slots }()
+			errs[i] = fn()
+		})
+	}
+	wg.Wait()
+	return errors.Join(errs...)
 }
 
 func (a *fleetAgent) putBlob(ctx context.Context, digest string) error {

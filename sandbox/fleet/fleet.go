@@ -122,7 +122,8 @@ type Coordinator interface {
 	// PutBlob stores content under its sha256 digest (checked; bytes
 	// already there are not sent again). Blob opens one, or wraps
 	// sandbox.ErrNotFound; the reader fails at EOF if the bytes do not
-	// hash to digest.
+	// hash to digest. The empty content (EmptyDigest) is never stored:
+	// PutBlob of it sends nothing, and Blob serves it without a read.
 	PutBlob(ctx context.Context, digest string, size int64, r io.Reader) error
 	Blob(ctx context.Context, digest string) (io.ReadCloser, error)
 
@@ -130,6 +131,13 @@ type Coordinator interface {
 	Heartbeat(ctx context.Context, h Host) error
 	Hosts(ctx context.Context) ([]Host, error)
 }
+
+// EmptyDigest is the sha256 digest of no bytes: the stdout or stderr of
+// most jobs. Its content is known, so the fleet never stores it (two
+// blob store round trips fewer per job that writes nothing) and serves
+// it without a read; a reader checks it against its digest as any other.
+// Every other digest a record names must be in the blob store.
+const EmptyDigest = "sha256:e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
 
 // Delivery is one job message. Job is set if the message decoded into a
 // sealed job whose digest verifies; otherwise Err says why, and the
@@ -139,29 +147,49 @@ type Delivery struct {
 	Err error
 	// Delivered counts deliveries of this message (1 the first time).
 	Delivered uint64
-	msg       acker
+	msg       Message
 }
 
-type acker interface {
-	ack(ctx context.Context) error
-	later(delay time.Duration) error
-	working() error
-	refuse() error
+// Message is a queue's hold on one delivered job message, as a
+// Coordinator gives it to NewDelivery.
+type Message interface {
+	// Ack acknowledges it, once the queue has taken the word.
+	Ack(ctx context.Context) error
+	// Later gives it back, to be delivered again after delay.
+	Later(delay time.Duration) error
+	// Working says it is still being worked on.
+	Working() error
+	// Refuse drops it for good.
+	Refuse() error
+}
+
+// NewDelivery is a delivered job message: data decoded as a sealed job
+// (or Err), and m, the queue's hold on it. Coordinators (and their
+// fakes) make their deliveries with it.
+func NewDelivery(data []byte, delivered uint64, m Message) *Delivery {
+	d := &Delivery{Delivered: delivered, msg: m}
+	job, err := sandbox.DecodeJob(data)
+	if err != nil {
+		d.Err = fmt.Errorf("a job message is not a sealed job: %w", err)
+		return d
+	}
+	d.Job = job
+	return d
 }
 
 // Done acknowledges the message: the job's outcome is durable in its
 // record.
-func (d *Delivery) Done(ctx context.Context) error { return d.msg.ack(ctx) }
+func (d *Delivery) Done(ctx context.Context) error { return d.msg.Ack(ctx) }
 
 // Later gives the message back, to be delivered again after delay.
-func (d *Delivery) Later(delay time.Duration) error { return d.msg.later(delay) }
+func (d *Delivery) Later(delay time.Duration) error { return d.msg.Later(delay) }
 
 // Working tells the queue that the message is still being worked on.
-func (d *Delivery) Working() error { return d.msg.working() }
+func (d *Delivery) Working() error { return d.msg.Working() }
 
 // Refuse drops a message that can never run (malformed, a digest that
 // does not verify, an id bound to another digest).
-func (d *Delivery) Refuse() error { return d.msg.refuse() }
+func (d *Delivery) Refuse() error { return d.msg.Refuse() }
 
 // keyRE is what an id becomes in a key: job ids are [A-Za-z0-9._-], and a
 // dot separates key tokens, so it is written as '=' (not in the id

@@ -12,6 +12,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -356,50 +357,73 @@ func (f *JetStream) Record(ctx context.Context, id string) (Record, error) {
 	return decodeRecord(e)
 }
 
-// Watch implements Coordinator. The record is read again every second,
-// and at once whenever a watcher says it changed: a watcher alone stops
-// without a word when its stream's leader moves or the connection is
-// lost, and its restart can block as long as the election takes.
+// Watch implements Coordinator. A watcher hands over the record as it is
+// when the watcher starts and each time it is written, and the record is
+// also read every second: a watcher alone stops without a word when its
+// stream's leader moves or the connection is lost, and its restart can
+// block as long as the election takes. done is asked about what the
+// watcher hands over, not about a read made on its word: a read is a
+// direct get that any replica answers, and one that had not applied the
+// write yet answered the record before it (a receipt written, the read
+// after the watcher's word without it: the wait took a second more).
 func (f *JetStream) Watch(ctx context.Context, id string, done func(Record) bool) (Record, error) {
 	wctx, cancel := context.WithCancel(ctx)
+	var watching sync.WaitGroup
+	defer watching.Wait()
 	defer cancel()
-	changed := make(chan struct{}, 1)
-	go f.nudge(wctx, recordKey(id), changed)
+	watched := make(chan Record)
+	watching.Go(func() { f.watchRecord(wctx, id, watched) })
+	read := true
 	for {
-		rec, err := f.Record(ctx, id)
-		switch {
-		case err == nil && done(rec):
-			return rec, nil
-		case err == nil, errors.Is(err, sandbox.ErrNotFound), errors.Is(err, ErrUnavailable):
-			// Not yet, not there yet (a submit under way), or no answer:
-			// asked again.
-		default:
-			return Record{}, err
+		if read {
+			rec, err := f.Record(ctx, id)
+			switch {
+			case err == nil && done(rec):
+				return rec, nil
+			case err == nil, errors.Is(err, sandbox.ErrNotFound), errors.Is(err, ErrUnavailable):
+				// Not yet, not there yet (a submit under way), or no
+				// answer: asked again.
+			default:
+				return Record{}, err
+			}
 		}
 		t := time.NewTimer(time.Second)
 		select {
 		case <-ctx.Done():
 			t.Stop()
 			return Record{}, ctx.Err()
-		case <-changed:
+		case rec := <-watched:
 			t.Stop()
+			if done(rec) {
+				return rec, nil
+			}
+			read = false
 		case <-t.C:
+			read = true
 		}
 	}
 }
 
-// nudge signals changed whenever key is written, until ctx ends, starting
-// a new watcher whenever one stops.
-func (f *JetStream) nudge(ctx context.Context, key string, changed chan<- struct{}) {
+// watchRecord sends the job's record to out as it is when a watcher
+// starts and each time it is written, until ctx ends, starting a new
+// watcher whenever one stops.
+func (f *JetStream) watchRecord(ctx context.Context, id string, out chan<- Record) {
 	for ctx.Err() == nil {
-		w, err := f.records.Watch(ctx, key, jetstream.UpdatesOnly())
+		// Not UpdatesOnly: a write made before the watcher began (and
+		// after Watch's last read) comes as its first value.
+		w, err := f.records.Watch(ctx, recordKey(id))
 		if err == nil {
 			for e := range w.Updates() {
-				if e != nil {
-					select {
-					case changed <- struct{}{}:
-					default:
-					}
+				if e == nil || e.Operation() != jetstream.KeyValuePut {
+					continue // the end of the values there at the start; a record aged out
+				}
+				rec, err := decodeRecord(e)
+				if err != nil {
+					continue // Watch's reads return it
+				}
+				select {
+				case out <- rec:
+				case <-ctx.Done():
 				}
 			}
 			w.Stop()
@@ -459,21 +483,16 @@ func (f *JetStream) Next(ctx context.Context, wait time.Duration) (*Delivery, er
 }
 
 func (f *JetStream) delivery(m jetstream.Msg) *Delivery {
-	d := &Delivery{msg: jsMsg{m: m, timeout: f.opt.CallTimeout}}
+	var delivered uint64
 	if md, err := m.Metadata(); err == nil {
-		d.Delivered = md.NumDelivered
+		delivered = md.NumDelivered
 	}
+	msg := jsMsg{m: m, timeout: f.opt.CallTimeout}
 	if len(m.Data()) > int(f.opt.MaxJobBytes) {
-		d.Err = fmt.Errorf("a job message of %d bytes is over the fleet's %d: %w", len(m.Data()), f.opt.MaxJobBytes, sandbox.ErrTooLarge)
-		return d
+		return &Delivery{Delivered: delivered, msg: msg,
+			Err: fmt.Errorf("a job message of %d bytes is over the fleet's %d: %w", len(m.Data()), f.opt.MaxJobBytes, sandbox.ErrTooLarge)}
 	}
-	job, err := sandbox.DecodeJob(m.Data())
-	if err != nil {
-		d.Err = fmt.Errorf("a job message is not a sealed job: %w", err)
-		return d
-	}
-	d.Job = job
-	return d
+	return NewDelivery(m.Data(), delivered, msg)
 }
 
 type jsMsg struct {
@@ -481,14 +500,16 @@ type jsMsg struct {
 	timeout time.Duration
 }
 
-func (j jsMsg) ack(ctx context.Context) error {
+var _ Message = jsMsg{}
+
+func (j jsMsg) Ack(ctx context.Context) error {
 	c, cancel := context.WithTimeout(ctx, j.timeout)
 	defer cancel()
 	return classify(j.m.DoubleAck(c))
 }
-func (j jsMsg) later(d time.Duration) error { return classify(j.m.NakWithDelay(d)) }
-func (j jsMsg) working() error              { return classify(j.m.InProgress()) }
-func (j jsMsg) refuse() error               { return classify(j.m.Term()) }
+func (j jsMsg) Later(d time.Duration) error { return classify(j.m.NakWithDelay(d)) }
+func (j jsMsg) Working() error              { return classify(j.m.InProgress()) }
+func (j jsMsg) Refuse() error               { return classify(j.m.Term()) }
 
 func heldKey(host, id string) string { return "held." + host + "." + keyOf(id) }
 
@@ -540,6 +561,13 @@ func (f *JetStream) PutBlob(ctx context.Context, digest string, size int64, r io
 	if !sandbox.ValidDigest(digest) {
 		return fmt.Errorf("blob digest %q: %w", digest, sandbox.ErrInvalid)
 	}
+	if digest == EmptyDigest {
+		// Never stored (Blob serves it): only checked.
+		if n, _ := io.ReadFull(r, make([]byte, 1)); n != 0 || size != 0 {
+			return fmt.Errorf("fleet: blob %s is empty; %d bytes were sent: %w", digest, max(size, int64(n)), sandbox.ErrInvalid)
+		}
+		return nil
+	}
 	c, cancel := f.call(ctx)
 	info, err := f.blobs.GetInfo(c, digest)
 	cancel()
@@ -572,6 +600,11 @@ func (f *JetStream) PutBlob(ctx context.Context, digest string, size int64, r io
 func (f *JetStream) Blob(ctx context.Context, digest string) (io.ReadCloser, error) {
 	if !sandbox.ValidDigest(digest) {
 		return nil, fmt.Errorf("blob digest %q: %w", digest, sandbox.ErrInvalid)
+	}
+	if digest == EmptyDigest {
+		// Never stored (PutBlob): served without a read, and checked at
+		// EOF like any other.
+		return &checkedReader{r: strings.NewReader(""), h: sha256.New(), want: digest, done: func() {}}, nil
 	}
 	c, cancel := f.call(ctx)
 	info, err := f.blobs.GetInfo(c, digest)

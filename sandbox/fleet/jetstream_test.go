@@ -1,0 +1,154 @@
+package fleet
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"io"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/sandboxd/sandboxd/sandbox"
+)
+
+// askedObjects is an object store that has nothing and counts what it is
+// asked.
+type askedObjects struct {
+	jetstream.ObjectStore
+	asked int
+}
+
+func (o *askedObjects) GetInfo(context.Context, string, ...jetstream.GetObjectInfoOpt) (*jetstream.ObjectInfo, error) {
+	o.asked++
+	return nil, jetstream.ErrObjectNotFound
+}
+
+func (o *askedObjects) Put(context.Context, jetstream.ObjectMeta, io.Reader) (*jetstream.ObjectInfo, error) {
+	o.asked++
+	return nil, errors.New("put: the test's store takes nothing")
+}
+
+// The empty content (most jobs' stdout or stderr) is never stored and is
+// served without a read, checked against its digest; every other digest
+// is still asked of the store, and one it lacks is not found.
+func TestEmptyBlobIsNeitherStoredNorRead(t *testing.T) {
+	if got := sandbox.DigestBytes(nil); got != EmptyDigest {
+		t.Fatalf("EmptyDigest = %s, the digest of no bytes is %s", EmptyDigest, got)
+	}
+	ctx := context.Background()
+	other := sandbox.DigestBytes([]byte("stdout of a job"))
+	tests := []struct {
+		name      string
+		call      func(f *JetStream) error
+		wantErr   error // nil: none
+		wantAsked int
+	}{
+		{"put the empty blob", func(f *JetStream) error { return f.PutBlob(ctx, EmptyDigest, 0, strings.NewReader("")) }, nil, 0},
+		{"put bytes under the empty digest", func(f *JetStream) error { return f.PutBlob(ctx, EmptyDigest, 0, strings.NewReader("x")) }, sandbox.ErrInvalid, 0},
+		{"put the empty blob with a size", func(f *JetStream) error { return f.PutBlob(ctx, EmptyDigest, 1, strings.NewReader("")) }, sandbox.ErrInvalid, 0},
+		{"read the empty blob", func(f *JetStream) error {
+			rc, err := f.Blob(ctx, EmptyDigest)
+			if err != nil {
+				return err
+			}
+			defer rc.Close()
+			b, err := io.ReadAll(rc) // checked against its digest at EOF
+			if err == nil && len(b) != 0 {
+				err = errors.New("got bytes")
+			}
+			return err
+		}, nil, 0},
+		{"read the empty blob through a runner", func(f *JetStream) error {
+			b, err := NewRunner(f, sandbox.KeySet{}).Blob(ctx, EmptyDigest, 0)
+			if err == nil && len(b) != 0 {
+				err = errors.New("got bytes")
+			}
+			return err
+		}, nil, 0},
+		{"read a missing blob", func(f *JetStream) error { _, err := f.Blob(ctx, other); return err }, sandbox.ErrNotFound, 1},
+		{"read a missing blob through a runner", func(f *JetStream) error { _, err := NewRunner(f, sandbox.KeySet{}).Blob(ctx, other, 1<<10); return err }, sandbox.ErrNotFound, 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			store := &askedObjects{}
+			f := &JetStream{blobs: store, opt: Options{CallTimeout: time.Second}}
+			err := tt.call(f)
+			if (tt.wantErr == nil && err != nil) || (tt.wantErr != nil && !errors.Is(err, tt.wantErr)) {
+				t.Errorf("got %v, want %v", err, tt.wantErr)
+			}
+			if store.asked != tt.wantAsked {
+				t.Errorf("the store was asked %d times, want %d", store.asked, tt.wantAsked)
+			}
+		})
+	}
+}
+
+// laggingRecords is a key-value bucket whose reads are answered by a
+// replica that has not applied the last write (JetStream's direct gets
+// may be), while its watchers deliver every write.
+type laggingRecords struct {
+	jetstream.KeyValue
+	read    Record   // what a read answers
+	written []Record // what a watcher delivers, in order
+	watches int
+}
+
+type entry struct {
+	key string
+	rec Record
+}
+
+func (e entry) Bucket() string                  { return recordBucket }
+func (e entry) Key() string                     { return e.key }
+func (e entry) Value() []byte                   { b, _ := json.Marshal(e.rec); return b }
+func (e entry) Revision() uint64                { return e.rec.Revision }
+func (e entry) Created() time.Time              { return time.Time{} }
+func (e entry) Delta() uint64                   { return 0 }
+func (e entry) Operation() jetstream.KeyValueOp { return jetstream.KeyValuePut }
+
+type watcher struct{ updates chan jetstream.KeyValueEntry }
+
+func (w watcher) Updates() <-chan jetstream.KeyValueEntry { return w.updates }
+func (w watcher) Stop() error                             { return nil }
+
+func (l *laggingRecords) Get(_ context.Context, key string) (jetstream.KeyValueEntry, error) {
+	return entry{key, l.read}, nil
+}
+
+func (l *laggingRecords) Watch(ctx context.Context, key string, _ ...jetstream.WatchOpt) (jetstream.KeyWatcher, error) {
+	l.watches++
+	w := watcher{make(chan jetstream.KeyValueEntry, len(l.written)+1)}
+	for _, r := range l.written {
+		w.updates <- entry{key, r}
+	}
+	w.updates <- nil // the end of the values there at the start
+	go func() { <-ctx.Done(); close(w.updates) }()
+	return w, nil
+}
+
+// Watch takes the record its watcher delivers, not a read made after it:
+// a read answered by a lagging replica gave the record before the write,
+// and the wait took a second longer (or, for a watcher that began after
+// the write, until the replica caught up).
+func TestWatchTakesTheWatchersRecord(t *testing.T) {
+	claimed := Record{Schema: RecordSchema, ID: "j1", Digest: EmptyDigest, State: StateClaimed, Host: "h1", Revision: 2}
+	withReceipt := claimed
+	withReceipt.Receipt, withReceipt.Revision = []byte("receipt"), 3
+	ended := withReceipt
+	ended.State, ended.Result, ended.Revision = StateEnded, []byte("result"), 4
+	records := &laggingRecords{read: claimed, written: []Record{withReceipt, ended}}
+	f := &JetStream{records: records, opt: Options{CallTimeout: time.Second}}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+	defer cancel()
+	got, err := f.Watch(ctx, "j1", func(r Record) bool { return r.State == StateEnded })
+	if err != nil || got.Revision != ended.Revision {
+		t.Fatalf("watch for the end: revision %d, %v; want revision %d within 500ms (reads answer revision %d)", got.Revision, err, ended.Revision, claimed.Revision)
+	}
+	if records.watches != 1 {
+		t.Errorf("%d watchers, want 1", records.watches)
+	}
+}
