@@ -448,7 +448,9 @@ func (r *run) decide(ctx context.Context, col *collector, oomKilled, hardKilled 
 		r.fail(sandbox.StatusCancelled, "cancelled: "+context.Cause(ctx).Error())
 	case hardKilled:
 		r.fail(sandbox.StatusTimedOut, "killed by the broker at the hard deadline")
-	case oomKilled:
+	case oomKilled || st != nil && st.OOMKilled:
+		// The engine's word, or the helper's count of the memory
+		// cgroup's kills (the engine's may come after the exit).
 		r.fail(sandbox.StatusOOMKilled, "the memory limit was reached")
 	case stdinErr != nil:
 		r.fail(sandbox.StatusError, "staging inputs: "+stdinErr.Error())

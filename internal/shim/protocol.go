@@ -109,7 +109,11 @@ type Status struct {
 	ScratchUsed map[string]int64 `json:"scratch_used"`
 	// Leftover is set when candidate processes survived the kill; nothing
 	// was collected then.
-	Leftover   bool   `json:"leftover"`
+	Leftover bool `json:"leftover"`
+	// OOMKilled is set when the sandbox's memory cgroup killed a process
+	// while the command ran (its oom_kill count rose), the candidate's
+	// (not counted once the exec service ran a program of the code uid).
+	OOMKilled  bool   `json:"oom_killed,omitempty"`
 	Error      string `json:"error,omitempty"`
 	DurationMS int64  `json:"duration_ms"`
 }

@@ -241,6 +241,7 @@ func runJob(o *out) (*shim.Status, error) {
 	}
 	var startMsg int64
 	pidsRefusedBefore, pidsCounted := pidsRefused()
+	oomKillsBefore, oomCounted := oomKills()
 	// Written before the command starts: a stream without it proves that
 	// nothing of the candidate ran, and a recovering broker runs the job
 	// for the first time (broker.ErrNotRun).
@@ -300,6 +301,10 @@ func runJob(o *out) (*shim.Status, error) {
 	// candidate's: the helper forks nothing meanwhile. Not so once the exec
 	// service ran a program of the code uid: whose fork it was cannot be
 	// told, and the code uid's doing must not mark the grader's job.
+	// The same for a process the memory limit killed.
+	if n, ok := oomKills(); ok && oomCounted && n > oomKillsBefore && !svc.used() {
+		st.OOMKilled = true
+	}
 	if n, ok := pidsRefused(); ok && pidsCounted && n > pidsRefusedBefore && !svc.used() {
 		st.LimitsHit = append(st.LimitsHit, "pids")
 	}
@@ -463,13 +468,28 @@ func killTargets(cfg *shim.Config, codeUsed bool) [][2]int {
 // cgroup namespace). It reports false where there is no such file (gVisor
 // enforces the pids limit as RLIMIT_NPROC).
 func pidsRefused() (int64, bool) {
-	for _, p := range []string{"/sys/fs/cgroup/pids/pids.events", "/sys/fs/cgroup/pids.events"} {
+	return cgroupCount([]string{"/sys/fs/cgroup/pids/pids.events", "/sys/fs/cgroup/pids.events"}, "max")
+}
+
+// oomKills reads how many processes the sandbox's memory cgroup has
+// killed (the "oom_kill" line of memory.oom_control on cgroup v1, of
+// memory.events on v2). The engine's own word (Docker's OOMKilled) comes
+// from an event that may be handled after the container's exit, and then
+// reads false: a memory bomb ended "failed, killed by SIGKILL" once in CI.
+func oomKills() (int64, bool) {
+	return cgroupCount([]string{"/sys/fs/cgroup/memory/memory.oom_control", "/sys/fs/cgroup/memory.events"}, "oom_kill")
+}
+
+// cgroupCount reads the counter key of the first of files that has it
+// ("key N" lines); false where none does.
+func cgroupCount(files []string, key string) (int64, bool) {
+	for _, p := range files {
 		b, err := os.ReadFile(p)
 		if err != nil {
 			continue
 		}
 		for _, line := range strings.Split(string(b), "\n") {
-			if v, ok := strings.CutPrefix(line, "max "); ok {
+			if v, ok := strings.CutPrefix(line, key+" "); ok {
 				n, err := strconv.ParseInt(strings.TrimSpace(v), 10, 64)
 				return n, err == nil
 			}

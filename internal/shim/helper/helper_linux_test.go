@@ -388,3 +388,30 @@ func TestCheckScratch(t *testing.T) {
 		t.Error("a scratch directory that is not there was accepted")
 	}
 }
+
+// cgroupCount reads a "key N" counter from the first file that has it:
+// the memory cgroup's oom_kill (v1 memory.oom_control, v2 memory.events)
+// and the pids cgroup's max.
+func TestCgroupCount(t *testing.T) {
+	dir := t.TempDir()
+	v1 := filepath.Join(dir, "memory.oom_control")
+	os.WriteFile(v1, []byte("oom_kill_disable 0\nunder_oom 0\noom_kill 3\n"), 0o644)
+	v2 := filepath.Join(dir, "memory.events")
+	os.WriteFile(v2, []byte("low 0\nhigh 0\nmax 9\noom 2\noom_kill 2\noom_group_kill 0\n"), 0o644)
+	for _, tt := range []struct {
+		files []string
+		key   string
+		want  int64
+		ok    bool
+	}{
+		{[]string{v1, v2}, "oom_kill", 3, true},
+		{[]string{filepath.Join(dir, "absent"), v2}, "oom_kill", 2, true},
+		{[]string{v2}, "max", 9, true},
+		{[]string{v2}, "oom", 2, true}, // not oom_kill's or oom_group_kill's line
+		{[]string{filepath.Join(dir, "absent")}, "oom_kill", 0, false},
+	} {
+		if got, ok := cgroupCount(tt.files, tt.key); got != tt.want || ok != tt.ok {
+			t.Errorf("%v %s: got %d %v, want %d %v", tt.files, tt.key, got, ok, tt.want, tt.ok)
+		}
+	}
+}
