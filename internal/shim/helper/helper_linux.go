@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -35,6 +36,12 @@ func Main(args []string) int {
 	if os.Getpid() == 1 {
 		return initMain(args)
 	}
+	// The kill (asUID) locks its goroutine to a thread, and the runtime's
+	// first LockOSThread starts a template thread: with a bomb filling the
+	// pids cgroup that start failed ("failed to create new OS thread",
+	// fatal, CI22). It is started now, while nothing of the job runs.
+	runtime.LockOSThread()
+	runtime.UnlockOSThread()
 	return parentMain()
 }
 
