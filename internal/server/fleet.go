@@ -170,13 +170,29 @@ func (a *fleetAgent) resume(ctx context.Context) {
 			return
 		}
 	}
+	// Only a claim the journal provably does not hold goes back: a read
+	// that fails otherwise is tried again (a journaled job given back
+	// would run twice).
 	var back []string
-	a.mu.Lock()
 	for _, id := range ids {
-		if _, err := a.s.cfg.Journal.Get(id); err != nil {
-			back = append(back, id)
-			a.givingBack[id] = true
+		for {
+			_, err := a.s.cfg.Journal.Get(id)
+			if errors.Is(err, sandbox.ErrNotFound) {
+				back = append(back, id)
+			}
+			if err == nil || errors.Is(err, sandbox.ErrNotFound) {
+				break
+			}
+			a.log.Warn("fleet: read the journal for a job this host holds", "job_id", id, "error", err)
+			if !pause(ctx, time.Second) {
+				close(a.listed)
+				return
+			}
 		}
+	}
+	a.mu.Lock()
+	for _, id := range back {
+		a.givingBack[id] = true
 	}
 	a.mu.Unlock()
 	close(a.listed)
