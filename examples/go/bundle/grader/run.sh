@@ -21,9 +21,11 @@ cp -r "$SANDBOXD_CANDIDATE"/. /work/src/
 # The candidate's own tests (and any TestMain) never count. busybox find
 # has no -delete (it failed, and the candidate's test files stayed): each
 # is removed, and none may be left.
-find /work/src -name '*_test.go' -exec rm -f {} +
-if [ -n "$(find /work/src -name '*_test.go')" ]; then
-  echo "grader: candidate test files are left: $(find /work/src -name '*_test.go')" >&2
+# A directory of that name is no test file and stays (refusing it would let
+# a candidate make its evaluation inconclusive); a file or link goes.
+find /work/src -name '*_test.go' ! -type d -exec rm -f {} +
+if [ -n "$(find /work/src -name '*_test.go' ! -type d)" ]; then
+  echo "grader: candidate test files are left: $(find /work/src -name '*_test.go' ! -type d)" >&2
   exit 3
 fi
 cp "$SANDBOXD_BUNDLE"/tests/*_test.go /work/src/
