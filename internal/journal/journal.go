@@ -76,6 +76,10 @@ var (
 	// it: digest, a zero byte, tenant name. Uploads and a job's outputs
 	// grant it; it survives restarts as the uploads do.
 	bucketBlobTenants = []byte("blob_tenants")
+	// bucketTenantBlobs is its index by tenant: tenant name, a zero byte,
+	// digest; what one tenant holds is read without reading the others'
+	// grants. A journal from before it has it built at Open.
+	bucketTenantBlobs = []byte("tenant_blobs")
 )
 
 // Journal is a bbolt database of job records.
@@ -100,8 +104,21 @@ func Open(path string) (*Journal, error) {
 		if _, err := tx.CreateBucketIfNotExists(bucketJobs); err != nil {
 			return err
 		}
-		_, err := tx.CreateBucketIfNotExists(bucketBlobTenants)
-		return err
+		grants, err := tx.CreateBucketIfNotExists(bucketBlobTenants)
+		if err != nil {
+			return err
+		}
+		if tx.Bucket(bucketTenantBlobs) != nil {
+			return nil
+		}
+		index, err := tx.CreateBucket(bucketTenantBlobs)
+		if err != nil {
+			return err
+		}
+		return grants.ForEach(func(k, _ []byte) error {
+			d, tenant, _ := bytes.Cut(k, []byte{0})
+			return index.Put(tenantBlobKey(string(tenant), string(d)), []byte{1})
+		})
 	}); err != nil {
 		db.Close()
 		return nil, fmt.Errorf("journal %s: %w", path, err)
@@ -322,12 +339,15 @@ func (j *Journal) GrantBlobs(tenant string, ds ...string) error {
 		return nil
 	}
 	return j.db.Update(func(tx *bolt.Tx) error {
-		b := tx.Bucket(bucketBlobTenants)
+		b, index := tx.Bucket(bucketBlobTenants), tx.Bucket(bucketTenantBlobs)
 		for _, d := range ds {
 			if d == "" {
 				continue
 			}
 			if err := b.Put(blobTenantKey(d, tenant), []byte{1}); err != nil {
+				return err
+			}
+			if err := index.Put(tenantBlobKey(tenant, d), []byte{1}); err != nil {
 				return err
 			}
 		}
@@ -350,6 +370,10 @@ func (j *Journal) BlobGranted(tenant, d string) (bool, error) {
 
 func blobTenantKey(d, tenant string) []byte {
 	return []byte(d + "\x00" + tenant)
+}
+
+func tenantBlobKey(tenant, d string) []byte {
+	return []byte(tenant + "\x00" + d)
 }
 
 // RemoveFinishedBefore removes the records of the jobs that ended before
@@ -411,8 +435,13 @@ func (j *Journal) PruneGrants(keep func(d string) bool) (int, error) {
 			}
 			return nil
 		})
+		index := tx.Bucket(bucketTenantBlobs)
 		for _, k := range gone {
 			if err := b.Delete(k); err != nil {
+				return err
+			}
+			d, tenant, _ := bytes.Cut(k, []byte{0})
+			if err := index.Delete(tenantBlobKey(string(tenant), string(d))); err != nil {
 				return err
 			}
 		}
@@ -426,14 +455,13 @@ func (j *Journal) PruneGrants(keep func(d string) bool) (int, error) {
 // of its produced them).
 func (j *Journal) GrantedBlobs(tenant string) ([]string, error) {
 	var ds []string
-	suffix := append([]byte{0}, tenant...)
+	prefix := append([]byte(tenant), 0)
 	err := j.db.View(func(tx *bolt.Tx) error {
-		return tx.Bucket(bucketBlobTenants).ForEach(func(k, _ []byte) error {
-			if bytes.HasSuffix(k, suffix) {
-				ds = append(ds, string(k[:len(k)-len(suffix)]))
-			}
-			return nil
-		})
+		c := tx.Bucket(bucketTenantBlobs).Cursor()
+		for k, _ := c.Seek(prefix); k != nil && bytes.HasPrefix(k, prefix); k, _ = c.Next() {
+			ds = append(ds, string(k[len(prefix):]))
+		}
+		return nil
 	})
 	return ds, err
 }
