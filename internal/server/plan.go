@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"slices"
@@ -54,7 +55,11 @@ func (s *Server) plan(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if p.Controls, err = s.planControls(r.Context(), e, req); err != nil {
-		writeError(w, statusOf(err), fmt.Errorf("plan request: %w", err))
+		code := statusOf(err)
+		if errors.Is(err, errQuota) {
+			code = quotaStatus
+		}
+		writeError(w, code, fmt.Errorf("plan request: %w", err))
 		return
 	}
 	writeJSON(w, http.StatusOK, p)
@@ -82,11 +87,18 @@ func (s *Server) planControls(ctx context.Context, e *evaluate.Evaluation, req s
 			return nil, fmt.Errorf("control %s: %w", kind, err)
 		}
 		// As an upload: leased until a job names it, and the tenant's
-		// to read, so that it may submit the control's jobs.
-		if err := s.cfg.Blobs.Lease(ws); err != nil {
+		// to read, so that it may submit the control's jobs; counted
+		// against its quotas as its upload would be.
+		release, err := s.reserveTenantMade(tenantOf(ctx), ws)
+		if err != nil {
 			return nil, fmt.Errorf("control %s: %w", kind, err)
 		}
-		if err := s.cfg.Journal.GrantBlobs(tenantName(ctx), ws); err != nil {
+		err = s.cfg.Blobs.Lease(ws)
+		if err == nil {
+			err = s.cfg.Journal.GrantBlobs(tenantName(ctx), ws)
+		}
+		release()
+		if err != nil {
 			return nil, fmt.Errorf("control %s: %w", kind, err)
 		}
 		ids := req.Controls[string(kind)]

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"maps"
 	"net/http"
@@ -449,5 +450,32 @@ func TestPlanControlsReadOnlyTheCallersLayer(t *testing.T) {
 	}
 	if code, out := r.do(t, r.a, http.MethodPost, "/v1/jobs", job); code/100 != 2 {
 		t.Errorf("tenant-a submits its known-good candidate job: %d %s", code, out)
+	}
+}
+
+// The control workspaces a plan makes for a tenant are its uploads, as
+// the layer it uploaded is: beyond its max_upload_bytes the plan is
+// refused 507, naming the quota; within it, it plans. Before, they were
+// leased and granted to it, counted by nothing.
+func TestPlanControlWorkspacesCountAgainstTheUploadQuota(t *testing.T) {
+	b, blob := exampleBundle(t)
+	layer, err := os.ReadFile(filepath.Join(b.Layout, "blobs", "sha256", strings.TrimPrefix(b.LayerDigest, "sha256:")))
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := json.Marshal(sandbox.PlanRequest{BundleManifest: blob(b.Digest), BundleConfig: blob(b.ConfigDigest),
+		WorkspaceDigest: sandbox.DigestBytes([]byte("workspace")), CandidateJobID: "c1", GraderJobID: "g1", Controls: controlIDs("k")})
+	for _, tc := range []struct {
+		room int64 // bytes of quota past the layer
+		want int
+	}{{1, http.StatusInsufficientStorage}, {16 << 20, http.StatusOK}} {
+		r := newTenancyRig(t, fmt.Sprintf(`, "quota": {"max_upload_bytes": %d}`, int64(len(layer))+tc.room), func(c *Config) { c.MaxBlobBytes = 1 << 20 })
+		if code, out := r.do(t, r.a, http.MethodPut, "/v1/blobs/"+b.LayerDigest, layer); code/100 != 2 {
+			t.Fatalf("tenant-a uploads the layer: %d %s", code, out)
+		}
+		code, out := r.do(t, r.a, http.MethodPost, "/v1/plan", body)
+		if code != tc.want || code != http.StatusOK && !strings.Contains(string(out), "control workspace this plan made counts as an upload") {
+			t.Errorf("a plan with %d bytes of upload quota past the layer: %d %s, want %d", tc.room, code, out, tc.want)
+		}
 	}
 }

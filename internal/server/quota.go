@@ -192,6 +192,30 @@ func (s *Server) reserveTenantLease(t *caller, d string) (func(), error) {
 	return s.reserveTenant(t, size, fmt.Sprintf("a lease of this stored %d-byte blob counts as an upload: ", size))
 }
 
+// reserveTenantMade reserves room for blob d, stored, made for the
+// tenant (a control workspace a plan builds from its bundle) and from now
+// one of its uploads no accepted job names yet: under max_upload_bytes
+// unless a lease counts it already, and under max_blob_bytes unless the
+// tenant holds it already. The blob is to be leased and granted before
+// the release.
+func (s *Server) reserveTenantMade(t *caller, d string) (func(), error) {
+	if t == nil || t.Quota.MaxUploadBytes == 0 && t.Quota.MaxBlobBytes == 0 {
+		return func() {}, nil
+	}
+	granted, err := s.cfg.Journal.BlobGranted(t.Name, d)
+	if err != nil {
+		return nil, err
+	}
+	if granted {
+		return s.reserveTenantLease(t, d) // held already: at most a new lease
+	}
+	size, err := s.cfg.Blobs.Size(d)
+	if err != nil {
+		return nil, err
+	}
+	return s.reserveTenant(t, size, fmt.Sprintf("a %d-byte control workspace this plan made counts as an upload: ", size))
+}
+
 // reserveTenant counts size bytes more as arriving for the tenant's
 // quotas (what being, in the error, says what they are), if they leave
 // room.
