@@ -321,7 +321,27 @@ func faultHook(log *slog.Logger) func(step, jobID string) {
 // daemon that serves without it.
 func (o serveOptions) joinFleet(ctx context.Context, cfg *server.Config, log *slog.Logger) (*fleet.JetStream, error) {
 	octx, cancel := context.WithTimeout(ctx, 2*time.Minute)
-	co, err := o.fleet.openWith(octx, fleet.Options{Name: "sandboxd host " + o.name, Setup: true, Replicas: o.fleetReplicas, AckWait: o.fleetAckWait})
+	opt := fleet.Options{Name: "sandboxd host " + o.name, Setup: true, Replicas: o.fleetReplicas, AckWait: o.fleetAckWait}
+	if cfg.Tenants != nil {
+		for _, t := range cfg.Tenants.List() {
+			if err := fleet.CheckTenantName(t.Name); err != nil {
+				cancel()
+				return nil, fmt.Errorf("--tenants %s with --fleet: tenant %q: %w", cfg.Tenants.File(), t.Name, err)
+			}
+			opt.Tenants = append(opt.Tenants, t.Name)
+			if t.Quota.MaxBlobBytes > 0 {
+				if opt.TenantBlobBytes == nil {
+					opt.TenantBlobBytes = map[string]int64{}
+				}
+				opt.TenantBlobBytes[t.Name] = t.Quota.MaxBlobBytes
+			}
+		}
+	}
+	if o.fleet.tenant != "" {
+		cancel()
+		return nil, errors.New("--fleet-tenant is a submitter's: a host takes the jobs of every tenant of --tenants")
+	}
+	co, err := o.fleet.openWith(octx, opt)
 	cancel()
 	if err != nil {
 		return nil, err

@@ -216,7 +216,7 @@ func testCoordinator(t *testing.T, open func(t *testing.T) fleet.Coordinator) {
 		if err := co.Hold(ctx, host, id); err != nil {
 			t.Fatal(err)
 		}
-		if ids, err := co.Held(ctx, host); err != nil || !slices.Equal(ids, []string{id}) {
+		if ids, err := co.Held(ctx, host); err != nil || !slices.Equal(ids, []fleet.Claim{{ID: id}}) {
 			t.Errorf("held by %s: got %q, %v, want [%s]", host, ids, err, id)
 		}
 		if ids, err := co.Held(ctx, host+"-other"); err != nil || len(ids) != 0 {

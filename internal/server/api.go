@@ -186,18 +186,7 @@ func (s *Server) submit(w http.ResponseWriter, r *http.Request) {
 		}
 		return s.admit(r.Context(), job, nil)
 	}
-	var rec journal.Record
-	var existing bool
-	var ref *refusal
-	if t := tenantOf(r.Context()); t != nil {
-		rec, existing, ref = s.admitTenant(r.Context(), t, job, admit)
-	} else {
-		rec, existing, ref = admit()
-	}
-	if ref == nil && existing && !s.mayRead(r.Context(), rec) {
-		// Another tenant took the id at the same moment.
-		ref = &refusal{code: http.StatusConflict, reason: "conflict", err: fmt.Errorf("job id %s is taken; choose another: %w", job.ID, sandbox.ErrConflict)}
-	}
+	rec, existing, ref := s.admitAs(r.Context(), job, admit)
 	switch {
 	case ref != nil:
 		if ref.retryAfter > 0 {

@@ -295,6 +295,30 @@ func (s *Server) admitTenant(ctx context.Context, t *caller, job sandbox.Job, ad
 	return admit()
 }
 
+// admitAs is admit for the tenant of ctx (admitTenant), or for anyone
+// without tenants. A job another tenant journaled under the same id at
+// the same moment is a 409, naming nothing of it.
+func (s *Server) admitAs(ctx context.Context, job sandbox.Job, admit func() (journal.Record, bool, *refusal)) (journal.Record, bool, *refusal) {
+	t := tenantOf(ctx)
+	if t == nil {
+		return admit()
+	}
+	rec, existing, ref := s.admitTenant(ctx, t, job, admit)
+	if ref == nil && existing && !s.mayRead(ctx, rec) {
+		return journal.Record{}, false, &refusal{code: http.StatusConflict, reason: "conflict",
+			err: fmt.Errorf("job id %s is taken; choose another: %w", job.ID, sandbox.ErrConflict)}
+	}
+	return rec, existing, ref
+}
+
+// asTenant is ctx acting for c (nil: for no tenant).
+func asTenant(ctx context.Context, c *caller) context.Context {
+	if c == nil {
+		return ctx
+	}
+	return context.WithValue(ctx, tenantKey{}, *c)
+}
+
 // activeJobs counts a tenant's jobs that have not ended.
 func (s *Server) activeJobs(tenant string) (int, error) {
 	recs, err := s.cfg.Journal.List()

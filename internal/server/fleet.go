@@ -158,10 +158,10 @@ func pause(ctx context.Context, d time.Duration) bool {
 // hold never ran here (the claim comes before the journal), so its claim
 // is given back and another host may run it.
 func (a *fleetAgent) resume(ctx context.Context) {
-	var ids []string
+	var held []fleet.Claim
 	for {
 		var err error
-		if ids, err = a.co.Held(ctx, a.s.cfg.Name); err == nil {
+		if held, err = a.co.Held(ctx, a.s.cfg.Name); err == nil {
 			break
 		}
 		a.log.Warn("fleet: list the jobs this host holds", "error", err)
@@ -172,18 +172,19 @@ func (a *fleetAgent) resume(ctx context.Context) {
 	}
 	// Only a claim the journal provably does not hold goes back: a read
 	// that fails otherwise is tried again (a journaled job given back
-	// would run twice).
-	var back []string
-	for _, id := range ids {
+	// would run twice). A job of the id journaled for another tenant is
+	// not the one claimed (the journal refused the claimed one).
+	var back []fleet.Claim
+	for _, c := range held {
 		for {
-			_, err := a.s.cfg.Journal.Get(id)
-			if errors.Is(err, sandbox.ErrNotFound) {
-				back = append(back, id)
+			rec, err := a.s.cfg.Journal.Get(c.ID)
+			if errors.Is(err, sandbox.ErrNotFound) || (err == nil && rec.Tenant != c.Tenant) {
+				back = append(back, c)
 			}
 			if err == nil || errors.Is(err, sandbox.ErrNotFound) {
 				break
 			}
-			a.log.Warn("fleet: read the journal for a job this host holds", "job_id", id, "error", err)
+			a.log.Warn("fleet: read the journal for a job this host holds", "job_id", c.ID, "error", err)
 			if !pause(ctx, time.Second) {
 				close(a.listed)
 				return
@@ -191,27 +192,30 @@ func (a *fleetAgent) resume(ctx context.Context) {
 		}
 	}
 	a.mu.Lock()
-	for _, id := range back {
-		a.givingBack[id] = true
+	for _, c := range back {
+		a.givingBack[c.ID] = true
 	}
 	a.mu.Unlock()
 	close(a.listed)
-	for _, id := range ids {
-		if !slices.Contains(back, id) {
-			a.follow(id, nil, fleet.Record{})
+	for _, c := range held {
+		if !slices.Contains(back, c) {
+			a.follow(c.ID, nil, fleet.Record{})
 		}
 	}
-	for _, id := range back {
+	for _, c := range back {
 		for ctx.Err() == nil {
-			err := a.giveBack(ctx, id)
+			co, err := a.co.Tenant(ctx, c.Tenant)
+			if err == nil {
+				err = a.giveBack(ctx, co, c.ID)
+			}
 			if err == nil {
 				break
 			}
-			a.log.Warn("fleet: give back a claim this host never journaled", "job_id", id, "error", err)
+			a.log.Warn("fleet: give back a claim this host never journaled", "job_id", c.ID, "tenant", c.Tenant, "error", err)
 			pause(ctx, time.Second)
 		}
 		a.mu.Lock()
-		delete(a.givingBack, id)
+		delete(a.givingBack, c.ID)
 		a.mu.Unlock()
 	}
 }
@@ -230,23 +234,23 @@ func (a *fleetAgent) beingGivenBack(ctx context.Context, id string) (bool, error
 }
 
 // giveBack returns this host's claim of a job it never journaled to the
-// queue.
-func (a *fleetAgent) giveBack(ctx context.Context, id string) error {
-	rec, err := a.co.Record(ctx, id)
+// queue (co: the job's tenant's view).
+func (a *fleetAgent) giveBack(ctx context.Context, co fleet.Coordinator, id string) error {
+	rec, err := co.Record(ctx, id)
 	if errors.Is(err, sandbox.ErrNotFound) {
-		return a.co.Release(ctx, a.s.cfg.Name, id)
+		return co.Release(ctx, a.s.cfg.Name, id)
 	}
 	if err != nil {
 		return err
 	}
 	if rec.State == fleet.StateClaimed && rec.Host == a.s.cfg.Name && !rec.HasReceipt() {
 		rec.State, rec.Host, rec.ClaimedAt, rec.WallTime = fleet.StateQueued, "", time.Time{}, 0
-		if _, err := a.co.Update(ctx, rec); err != nil {
+		if _, err := co.Update(ctx, rec); err != nil {
 			return err
 		}
 		a.log.Info("fleet: claim given back; the job never ran here", "job_id", id)
 	}
-	return a.co.Release(ctx, a.s.cfg.Name, id)
+	return co.Release(ctx, a.s.cfg.Name, id)
 }
 
 // freeSlot reports whether a job taken now would start at once.
@@ -292,15 +296,33 @@ func (a *fleetAgent) handle(ctx context.Context, d *fleet.Delivery) {
 	}
 	job := d.Job
 	log := a.log.With("job_id", job.ID)
+	if d.Tenant != "" {
+		log = log.With("tenant", d.Tenant)
+	}
+	owner, err := a.owner(d.Tenant)
+	if err != nil {
+		// Another host may serve it (its tenants file read before this
+		// one's); nothing is lost, nothing runs here.
+		log.Warn("fleet: a job this host does not take; it stays queued", "error", err)
+		d.Later(30 * time.Second)
+		return
+	}
+	ctx = asTenant(ctx, owner)
+	co, err := a.co.Tenant(ctx, d.Tenant)
+	if err != nil {
+		log.Warn("fleet: the job's tenant", "error", err)
+		d.Later(time.Second)
+		return
+	}
 	if back, err := a.beingGivenBack(ctx, job.ID); back || err != nil {
 		d.Later(time.Second)
 		return
 	}
-	rec, err := a.co.Record(ctx, job.ID)
+	rec, err := co.Record(ctx, job.ID)
 	if errors.Is(err, sandbox.ErrNotFound) {
 		// Queued with no record (a record aged out, or a publisher that
 		// did not bind): bind it as a submitter would.
-		rec, err = a.co.Submit(ctx, job)
+		rec, err = co.Submit(ctx, job)
 		if errors.Is(err, sandbox.ErrConflict) {
 			log.Error("fleet: a job message whose id is bound to another digest refused; it never runs", "bound", rec.Digest, "job_digest", job.Digest)
 			a.count(&a.refused)
@@ -327,17 +349,37 @@ func (a *fleetAgent) handle(ctx context.Context, d *fleet.Delivery) {
 		// claim whose journal accept did not complete. It is marked held
 		// (again) before the journal may take it: claim writes the mark
 		// and the claim together, and the claim may have landed alone.
-		if err := a.co.Hold(ctx, a.s.cfg.Name, job.ID); err != nil {
+		if err := co.Hold(ctx, a.s.cfg.Name, job.ID); err != nil {
 			log.Warn("fleet: mark the claim", "error", err)
 			d.Later(time.Second)
 			return
 		}
-		a.run(ctx, d, job, rec)
+		a.run(ctx, co, d, job, rec)
 	case rec.State == fleet.StateClaimed:
-		a.checkLease(ctx, d, job, rec)
+		a.checkLease(ctx, co, d, job, rec)
 	default:
-		a.claim(ctx, d, job, rec)
+		a.claim(ctx, co, d, job, rec)
 	}
+}
+
+// owner is the tenant a job queued on tenant's subject is run for: with
+// a tenants file, a tenant it names (as a submitter: only the tenant's
+// users may queue on its subject); without one, the fleet without tenants.
+func (a *fleetAgent) owner(tenant string) (*caller, error) {
+	ts := a.s.cfg.Tenants
+	switch {
+	case ts == nil && tenant == "":
+		return nil, nil
+	case ts == nil:
+		return nil, fmt.Errorf("queued for tenant %q, and this host has no tenants file (--tenants)", tenant)
+	case tenant == "":
+		return nil, fmt.Errorf("queued for no tenant, and this host serves the tenants of %s only", ts.File())
+	}
+	c, ok := ts.ByName(tenant)
+	if !ok {
+		return nil, fmt.Errorf("queued for tenant %q, which %s does not name", tenant, ts.File())
+	}
+	return &c, nil
 }
 
 // claim takes a queued job: its inputs are fetched first (a host that
@@ -345,9 +387,9 @@ func (a *fleetAgent) handle(ctx context.Context, d *fleet.Delivery) {
 // compare-and-set, with the held mark written at the same time. A claim
 // whose write timed out may have been made: the message goes back, and
 // its next delivery reads the record again.
-func (a *fleetAgent) claim(ctx context.Context, d *fleet.Delivery, job sandbox.Job, rec fleet.Record) {
+func (a *fleetAgent) claim(ctx context.Context, co fleet.Coordinator, d *fleet.Delivery, job sandbox.Job, rec fleet.Record) {
 	log := a.log.With("job_id", job.ID)
-	missing, fetchErr := a.fetchInputs(ctx, job)
+	missing, fetchErr := a.fetchInputs(ctx, co, job)
 	if fetchErr != nil && missing == "" {
 		log.Warn("fleet: fetch the job's inputs", "error", fetchErr)
 		d.Later(time.Second)
@@ -366,12 +408,12 @@ func (a *fleetAgent) claim(ctx context.Context, d *fleet.Delivery, job sandbox.J
 	//     any claim does. It runs at most once, here, and is not lost.
 	var held error
 	var marking sync.WaitGroup
-	marking.Go(func() { held = a.co.Hold(ctx, a.s.cfg.Name, job.ID) })
-	claimed, err := a.co.Update(ctx, rec)
+	marking.Go(func() { held = co.Hold(ctx, a.s.cfg.Name, job.ID) })
+	claimed, err := co.Update(ctx, rec)
 	marking.Wait()
 	if err != nil {
 		if errors.Is(err, fleet.ErrRevision) {
-			a.co.Release(ctx, a.s.cfg.Name, job.ID)
+			co.Release(ctx, a.s.cfg.Name, job.ID)
 		}
 		log.Info("fleet: claim not made (another host's, or to be read again)", "error", err)
 		d.Later(0)
@@ -387,51 +429,75 @@ func (a *fleetAgent) claim(ctx context.Context, d *fleet.Delivery, job sandbox.J
 	a.count(&a.claimed)
 	log.Info("fleet: job claimed", "revision", claimed.Revision)
 	if missing != "" {
-		a.endUnrun(ctx, d, job, claimed, sandbox.StatusError, fmt.Sprintf("refused by host %s: input %s is not in the fleet's blob store: %v", a.s.cfg.Name, missing, fetchErr))
+		a.endUnrun(ctx, co, d, job, claimed, sandbox.StatusError, fmt.Sprintf("refused by host %s: input %s is not in the fleet's blob store: %v", a.s.cfg.Name, missing, fetchErr))
 		return
 	}
-	a.run(ctx, d, job, claimed)
+	a.run(ctx, co, d, job, claimed)
 }
 
-// fetchInputs copies the job's inputs from the fleet's blob store into
-// this host's, each checked against its digest. missing names an input
-// the fleet does not have (the job cannot run anywhere).
-func (a *fleetAgent) fetchInputs(ctx context.Context, job sandbox.Job) (missing string, err error) {
+// fetchInputs copies the job's inputs from the fleet's blob store (its
+// tenant's, co) into this host's (fetch). missing names an input the
+// fleet does not have (the job cannot run anywhere).
+func (a *fleetAgent) fetchInputs(ctx context.Context, co fleet.Coordinator, job sandbox.Job) (missing string, err error) {
 	for _, in := range job.Inputs {
-		if a.s.cfg.Blobs.Has(in.Digest) {
-			continue
-		}
-		rc, err := a.co.Blob(ctx, in.Digest)
-		if errors.Is(err, sandbox.ErrNotFound) {
-			return in.Digest, err
-		}
-		if err != nil {
-			return "", err
-		}
-		_, _, err = a.s.cfg.Blobs.Put(rc, in.Digest, a.s.cfg.MaxBlobBytes)
-		rc.Close()
-		if err != nil {
+		if err := a.fetch(ctx, co, in.Digest); err != nil {
+			if errors.Is(err, sandbox.ErrNotFound) {
+				return in.Digest, err
+			}
 			return "", fmt.Errorf("input %s: %w", in.Digest, err)
 		}
-		a.s.cfg.Blobs.Lease(in.Digest)
 	}
 	return "", nil
 }
 
+// fetch copies blob d from the fleet's blob store (co: the tenant's)
+// into this host's, checked against its digest. With tenants, a blob is
+// the tenant's only if its own store in the fleet holds it, even when
+// this host holds the bytes already (another tenant's upload): it is
+// then granted to the tenant here, as its upload would be. A blob the
+// fleet does not hold wraps sandbox.ErrNotFound.
+func (a *fleetAgent) fetch(ctx context.Context, co fleet.Coordinator, d string) error {
+	tenant := tenantOf(ctx)
+	if tenant == nil && a.s.cfg.Blobs.Has(d) {
+		return nil
+	}
+	if tenant != nil {
+		if mine, err := a.s.cfg.Journal.BlobGranted(tenant.Name, d); err != nil {
+			return err
+		} else if mine && a.s.cfg.Blobs.Has(d) {
+			return nil
+		}
+	}
+	rc, err := co.Blob(ctx, d)
+	if err != nil {
+		return err
+	}
+	_, _, err = a.s.cfg.Blobs.Put(rc, d, a.s.cfg.MaxBlobBytes)
+	rc.Close()
+	if err != nil {
+		return err
+	}
+	a.s.cfg.Blobs.Lease(d)
+	if tenant != nil {
+		return a.s.cfg.Journal.GrantBlobs(tenant.Name, d)
+	}
+	return nil
+}
+
 // run admits a job this host has claimed to its own journal and queue,
 // puts the receipt in the record, and follows the job to its end.
-func (a *fleetAgent) run(ctx context.Context, d *fleet.Delivery, job sandbox.Job, rec fleet.Record) {
+func (a *fleetAgent) run(ctx context.Context, co fleet.Coordinator, d *fleet.Delivery, job sandbox.Job, rec fleet.Record) {
 	log := a.log.With("job_id", job.ID)
-	if missing, err := a.fetchInputs(ctx, job); err != nil {
+	if missing, err := a.fetchInputs(ctx, co, job); err != nil {
 		if missing != "" {
-			a.endUnrun(ctx, d, job, rec, sandbox.StatusError, fmt.Sprintf("refused by host %s: input %s is not in the fleet's blob store", a.s.cfg.Name, missing))
+			a.endUnrun(ctx, co, d, job, rec, sandbox.StatusError, fmt.Sprintf("refused by host %s: input %s is not in the fleet's blob store", a.s.cfg.Name, missing))
 			return
 		}
 		log.Warn("fleet: fetch the job's inputs", "error", err)
 		d.Later(time.Second)
 		return
 	}
-	jrec, _, ref := a.s.admit(ctx, job, nil)
+	jrec, _, ref := a.s.admitAs(ctx, job, func() (journal.Record, bool, *refusal) { return a.s.admit(ctx, job, nil) })
 	if ref != nil {
 		if ref.code == http.StatusTooManyRequests || ref.code == http.StatusServiceUnavailable || ref.code >= 500 {
 			// Not now, not never: the claim stays, the message comes back.
@@ -439,11 +505,11 @@ func (a *fleetAgent) run(ctx context.Context, d *fleet.Delivery, job sandbox.Job
 			d.Later(time.Second)
 			return
 		}
-		a.endUnrun(ctx, d, job, rec, sandbox.StatusError, fmt.Sprintf("refused by host %s: %v", a.s.cfg.Name, ref.err))
+		a.endUnrun(ctx, co, d, job, rec, sandbox.StatusError, fmt.Sprintf("refused by host %s: %v", a.s.cfg.Name, ref.err))
 		return
 	}
 	if !rec.HasReceipt() {
-		rec = a.publishReceipt(ctx, log, job.ID, jrec.Receipt, rec)
+		rec = a.publishReceipt(ctx, co, log, job.ID, jrec.Receipt, rec)
 	}
 	a.follow(job.ID, d, rec)
 }
@@ -453,12 +519,12 @@ func (a *fleetAgent) run(ctx context.Context, d *fleet.Delivery, job sandbox.Job
 // it: written at its revision, no read first), and returns the record as
 // written (or claimed, if it was not). A failure is logged: the result,
 // published later, carries the receipt too.
-func (a *fleetAgent) publishReceipt(ctx context.Context, log *slog.Logger, id string, receipt []byte, claimed fleet.Record) fleet.Record {
+func (a *fleetAgent) publishReceipt(ctx context.Context, co fleet.Coordinator, log *slog.Logger, id string, receipt []byte, claimed fleet.Record) fleet.Record {
 	var held fleet.Record // the envelope, inline or by digest
-	err := fleet.SetReceipt(ctx, a.co, &held, receipt)
+	err := fleet.SetReceipt(ctx, co, &held, receipt)
 	written := claimed
 	if err == nil {
-		written, _, err = a.updateFrom(ctx, id, claimed, func(r *fleet.Record) bool {
+		written, _, err = a.updateFrom(ctx, co, id, claimed, func(r *fleet.Record) bool {
 			if r.State != fleet.StateClaimed || r.Host != a.s.cfg.Name || r.HasReceipt() {
 				return false
 			}
@@ -490,6 +556,10 @@ func (a *fleetAgent) admitSubmitted(ctx context.Context, job sandbox.Job) (journ
 		return &refusal{code: http.StatusServiceUnavailable, reason: "fleet_unavailable", retryAfter: 1,
 			err: fmt.Errorf("job %s: the fleet did not answer; it may be claimed here: submit it again: %w", job.ID, err)}
 	}
+	co, err := a.co.Tenant(ctx, tenantName(ctx))
+	if err != nil {
+		return journal.Record{}, false, unavailable(err)
+	}
 	// A restart still listing its claims (the fleet not answering) is
 	// said so soon, as a claim that cannot be made would be.
 	lctx, cancel := context.WithTimeout(ctx, 5*time.Second)
@@ -510,29 +580,29 @@ func (a *fleetAgent) admitSubmitted(ctx context.Context, job sandbox.Job) (journ
 		// message in the queue, so a claim that landed without its mark
 		// would be found by nothing, and the job would stay claimed and
 		// never run.
-		if err := a.co.Hold(ctx, host, job.ID); err != nil {
+		if err := co.Hold(ctx, host, job.ID); err != nil {
 			return err
 		}
 		claimed = true
-		rec, made, err := a.co.Claim(ctx, job, host)
+		rec, made, err := co.Claim(ctx, job, host)
 		if err == nil && !made && rec.State == fleet.StateQueued {
 			rec.State, rec.Host, rec.ClaimedAt, rec.WallTime = fleet.StateClaimed, host, time.Now().UTC(), job.Limits.WallTime()
 			var written fleet.Record
-			if written, err = a.co.Update(ctx, rec); err == nil {
+			if written, err = co.Update(ctx, rec); err == nil {
 				rec = written
 			} else if errors.Is(err, fleet.ErrRevision) {
-				rec, err = a.co.Record(ctx, job.ID)
+				rec, err = co.Record(ctx, job.ID)
 			}
 		}
 		ours = rec
 		if err == nil && !(rec.State == fleet.StateClaimed && rec.Host == host) {
 			claimed = false
-			a.co.Release(ctx, host, job.ID)
+			co.Release(ctx, host, job.ID)
 			return &elsewhere{rec}
 		}
 		if errors.Is(err, sandbox.ErrConflict) {
 			claimed = false
-			a.co.Release(ctx, host, job.ID)
+			co.Release(ctx, host, job.ID)
 		}
 		return err
 	}
@@ -543,7 +613,7 @@ func (a *fleetAgent) admitSubmitted(ctx context.Context, job sandbox.Job) (journ
 		if !existing {
 			a.count(&a.claimed)
 			log.Info("fleet: job submitted here claimed")
-			a.follow(job.ID, nil, a.publishReceipt(ctx, log, job.ID, jrec.Receipt, ours))
+			a.follow(job.ID, nil, a.publishReceipt(ctx, co, log, job.ID, jrec.Receipt, ours))
 		}
 		return jrec, existing, nil
 	case errors.As(ref.err, &other):
@@ -562,7 +632,7 @@ func (a *fleetAgent) admitSubmitted(ctx context.Context, job sandbox.Job) (journ
 		// Refused here after it was claimed (the journal refused it):
 		// nothing ran, so the claim goes back. A refusal before the
 		// claim (a check, the queue full) touched nothing in the fleet.
-		if err := a.giveBack(ctx, job.ID); err != nil {
+		if err := a.giveBack(ctx, co, job.ID); err != nil {
 			log.Warn("fleet: give back a claim the journal did not take", "error", err)
 		}
 	}
@@ -573,12 +643,16 @@ func (a *fleetAgent) admitSubmitted(ctx context.Context, job sandbox.Job) (journ
 // holds to end, and returns it as fleetRecord does (not ended yet: as it
 // is then).
 func (a *fleetAgent) wait(ctx context.Context, id string, timeout time.Duration) (journal.Record, error) {
-	if _, err := a.co.Record(ctx, id); errors.Is(err, sandbox.ErrNotFound) {
+	co, err := a.co.Tenant(ctx, tenantName(ctx))
+	if err != nil {
+		return journal.Record{}, err
+	}
+	if _, err := co.Record(ctx, id); errors.Is(err, sandbox.ErrNotFound) {
 		return journal.Record{}, err
 	}
 	c, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	_, err := a.co.Watch(c, id, func(r fleet.Record) bool { return r.State == fleet.StateEnded })
+	_, err = co.Watch(c, id, func(r fleet.Record) bool { return r.State == fleet.StateEnded })
 	if err != nil && ctx.Err() != nil {
 		return journal.Record{}, ctx.Err()
 	}
@@ -603,15 +677,15 @@ func (e *elsewhere) Error() string {
 // change declines (false, nil), or ctx ends. A write that timed out is
 // read back before it is tried again. It returns the record as written,
 // or as last read.
-func (a *fleetAgent) update(ctx context.Context, id string, change func(*fleet.Record) bool) (fleet.Record, bool, error) {
+func (a *fleetAgent) update(ctx context.Context, co fleet.Coordinator, id string, change func(*fleet.Record) bool) (fleet.Record, bool, error) {
 	for {
-		rec, err := a.co.Record(ctx, id)
+		rec, err := co.Record(ctx, id)
 		if err == nil {
 			if !change(&rec) {
 				return rec, false, nil
 			}
 			var written fleet.Record
-			if written, err = a.co.Update(ctx, rec); err == nil {
+			if written, err = co.Update(ctx, rec); err == nil {
 				return written, true, nil
 			}
 		}
@@ -633,13 +707,13 @@ func (a *fleetAgent) update(ctx context.Context, id string, change func(*fleet.R
 // since (or a write that did not answer, which may have been made) is
 // read again. A write at a revision is as safe as a read and a write: it
 // lands only on exactly the record change looked at.
-func (a *fleetAgent) updateFrom(ctx context.Context, id string, known fleet.Record, change func(*fleet.Record) bool) (fleet.Record, bool, error) {
+func (a *fleetAgent) updateFrom(ctx context.Context, co fleet.Coordinator, id string, known fleet.Record, change func(*fleet.Record) bool) (fleet.Record, bool, error) {
 	if rec := known; rec.ID == id && rec.Revision != 0 && change(&rec) {
-		if written, err := a.co.Update(ctx, rec); err == nil {
+		if written, err := co.Update(ctx, rec); err == nil {
 			return written, true, nil
 		}
 	}
-	return a.update(ctx, id, change)
+	return a.update(ctx, co, id, change)
 }
 
 // followed is a job whose outcome this host is to publish: the message
@@ -745,7 +819,14 @@ func (a *fleetAgent) publishWhenDone(id string) {
 	if d != nil {
 		acked.Go(func() { d.Done(ctx) })
 	}
-	for err := a.co.Release(ctx, a.s.cfg.Name, id); err != nil; err = a.co.Release(ctx, a.s.cfg.Name, id) {
+	release := func() error {
+		co, err := a.co.Tenant(ctx, rec.Tenant)
+		if err != nil {
+			return err
+		}
+		return co.Release(ctx, a.s.cfg.Name, id)
+	}
+	for err := release(); err != nil; err = release() {
 		log.Warn("fleet: remove the held mark; trying again", "error", err)
 		if !pauseUnless(a.s.closing, time.Second) {
 			break // the next start removes it
@@ -776,6 +857,10 @@ func (a *fleetAgent) publish(ctx context.Context, log *slog.Logger, rec journal.
 	if err != nil {
 		return err
 	}
+	co, err := a.co.Tenant(ctx, rec.Tenant)
+	if err != nil {
+		return err
+	}
 	res, err := sandbox.VerifyResult(a.s.keys, rec.Result, job, rec.Receipt)
 	if err != nil {
 		return fmt.Errorf("own result: %w", err)
@@ -793,21 +878,21 @@ func (a *fleetAgent) publish(ctx context.Context, log *slog.Logger, rec journal.
 	// go with them (each is a blob only if too large for the record).
 	var withReceipt, withResult fleet.Record // the envelopes, inline or by digest
 	puts := []func() error{
-		func() error { return fleet.SetReceipt(ctx, a.co, &withReceipt, rec.Receipt) },
-		func() error { return fleet.SetResult(ctx, a.co, &withResult, rec.Result) },
+		func() error { return fleet.SetReceipt(ctx, co, &withReceipt, rec.Receipt) },
+		func() error { return fleet.SetResult(ctx, co, &withResult, rec.Result) },
 	}
 	seen := map[string]bool{fleet.EmptyDigest: true} // never stored: every reader has it
 	for _, d := range digests {
 		if !seen[d] {
 			seen[d] = true
-			puts = append(puts, func() error { return a.putBlob(ctx, d) })
+			puts = append(puts, func() error { return a.putBlob(ctx, co, d) })
 		}
 	}
 	if err := all(puts, 8); err != nil {
 		return err
 	}
 	late := false
-	_, _, err = a.updateFrom(ctx, rec.ID, known, func(r *fleet.Record) bool {
+	_, _, err = a.updateFrom(ctx, co, rec.ID, known, func(r *fleet.Record) bool {
 		late = r.State == fleet.StateEnded && r.EndedBy != a.s.cfg.Name
 		if r.State == fleet.StateEnded || r.Host != a.s.cfg.Name || r.Digest != rec.Digest {
 			return false
@@ -845,7 +930,7 @@ func all(fns []func() error, n int) error {
 	return errors.Join(errs...)
 }
 
-func (a *fleetAgent) putBlob(ctx context.Context, digest string) error {
+func (a *fleetAgent) putBlob(ctx context.Context, co fleet.Coordinator, digest string) error {
 	f, err := a.s.cfg.Blobs.Open(digest)
 	if err != nil {
 		return fmt.Errorf("output %s: %w", digest, err)
@@ -855,13 +940,13 @@ func (a *fleetAgent) putBlob(ctx context.Context, digest string) error {
 	if err != nil {
 		return err
 	}
-	return a.co.PutBlob(ctx, digest, fi.Size(), f)
+	return co.PutBlob(ctx, digest, fi.Size(), f)
 }
 
 // checkLease looks at a job another host claimed: while that host's lease
 // holds the message comes back later; once it lapsed, the job is ended
 // uncertain here (never run again), signed by this host.
-func (a *fleetAgent) checkLease(ctx context.Context, d *fleet.Delivery, job sandbox.Job, rec fleet.Record) {
+func (a *fleetAgent) checkLease(ctx context.Context, co fleet.Coordinator, d *fleet.Delivery, job sandbox.Job, rec fleet.Record) {
 	hosts, err := a.co.Hosts(ctx)
 	if err != nil {
 		d.Later(time.Second)
@@ -893,14 +978,14 @@ func (a *fleetAgent) checkLease(ctx context.Context, d *fleet.Delivery, job sand
 		return
 	}
 	a.count(&a.expired)
-	a.endUnrun(ctx, d, job, rec, sandbox.StatusUncertain, fmt.Sprintf("host %s claimed it at %s and sent no word within its lease (until %s); it is not run again",
+	a.endUnrun(ctx, co, d, job, rec, sandbox.StatusUncertain, fmt.Sprintf("host %s claimed it at %s and sent no word within its lease (until %s); it is not run again",
 		rec.Host, rec.ClaimedAt.Format(time.RFC3339), expiry.UTC().Format(time.RFC3339)))
 }
 
 // endUnrun ends a job this host did not run, with a result it signs (and
 // a receipt, if the record has none): a claimed job its journal refused,
 // or another host's whose lease lapsed.
-func (a *fleetAgent) endUnrun(ctx context.Context, d *fleet.Delivery, job sandbox.Job, rec fleet.Record, status sandbox.Status, cause string) {
+func (a *fleetAgent) endUnrun(ctx context.Context, co fleet.Coordinator, d *fleet.Delivery, job sandbox.Job, rec fleet.Record, status sandbox.Status, cause string) {
 	log := a.log.With("job_id", job.ID)
 	facts, err := a.s.cfg.Broker.Facts(ctx)
 	if err != nil {
@@ -908,7 +993,7 @@ func (a *fleetAgent) endUnrun(ctx context.Context, d *fleet.Delivery, job sandbo
 	}
 	facts.Runtime = job.Runtime
 	now := time.Now().UTC()
-	receiptEnv, _, err := fleet.Envelopes(ctx, a.co, rec)
+	receiptEnv, _, err := fleet.Envelopes(ctx, co, rec)
 	if err != nil {
 		log.Warn("fleet: read the record's receipt", "error", err)
 		d.Later(time.Second)
@@ -933,25 +1018,25 @@ func (a *fleetAgent) endUnrun(ctx context.Context, d *fleet.Delivery, job sandbo
 		return
 	}
 	holder := rec.Host
-	if err := fleet.SetReceipt(ctx, a.co, &rec, receiptEnv); err != nil {
+	if err := fleet.SetReceipt(ctx, co, &rec, receiptEnv); err != nil {
 		log.Warn("fleet: store the receipt", "error", err)
 		d.Later(time.Second)
 		return
 	}
-	if err := fleet.SetResult(ctx, a.co, &rec, env); err != nil {
+	if err := fleet.SetResult(ctx, co, &rec, env); err != nil {
 		log.Warn("fleet: store the result", "error", err)
 		d.Later(time.Second)
 		return
 	}
 	rec.State, rec.EndedBy, rec.Status = fleet.StateEnded, a.s.cfg.Name, status
-	if _, err := a.co.Update(ctx, rec); err != nil {
+	if _, err := co.Update(ctx, rec); err != nil {
 		log.Info("fleet: end the job: the record changed or did not answer; read again", "error", err)
 		d.Later(0)
 		return
 	}
 	log.Warn("fleet: job ended without running here", "status", status, "cause", cause)
 	if holder == a.s.cfg.Name {
-		a.co.Release(ctx, holder, job.ID)
+		co.Release(ctx, holder, job.ID)
 	}
 	// Another holder's mark stays: if it returns, it finds the job ended,
 	// and logs its late result (records age out with the bucket).
@@ -975,14 +1060,19 @@ func (s *Server) jobRecord(ctx context.Context, id string) (journal.Record, erro
 // its result once it ended, each verified against the pinned keys; the
 // outputs of an ended job are copied from the fleet's blob store.
 func (a *fleetAgent) fleetRecord(ctx context.Context, id string) (journal.Record, error) {
-	fr, err := a.co.Record(ctx, id)
+	tenant := tenantName(ctx)
+	co, err := a.co.Tenant(ctx, tenant)
+	if err != nil {
+		return journal.Record{}, err
+	}
+	fr, err := co.Record(ctx, id)
 	if err != nil {
 		return journal.Record{}, err
 	}
 	if !fr.HasReceipt() {
-		return journal.Record{ID: id, Digest: fr.Digest, State: sandbox.JobAccepted}, nil
+		return journal.Record{ID: id, Digest: fr.Digest, State: sandbox.JobAccepted, Tenant: tenant}, nil
 	}
-	receiptEnv, resultEnv, err := fleet.Envelopes(ctx, a.co, fr)
+	receiptEnv, resultEnv, err := fleet.Envelopes(ctx, co, fr)
 	if err != nil {
 		return journal.Record{}, err
 	}
@@ -999,7 +1089,7 @@ func (a *fleetAgent) fleetRecord(ctx context.Context, id string) (journal.Record
 		if err != nil {
 			return journal.Record{}, err
 		}
-		return journal.Record{ID: id, Digest: job.Digest, Job: canon, State: sandbox.JobAccepted, Receipt: receiptEnv}, nil
+		return journal.Record{ID: id, Digest: job.Digest, Job: canon, State: sandbox.JobAccepted, Receipt: receiptEnv, Tenant: tenant}, nil
 	}
 	res, err := sandbox.VerifyResult(a.s.keys, resultEnv, job, receiptEnv)
 	if err != nil {
@@ -1011,19 +1101,9 @@ func (a *fleetAgent) fleetRecord(ctx context.Context, id string) (journal.Record
 		digests = append(digests, in.Digest)
 	}
 	for _, d := range digests {
-		if a.s.cfg.Blobs.Has(d) {
-			continue
-		}
-		rc, err := a.co.Blob(ctx, d)
-		if err != nil {
+		if err := a.fetch(ctx, co, d); err != nil {
 			return journal.Record{}, fmt.Errorf("job %s: output %s: %w", id, d, err)
 		}
-		_, _, err = a.s.cfg.Blobs.Put(rc, d, a.s.cfg.MaxBlobBytes)
-		rc.Close()
-		if err != nil {
-			return journal.Record{}, fmt.Errorf("job %s: output %s: %w", id, d, err)
-		}
-		a.s.cfg.Blobs.Lease(d)
 	}
 	canon, err := job.CanonicalJSON()
 	if err != nil {
@@ -1033,5 +1113,5 @@ func (a *fleetAgent) fleetRecord(ctx context.Context, id string) (journal.Record
 	if res.Status == sandbox.StatusUncertain {
 		state = sandbox.JobUncertain
 	}
-	return journal.Record{ID: id, Digest: job.Digest, Job: canon, State: state, Receipt: receiptEnv, Result: resultEnv, Status: res.Status}, nil
+	return journal.Record{ID: id, Digest: job.Digest, Job: canon, State: state, Receipt: receiptEnv, Result: resultEnv, Status: res.Status, Tenant: tenant}, nil
 }

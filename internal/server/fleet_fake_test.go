@@ -331,20 +331,28 @@ func (ff *fakeFleet) Release(_ context.Context, host, id string) error {
 	return nil
 }
 
-func (ff *fakeFleet) Held(_ context.Context, host string) ([]string, error) {
+func (ff *fakeFleet) Held(_ context.Context, host string) ([]fleet.Claim, error) {
 	if ff.onHeld != nil {
 		ff.onHeld()
 	}
 	ff.mu.Lock()
 	defer ff.mu.Unlock()
-	var ids []string
+	var held []fleet.Claim
 	for k := range ff.held {
 		if h, id, _ := strings.Cut(k, " "); h == host {
-			ids = append(ids, id)
+			held = append(held, fleet.Claim{ID: id})
 		}
 	}
-	slices.Sort(ids)
-	return ids, nil
+	slices.SortFunc(held, func(a, b fleet.Claim) int { return strings.Compare(a.ID, b.ID) })
+	return held, nil
+}
+
+// Tenant is the fake's fleet without tenants; it has no others.
+func (ff *fakeFleet) Tenant(_ context.Context, name string) (fleet.Coordinator, error) {
+	if name != "" {
+		return nil, fmt.Errorf("the fake fleet has no tenant %q", name)
+	}
+	return ff, nil
 }
 
 func (ff *fakeFleet) PutBlob(_ context.Context, digest string, size int64, r io.Reader) error {

@@ -314,3 +314,41 @@ func TestFleetLateResultIsNotTaken(t *testing.T) {
 		t.Errorf("late results counted: %d, want 1", n)
 	}
 }
+
+// A host with a tenants file takes a tenant's jobs only: a job queued for
+// no tenant (by a user of the fleet without tenants) stays queued, is
+// not claimed and never runs here; it is given back for a host that
+// serves it. (Without the check, the job ran here owned by nobody.)
+func TestFleetHostWithTenantsLeavesAJobOfNoTenant(t *testing.T) {
+	ff := newFakeFleet()
+	ts, err := ParseTenants("t.json", []byte(`{"schema":"sandboxd.tenants/v1","tenants":[{"name":"team-a","identities":[{"role":"submitter","nats_users":["ci-a"]}]}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := newFixture(t, func(cfg *Config) {
+		cfg.Name = "h1"
+		cfg.Tenants = ts
+		cfg.Fleet = &FleetConfig{Coordinator: ff, Lease: time.Minute}
+	}, nil)
+	job := newJob(t, "no-tenant-1", "true")
+	if _, err := ff.Submit(context.Background(), job); err != nil {
+		t.Fatal(err)
+	}
+	ff.waitFor(t, "the job given back", func(ff *fakeFleet) bool {
+		return slices.ContainsFunc(ff.calls, func(c string) bool { return strings.HasPrefix(c, "Later "+job.ID) })
+	})
+	time.Sleep(200 * time.Millisecond) // what a host that took it would do next
+	rec, err := ff.Record(context.Background(), job.ID)
+	if err != nil || rec.State != fleet.StateQueued {
+		t.Errorf("the record: %+v, %v, want queued", rec, err)
+	}
+	if n := count(ff.callsAbout(job.ID), "Hold "); n != 0 {
+		t.Errorf("%d held marks written, want none", n)
+	}
+	h.fb.mu.Lock()
+	runs := h.fb.runs[job.ID]
+	h.fb.mu.Unlock()
+	if runs != 0 {
+		t.Errorf("ran %d times", runs)
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"regexp"
 	"slices"
 	"sync/atomic"
 
@@ -47,6 +48,11 @@ type TenantIdentity struct {
 	// Subjects are verified mTLS client certificate subjects, as Go's
 	// pkix.Name.String prints them (RFC 2253, e.g. "CN=team-a,O=example").
 	Subjects []string `json:"subjects,omitempty"`
+	// NATSUsers are the fleet's NATS users acting for the tenant: `sandboxd
+	// fleet permissions` writes their NATS permissions from this file,
+	// and the NATS servers enforce them (a host takes a job as the
+	// tenant whose subject it was queued on).
+	NATSUsers []string `json:"nats_users,omitempty"`
 }
 
 // caller is a tenant acting in one role.
@@ -86,9 +92,11 @@ type Tenants struct {
 // tenantTable is one reading of a tenants file.
 type tenantTable struct {
 	file      string
+	tenants   []Tenant
 	byUID     map[uint32]caller
 	byGID     map[uint32]caller
 	bySubject map[string]caller
+	byNATS    map[string]caller
 }
 
 // tenantsFile is the file's JSON form.
@@ -119,7 +127,8 @@ func ParseTenants(file string, data []byte) (*Tenants, error) {
 	if len(f.Tenants) == 0 {
 		return bad("no tenants")
 	}
-	t := &tenantTable{file: file, byUID: map[uint32]caller{}, byGID: map[uint32]caller{}, bySubject: map[string]caller{}}
+	t := &tenantTable{file: file, tenants: f.Tenants, byUID: map[uint32]caller{}, byGID: map[uint32]caller{}, bySubject: map[string]caller{},
+		byNATS: map[string]caller{}}
 	names := map[string]bool{}
 	for i := range f.Tenants {
 		e := &f.Tenants[i]
@@ -174,8 +183,8 @@ func (t *tenantTable) add(e *Tenant, id TenantIdentity) error {
 	if !slices.Contains([]Role{RoleReader, RoleSubmitter, RoleAdmin}, id.Role) {
 		return fmt.Errorf("role %q is not reader, submitter or admin", id.Role)
 	}
-	if len(id.UIDs)+len(id.GIDs)+len(id.Subjects) == 0 {
-		return errors.New("no uids, gids or subjects")
+	if len(id.UIDs)+len(id.GIDs)+len(id.Subjects)+len(id.NATSUsers) == 0 {
+		return errors.New("no uids, gids, subjects or nats_users")
 	}
 	c := caller{Tenant: e, Role: id.Role}
 	for _, u := range id.UIDs {
@@ -199,7 +208,40 @@ func (t *tenantTable) add(e *Tenant, id TenantIdentity) error {
 		}
 		t.bySubject[s] = c
 	}
+	for _, u := range id.NATSUsers {
+		if !natsUserRE.MatchString(u) {
+			return fmt.Errorf("nats user %q is not 1-64 characters of [A-Za-z0-9_-]", u)
+		}
+		if o, ok := t.byNATS[u]; ok {
+			return fmt.Errorf("nats user %q is tenant %q's already", u, o.Name)
+		}
+		t.byNATS[u] = c
+	}
 	return nil
+}
+
+var natsUserRE = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
+
+// List is the tenants as the file names them, in its order.
+func (t *Tenants) List() []Tenant { return slices.Clone(t.cur.Load().tenants) }
+
+// ByName is the tenant of that name, as a submitter of it (the fleet's
+// jobs are queued by the tenant's submitters: the NATS servers let no
+// one else publish on its subject).
+func (t *Tenants) ByName(name string) (c caller, ok bool) {
+	tab := t.cur.Load()
+	for i := range tab.tenants {
+		if tab.tenants[i].Name == name {
+			return caller{Tenant: &tab.tenants[i], Role: RoleSubmitter}, true
+		}
+	}
+	return caller{}, false
+}
+
+// NATSUser is the tenant and role of a fleet NATS user.
+func (t *Tenants) NATSUser(user string) (c caller, ok bool) {
+	c, ok = t.cur.Load().byNATS[user]
+	return c, ok
 }
 
 // File is the tenants file's name, for messages.

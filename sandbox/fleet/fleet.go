@@ -114,10 +114,18 @@ type Coordinator interface {
 	Next(ctx context.Context, wait time.Duration) (*Delivery, error)
 
 	// Hold marks that host holds id's claim; Release removes the mark;
-	// Held lists the ids host holds (what a restarted host finishes).
+	// Held lists the claims host holds, of every tenant (what a restarted
+	// host finishes).
 	Hold(ctx context.Context, host, id string) error
 	Release(ctx context.Context, host, id string) error
-	Held(ctx context.Context, host string) ([]string, error)
+	Held(ctx context.Context, host string) ([]Claim, error)
+
+	// Tenant is the fleet as tenant name sees it: its jobs' records, the
+	// subject its jobs are queued on, its blobs, and its hosts' held
+	// marks; "" is the fleet without tenants. A host takes every tenant's
+	// jobs (Delivery.Tenant) and answers each through its tenant's view;
+	// a submitter opened for a tenant is that tenant's view already.
+	Tenant(ctx context.Context, name string) (Coordinator, error)
 
 	// PutBlob stores content under its sha256 digest (checked; bytes
 	// already there are not sent again). Blob opens one, or wraps
@@ -139,12 +147,20 @@ type Coordinator interface {
 // Every other digest a record names must be in the blob store.
 const EmptyDigest = "sha256:e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
 
+// Claim is a job a host holds: its tenant ("" without tenants) and id.
+type Claim struct {
+	Tenant, ID string
+}
+
 // Delivery is one job message. Job is set if the message decoded into a
 // sealed job whose digest verifies; otherwise Err says why, and the
 // message is refused (Refuse) and never runs.
 type Delivery struct {
 	Job sandbox.Job
 	Err error
+	// Tenant is whose job it is ("" without tenants): the subject it was
+	// queued on, which only that tenant's users may publish to.
+	Tenant string
 	// Delivered counts deliveries of this message (1 the first time).
 	Delivered uint64
 	msg       Message
@@ -199,6 +215,15 @@ func keyOf(id string) string { return strings.ReplaceAll(id, ".", "=") }
 func idOfKey(k string) string { return strings.ReplaceAll(k, "=", ".") }
 
 var hostRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9_-]{0,62}$`)
+
+// CheckTenantName refuses a tenant name the fleet cannot name subjects,
+// keys and buckets by (the host name grammar).
+func CheckTenantName(name string) error {
+	if !hostRE.MatchString(name) {
+		return fmt.Errorf("fleet tenant name %q is not 1-63 characters of [A-Za-z0-9_-] starting with a letter or digit: %w", name, sandbox.ErrInvalid)
+	}
+	return nil
+}
 
 // CheckHostName refuses a host name the fleet cannot key by.
 func CheckHostName(name string) error {

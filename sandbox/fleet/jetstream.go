@@ -22,6 +22,10 @@ import (
 )
 
 // The JetStream layout. Every name is fixed: a fleet is one NATS account.
+// A tenant's jobs, records and blobs have names of their own (each
+// function below), so that NATS permissions can give each tenant its own
+// and nothing of another's (docs/fleet.md, Permissions); the fleet
+// without tenants ("") keeps the names it had before tenants.
 const (
 	jobsStream   = "SANDBOXD_JOBS"
 	jobsSubject  = "sandboxd.jobs"
@@ -30,6 +34,46 @@ const (
 	hostBucket   = "sandboxd-hosts"
 	blobBucket   = "sandboxd-blobs"
 )
+
+// jobsSubjectOf is the subject tenant's jobs are queued on.
+func jobsSubjectOf(tenant string) string {
+	if tenant == "" {
+		return jobsSubject
+	}
+	return jobsSubject + "." + tenant
+}
+
+// tenantOfSubject is the tenant a job message's subject names.
+func tenantOfSubject(subject string) (string, error) {
+	if subject == jobsSubject {
+		return "", nil
+	}
+	t, ok := strings.CutPrefix(subject, jobsSubject+".")
+	if !ok {
+		return "", fmt.Errorf("a job message on subject %q, not %s or %s.<tenant>", subject, jobsSubject, jobsSubject)
+	}
+	if err := CheckTenantName(t); err != nil {
+		return "", err
+	}
+	return t, nil
+}
+
+// recordPrefix is what tenant's record keys begin with.
+func recordPrefix(tenant string) string {
+	if tenant == "" {
+		return "job."
+	}
+	return "tenant." + tenant + ".job."
+}
+
+// blobBucketOf is tenant's object store: a tenant never reads another's
+// blobs, whatever digests it knows.
+func blobBucketOf(tenant string) string {
+	if tenant == "" {
+		return blobBucket
+	}
+	return blobBucket + "-" + tenant
+}
 
 // Options configure a JetStream coordinator.
 type Options struct {
@@ -57,17 +101,44 @@ type Options struct {
 	// Setup creates or updates the streams and buckets (a host does; a
 	// submitter only binds to them, as its permissions allow).
 	Setup bool
+	// Tenant is the tenant a submitter acts for: Open returns the fleet
+	// as Tenant(Tenant) sees it (its records, queue subject and blob
+	// store), which is what the NATS user's permissions allow. Empty: the
+	// fleet without tenants. A host (Setup) leaves it empty.
+	Tenant string
+	// Tenants are created their blob stores at Setup (a host's tenants
+	// file); Tenant creates one on first use as well. A fleet with
+	// tenants has no blob store without one.
+	Tenants []string
+	// TenantBlobBytes bounds a tenant's blob store (JetStream reserves
+	// it); a tenant not named has an equal share of BlobBytes.
+	TenantBlobBytes map[string]int64
+	// InboxPrefix replaces NATS's "_INBOX" as the prefix of the subjects
+	// the answers to this connection's requests come on (default
+	// "_INBOX_<Tenant>" with a Tenant): a tenant's users may subscribe
+	// to its prefix only, never to the replies another tenant's
+	// reads get.
+	InboxPrefix string
 }
 
-// JetStream is the NATS JetStream coordinator.
+// JetStream is the NATS JetStream coordinator: the fleet as one tenant
+// sees it (Tenant), sharing its connection with the other tenants' views.
 type JetStream struct {
 	opt     Options
 	nc      *nats.Conn
 	js      jetstream.JetStream
 	records jetstream.KeyValue
 	hosts   jetstream.KeyValue
-	blobs   jetstream.ObjectStore
-	cons    jetstream.Consumer // nil until Next is first called
+	tenant  string
+	blobs   jetstream.ObjectStore // the tenant's
+	cons    jetstream.Consumer    // nil until Next is first called
+	views   *views
+}
+
+// views are a connection's tenant views, made once each.
+type views struct {
+	mu sync.Mutex
+	m  map[string]*JetStream
 }
 
 var _ Coordinator = (*JetStream)(nil)
@@ -102,6 +173,20 @@ func Open(ctx context.Context, opt Options) (*JetStream, error) {
 	if opt.RecordAge <= 0 {
 		opt.RecordAge = 30 * 24 * time.Hour
 	}
+	for _, t := range append([]string{opt.Tenant}, opt.Tenants...) {
+		if t == "" {
+			continue
+		}
+		if err := CheckTenantName(t); err != nil {
+			return nil, fmt.Errorf("fleet: %w", err)
+		}
+	}
+	if opt.Setup && opt.Tenant != "" {
+		return nil, fmt.Errorf("fleet: a host acts for every tenant, not for %q: %w", opt.Tenant, sandbox.ErrInvalid)
+	}
+	if opt.InboxPrefix == "" && opt.Tenant != "" {
+		opt.InboxPrefix = "_INBOX_" + opt.Tenant
+	}
 	nopts := []nats.Option{
 		nats.Name(opt.Name), nats.Timeout(opt.CallTimeout),
 		nats.MaxReconnects(-1), nats.ReconnectWait(250 * time.Millisecond),
@@ -112,6 +197,9 @@ func Open(ctx context.Context, opt Options) (*JetStream, error) {
 		// to one waited minutes before it tried another server, every
 		// call timing out meanwhile.
 		nats.PingInterval(opt.CallTimeout), nats.MaxPingsOutstanding(2),
+	}
+	if opt.InboxPrefix != "" {
+		nopts = append(nopts, nats.CustomInboxPrefix(opt.InboxPrefix))
 	}
 	if opt.Creds != "" {
 		nopts = append(nopts, nats.UserCredentials(opt.Creds))
@@ -134,7 +222,7 @@ func Open(ctx context.Context, opt Options) (*JetStream, error) {
 		nc.Close()
 		return nil, fmt.Errorf("fleet: %w", err)
 	}
-	f := &JetStream{opt: opt, nc: nc, js: js}
+	f := &JetStream{opt: opt, nc: nc, js: js, tenant: opt.Tenant, views: &views{m: map[string]*JetStream{}}}
 	// A cluster that has just started may not have elected its leaders:
 	// binding is tried again while it does not answer, until ctx ends.
 	for {
@@ -183,7 +271,7 @@ func (f *JetStream) setup(ctx context.Context) error {
 	c, cancel := f.call(ctx)
 	defer cancel()
 	if _, err := f.js.CreateOrUpdateStream(c, jetstream.StreamConfig{
-		Name: jobsStream, Subjects: []string{jobsSubject},
+		Name: jobsStream, Subjects: []string{jobsSubject, jobsSubject + ".*"},
 		Retention: jetstream.WorkQueuePolicy, Storage: jetstream.FileStorage,
 		Replicas: f.opt.Replicas, MaxMsgSize: f.opt.MaxJobBytes,
 		Duplicates: 2 * time.Minute, Discard: jetstream.DiscardNew,
@@ -203,13 +291,72 @@ func (f *JetStream) setup(ctx context.Context) error {
 	}); err != nil {
 		return fmt.Errorf("bucket %s: %w", hostBucket, err)
 	}
-	if f.blobs, err = f.js.CreateOrUpdateObjectStore(c, jetstream.ObjectStoreConfig{
-		Bucket: blobBucket, Replicas: f.opt.Replicas, Storage: jetstream.FileStorage,
-		MaxBytes: f.opt.BlobBytes, TTL: f.opt.BlobAge,
-	}); err != nil {
-		return fmt.Errorf("object store %s: %w", blobBucket, err)
+	if len(f.opt.Tenants) == 0 {
+		if f.blobs, err = f.blobStore(c, ""); err != nil {
+			return err
+		}
+	}
+	for _, t := range f.opt.Tenants {
+		if _, err := f.blobStore(c, t); err != nil {
+			return err
+		}
 	}
 	return nil
+}
+
+// blobStore creates (Setup) or binds tenant's object store.
+func (f *JetStream) blobStore(ctx context.Context, tenant string) (jetstream.ObjectStore, error) {
+	name := blobBucketOf(tenant)
+	var o jetstream.ObjectStore
+	var err error
+	if f.opt.Setup {
+		size := f.opt.BlobBytes
+		if tenant != "" {
+			size = f.opt.TenantBlobBytes[tenant]
+			if size <= 0 {
+				size = f.opt.BlobBytes / int64(max(1, len(f.opt.Tenants)))
+			}
+		}
+		o, err = f.js.CreateOrUpdateObjectStore(ctx, jetstream.ObjectStoreConfig{
+			Bucket: name, Replicas: f.opt.Replicas, Storage: jetstream.FileStorage,
+			MaxBytes: size, TTL: f.opt.BlobAge,
+		})
+	} else {
+		o, err = f.js.ObjectStore(ctx, name)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("object store %s: %w", name, err)
+	}
+	return o, nil
+}
+
+// Tenant implements Coordinator. A view shares the connection; the first
+// call for a tenant binds (a host: creates) its blob store.
+func (f *JetStream) Tenant(ctx context.Context, name string) (Coordinator, error) {
+	if name == f.tenant {
+		return f, nil
+	}
+	if name != "" {
+		if err := CheckTenantName(name); err != nil {
+			return nil, err
+		}
+	} else if f.opt.Setup && len(f.opt.Tenants) > 0 {
+		return nil, fmt.Errorf("fleet: this host serves tenants: a job of no tenant has no blob store: %w", sandbox.ErrInvalid)
+	}
+	f.views.mu.Lock()
+	defer f.views.mu.Unlock()
+	if v := f.views.m[name]; v != nil {
+		return v, nil
+	}
+	c, cancel := f.call(ctx)
+	defer cancel()
+	blobs, err := f.blobStore(c, name)
+	if err != nil {
+		return nil, fmt.Errorf("fleet: tenant %q: %w", name, classify(err))
+	}
+	v := &JetStream{opt: f.opt, nc: f.nc, js: f.js, records: f.records, hosts: f.hosts, tenant: name, blobs: blobs, views: f.views}
+	f.views.m[name] = v
+	return v, nil
 }
 
 func (f *JetStream) open(ctx context.Context) error {
@@ -222,10 +369,8 @@ func (f *JetStream) open(ctx context.Context) error {
 	if f.hosts, err = f.js.KeyValue(c, hostBucket); err != nil {
 		return fmt.Errorf("bucket %s: %w", hostBucket, err)
 	}
-	if f.blobs, err = f.js.ObjectStore(c, blobBucket); err != nil {
-		return fmt.Errorf("object store %s: %w", blobBucket, err)
-	}
-	return nil
+	f.blobs, err = f.blobStore(c, f.tenant)
+	return err
 }
 
 // classify wraps a NATS error in the fleet's vocabulary: a timeout or a
@@ -255,7 +400,7 @@ func classify(err error) error {
 	return err
 }
 
-func recordKey(id string) string { return "job." + keyOf(id) }
+func (f *JetStream) recordKey(id string) string { return recordPrefix(f.tenant) + keyOf(id) }
 
 func decodeRecord(e jetstream.KeyValueEntry) (Record, error) {
 	var r Record
@@ -281,7 +426,11 @@ func (f *JetStream) Submit(ctx context.Context, job sandbox.Job) (Record, error)
 	// digest within its window, and a host drops one of a claimed job.
 	c, cancel := f.call(ctx)
 	defer cancel()
-	if _, err := f.js.Publish(c, jobsSubject, canon, jetstream.WithMsgID(job.ID+"/"+job.Digest)); err != nil {
+	msgID := job.ID + "/" + job.Digest
+	if f.tenant != "" {
+		msgID = f.tenant + "/" + msgID
+	}
+	if _, err := f.js.Publish(c, jobsSubjectOf(f.tenant), canon, jetstream.WithMsgID(msgID)); err != nil {
 		return rec, fmt.Errorf("fleet: queue job %s: %w", job.ID, classify(err))
 	}
 	return rec, nil
@@ -324,7 +473,7 @@ func (f *JetStream) bindJob(ctx context.Context, job sandbox.Job, rec Record) (R
 	}
 	c, cancel := f.call(ctx)
 	defer cancel()
-	rev, err := f.records.Create(c, recordKey(job.ID), v)
+	rev, err := f.records.Create(c, f.recordKey(job.ID), v)
 	switch {
 	case err == nil:
 		rec.Revision = rev
@@ -350,7 +499,7 @@ func (f *JetStream) bindJob(ctx context.Context, job sandbox.Job, rec Record) (R
 func (f *JetStream) Record(ctx context.Context, id string) (Record, error) {
 	c, cancel := f.call(ctx)
 	defer cancel()
-	e, err := f.records.Get(c, recordKey(id))
+	e, err := f.records.Get(c, f.recordKey(id))
 	if err != nil {
 		return Record{}, fmt.Errorf("fleet: job %s: %w", id, classify(err))
 	}
@@ -411,7 +560,7 @@ func (f *JetStream) watchRecord(ctx context.Context, id string, out chan<- Recor
 	for ctx.Err() == nil {
 		// Not UpdatesOnly: a write made before the watcher began (and
 		// after Watch's last read) comes as its first value.
-		w, err := f.records.Watch(ctx, recordKey(id))
+		w, err := f.records.Watch(ctx, f.recordKey(id))
 		if err == nil {
 			for e := range w.Updates() {
 				if e == nil || e.Operation() != jetstream.KeyValuePut {
@@ -446,7 +595,7 @@ func (f *JetStream) Update(ctx context.Context, rec Record) (Record, error) {
 	}
 	c, cancel := f.call(ctx)
 	defer cancel()
-	rev, err := f.records.Update(c, recordKey(rec.ID), v, rec.Revision)
+	rev, err := f.records.Update(c, f.recordKey(rec.ID), v, rec.Revision)
 	if err != nil {
 		return Record{}, fmt.Errorf("fleet: update job %s at revision %d: %w", rec.ID, rec.Revision, classify(err))
 	}
@@ -488,11 +637,17 @@ func (f *JetStream) delivery(m jetstream.Msg) *Delivery {
 		delivered = md.NumDelivered
 	}
 	msg := jsMsg{m: m, timeout: f.opt.CallTimeout}
-	if len(m.Data()) > int(f.opt.MaxJobBytes) {
-		return &Delivery{Delivered: delivered, msg: msg,
+	tenant, err := tenantOfSubject(m.Subject())
+	switch {
+	case err != nil:
+		return &Delivery{Delivered: delivered, msg: msg, Err: err}
+	case len(m.Data()) > int(f.opt.MaxJobBytes):
+		return &Delivery{Delivered: delivered, msg: msg, Tenant: tenant,
 			Err: fmt.Errorf("a job message of %d bytes is over the fleet's %d: %w", len(m.Data()), f.opt.MaxJobBytes, sandbox.ErrTooLarge)}
 	}
-	return NewDelivery(m.Data(), delivered, msg)
+	d := NewDelivery(m.Data(), delivered, msg)
+	d.Tenant = tenant
+	return d
 }
 
 type jsMsg struct {
@@ -511,13 +666,20 @@ func (j jsMsg) Later(d time.Duration) error { return classify(j.m.NakWithDelay(d
 func (j jsMsg) Working() error              { return classify(j.m.InProgress()) }
 func (j jsMsg) Refuse() error               { return classify(j.m.Term()) }
 
-func heldKey(host, id string) string { return "held." + host + "." + keyOf(id) }
+// heldKey is the mark that host holds id's claim: held.<host>.<id> in
+// the fleet without tenants, held.<host>.<tenant>.<id> in a tenant's.
+func (f *JetStream) heldKey(host, id string) string {
+	if f.tenant == "" {
+		return "held." + host + "." + keyOf(id)
+	}
+	return "held." + host + "." + f.tenant + "." + keyOf(id)
+}
 
 // Hold implements Coordinator.
 func (f *JetStream) Hold(ctx context.Context, host, id string) error {
 	c, cancel := f.call(ctx)
 	defer cancel()
-	_, err := f.records.Put(c, heldKey(host, id), []byte(id))
+	_, err := f.records.Put(c, f.heldKey(host, id), []byte(id))
 	return classify(err)
 }
 
@@ -525,7 +687,7 @@ func (f *JetStream) Hold(ctx context.Context, host, id string) error {
 func (f *JetStream) Release(ctx context.Context, host, id string) error {
 	c, cancel := f.call(ctx)
 	defer cancel()
-	err := f.records.Delete(c, heldKey(host, id))
+	err := f.records.Delete(c, f.heldKey(host, id))
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return nil
 	}
@@ -533,10 +695,10 @@ func (f *JetStream) Release(ctx context.Context, host, id string) error {
 }
 
 // Held implements Coordinator.
-func (f *JetStream) Held(ctx context.Context, host string) ([]string, error) {
+func (f *JetStream) Held(ctx context.Context, host string) ([]Claim, error) {
 	c, cancel := context.WithTimeout(ctx, 4*f.opt.CallTimeout)
 	defer cancel()
-	l, err := f.records.ListKeysFiltered(c, "held."+host+".*")
+	l, err := f.records.ListKeysFiltered(c, "held."+host+".>")
 	if err != nil {
 		if errors.Is(err, jetstream.ErrNoKeysFound) {
 			return nil, nil
@@ -544,17 +706,25 @@ func (f *JetStream) Held(ctx context.Context, host string) ([]string, error) {
 		return nil, fmt.Errorf("fleet: list the jobs %s holds: %w", host, classify(err))
 	}
 	defer l.Stop()
-	var ids []string
+	var held []Claim
 	prefix := "held." + host + "."
 	for k := range l.Keys() {
-		ids = append(ids, idOfKey(strings.TrimPrefix(k, prefix)))
+		rest := strings.TrimPrefix(k, prefix)
+		if tenant, key, ok := strings.Cut(rest, "."); ok {
+			held = append(held, Claim{Tenant: tenant, ID: idOfKey(key)})
+		} else {
+			held = append(held, Claim{ID: idOfKey(rest)})
+		}
 	}
 	if c.Err() != nil {
 		return nil, fmt.Errorf("fleet: list the jobs %s holds: %w", host, classify(c.Err()))
 	}
-	slices.Sort(ids)
-	return ids, nil
+	slices.SortFunc(held, func(a, b Claim) int { return strings.Compare(a.Tenant+"/"+a.ID, b.Tenant+"/"+b.ID) })
+	return held, nil
 }
+
+// errNoBlobStore: a host's fleet has tenants, and blobs are a tenant's.
+var errNoBlobStore = fmt.Errorf("fleet: the fleet has tenants: a blob is in a tenant's store (Tenant): %w", sandbox.ErrInvalid)
 
 // PutBlob implements Coordinator.
 func (f *JetStream) PutBlob(ctx context.Context, digest string, size int64, r io.Reader) error {
@@ -567,6 +737,9 @@ func (f *JetStream) PutBlob(ctx context.Context, digest string, size int64, r io
 			return fmt.Errorf("fleet: blob %s is empty; %d bytes were sent: %w", digest, max(size, int64(n)), sandbox.ErrInvalid)
 		}
 		return nil
+	}
+	if f.blobs == nil {
+		return errNoBlobStore
 	}
 	c, cancel := f.call(ctx)
 	info, err := f.blobs.GetInfo(c, digest)
@@ -605,6 +778,9 @@ func (f *JetStream) Blob(ctx context.Context, digest string) (io.ReadCloser, err
 		// Never stored (PutBlob): served without a read, and checked at
 		// EOF like any other.
 		return &checkedReader{r: strings.NewReader(""), h: sha256.New(), want: digest, done: func() {}}, nil
+	}
+	if f.blobs == nil {
+		return nil, errNoBlobStore
 	}
 	c, cancel := f.call(ctx)
 	info, err := f.blobs.GetInfo(c, digest)

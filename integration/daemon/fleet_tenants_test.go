@@ -1,0 +1,303 @@
+package daemon
+
+import (
+	"bytes"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+
+	"github.com/sandboxd/sandboxd/internal/testharness"
+	"github.com/sandboxd/sandboxd/sandbox"
+	"github.com/sandboxd/sandboxd/sandbox/fleet"
+)
+
+// fleetTenants is a tenants file of two submitting tenants, a reader of
+// one and an admin, each acting through NATS users only.
+const fleetTenants = `{"schema":"sandboxd.tenants/v1","tenants":[
+ {"name":"team-a","identities":[{"role":"submitter","nats_users":["ci-a"]},{"role":"reader","nats_users":["dash-a"]}]},
+ {"name":"team-b","identities":[{"role":"submitter","nats_users":["ci-b"]}]},
+ {"name":"ops","identities":[{"role":"admin","nats_users":["ops"]}]}]}`
+
+// tenantFleet is a one-node NATS server whose fleet account is what
+// `sandboxd fleet permissions` writes from fleetTenants, every user's
+// password its own name's; it returns the cluster and the tenants file.
+func tenantFleet(t *testing.T) (*testharness.NATSCluster, string) {
+	t.Helper()
+	file := filepath.Join(t.TempDir(), "tenants.json")
+	if err := os.WriteFile(file, []byte(fleetTenants), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command(binary(t), "fleet", "permissions", "--tenants", file).Output()
+	if err != nil {
+		t.Fatalf("sandboxd fleet permissions: %v", err)
+	}
+	for _, u := range []string{"host", "ci-a", "dash-a", "ci-b", "ops"} {
+		t.Setenv("SANDBOXD_NATS_PASSWORD_"+strings.ToUpper(strings.ReplaceAll(u, "-", "_")), u+"-pw")
+	}
+	return testharness.StartNATSWith(t, 1, string(out)), file
+}
+
+// userURL is c's URL with a user's name and password.
+func userURL(c *testharness.NATSCluster, user string) string {
+	return strings.Replace(c.URLs()[0], "nats://", "nats://"+user+":"+user+"-pw@", 1)
+}
+
+func openAs(t *testing.T, c *testharness.NATSCluster, user string, opt fleet.Options) *fleet.JetStream {
+	t.Helper()
+	opt.URLs, opt.Name, opt.Replicas = []string{userURL(c, user)}, t.Name()+"-"+user, 1
+	opt.CallTimeout, opt.AckWait = 2*time.Second, 3*time.Second
+	co, err := fleet.Open(ctxFor(t, 30*time.Second), opt)
+	if err != nil {
+		t.Fatalf("open the fleet as %s: %v", user, err)
+	}
+	t.Cleanup(co.Close)
+	return co
+}
+
+// TestFleetTenantsAsGenerated runs `sandboxd fleet permissions` on a real
+// server: each tenant queues, reads and watches its own jobs and blobs;
+// the host takes the job as its tenant's; another tenant can neither
+// read the record, the blob or the answers to the owner's reads, nor
+// queue or write in its name (each refused by the server, and without
+// effect); a reader reads and cannot submit; an admin reads every
+// tenant's.
+func TestFleetTenantsAsGenerated(t *testing.T) {
+	c, _ := tenantFleet(t)
+	ts := []string{"team-a", "team-b", "ops"}
+	host := openAs(t, c, "host", fleet.Options{Setup: true, Tenants: ts})
+	a := openAs(t, c, "ci-a", fleet.Options{Tenant: "team-a"})
+	b := openAs(t, c, "ci-b", fleet.Options{Tenant: "team-b"})
+	ctx := ctxFor(t, 2*time.Minute)
+
+	hidden := []byte("hidden tests of " + t.Name())
+	layer := sandbox.DigestBytes(hidden)
+	if err := a.PutBlob(ctx, layer, int64(len(hidden)), bytes.NewReader(hidden)); err != nil {
+		t.Fatalf("A puts its bundle: %v", err)
+	}
+	job := jobWithoutEngine(t, "tenant-"+randHex(3), "true")
+	if rec, err := a.Submit(ctx, job); err != nil || rec.State != fleet.StateQueued {
+		t.Fatalf("A submits: %+v, %v", rec, err)
+	}
+	if got, err := a.Record(ctx, job.ID); err != nil || got.Digest != job.Digest {
+		t.Errorf("A reads its record: %+v, %v", got, err)
+	}
+
+	// B, through its own view: nothing of A's is there.
+	if _, err := b.Record(ctx, job.ID); !errors.Is(err, sandbox.ErrNotFound) {
+		t.Errorf("B reads A's job id: %v, want not found", err)
+	}
+	if _, err := fleet.NewRunner(b, sandbox.KeySet{}).Blob(ctx, layer, 1<<10); !errors.Is(err, sandbox.ErrNotFound) {
+		t.Errorf("B reads A's bundle by its digest: %v, want not found", err)
+	}
+	// B, raw: every way at A's subjects is refused by the server.
+	var mu sync.Mutex
+	var violations []string
+	nc, err := nats.Connect(userURL(c, "ci-b"), nats.CustomInboxPrefix("_INBOX_team-b"),
+		nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) {
+			mu.Lock()
+			violations = append(violations, err.Error())
+			mu.Unlock()
+		}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	aKey := "$KV.sandboxd-jobs.tenant.team-a.job." + strings.ReplaceAll(job.ID, ".", "=")
+	tries := []struct{ what, subject string }{
+		{"read A's record", "$JS.API.DIRECT.GET.KV_sandboxd-jobs." + aKey},
+		{"write A's record", aKey},
+		{"queue a job as A", "sandboxd.jobs.team-a"},
+		{"queue a job with no tenant", "sandboxd.jobs"},
+		{"open A's blob store", "$JS.API.STREAM.INFO.OBJ_sandboxd-blobs-team-a"},
+		{"read A's blobs", "$JS.API.DIRECT.GET.OBJ_sandboxd-blobs-team-a.$O.sandboxd-blobs-team-a.M.x"},
+		{"take a job from the queue", "$JS.API.CONSUMER.CREATE.SANDBOXD_JOBS.sandboxd-hosts"},
+		{"mark a claim held", "$KV.sandboxd-jobs.held.h1.team-b.x"},
+		{"beat as a host", "$KV.sandboxd-hosts.h1"},
+	}
+	canon, err := job.CanonicalJSON()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, try := range tries {
+		if err := nc.Publish(try.subject, canon); err != nil {
+			t.Fatalf("%s: %v", try.what, err)
+		}
+	}
+	for _, inbox := range []string{"_INBOX_team-a.>", "_INBOX.>"} {
+		if _, err := nc.SubscribeSync(inbox); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := nc.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(500 * time.Millisecond) // the server's word on each comes asynchronously
+	mu.Lock()
+	got := strings.Join(violations, "\n")
+	mu.Unlock()
+	for _, try := range tries {
+		if !strings.Contains(got, `Permissions Violation for Publish to "`+try.subject+`"`) {
+			t.Errorf("B may %s (publish to %s): the server said no violation of it; it said:\n%s", try.what, try.subject, got)
+		}
+	}
+	for _, inbox := range []string{"_INBOX_team-a.>", "_INBOX.>"} {
+		if !strings.Contains(got, `Permissions Violation for Subscription to "`+inbox+`"`) {
+			t.Errorf("B may subscribe to %s, the answers to other users' reads; the server said:\n%s", inbox, got)
+		}
+	}
+
+	// The host takes the job as A's; nothing B tried is in the queue, and
+	// A's record is as A wrote it.
+	d, err := host.Next(ctx, 10*time.Second)
+	if err != nil || d.Err != nil || d.Job.ID != job.ID || d.Tenant != "team-a" {
+		t.Fatalf("the host takes A's job: %+v, %v", d, err)
+	}
+	d.Done(ctx)
+	if d, err := host.Next(ctx, 2*time.Second); !errors.Is(err, fleet.ErrNoMessage) {
+		t.Errorf("the queue after B's tries: %+v, %v, want nothing", d, err)
+	}
+	hostA, err := host.Tenant(ctx, "team-a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rec, err := hostA.Record(ctx, job.ID)
+	if err != nil || rec.State != fleet.StateQueued || rec.Digest != job.Digest {
+		t.Errorf("A's record as the host reads it: %+v, %v", rec, err)
+	}
+	if held, err := host.Held(ctx, "h1"); err != nil || len(held) != 0 {
+		t.Errorf("held by h1 after B's try: %+v, %v, want none", held, err)
+	}
+	if hosts, err := host.Hosts(ctx); err != nil || len(hosts) != 0 {
+		t.Errorf("hosts after B's beat: %+v, %v, want none", hosts, err)
+	}
+	hostB, err := host.Tenant(ctx, "team-b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := hostB.Record(ctx, job.ID); !errors.Is(err, sandbox.ErrNotFound) {
+		t.Errorf("B's namespace holds A's job id: %v", err)
+	}
+	// A host's marks are per tenant; Held lists each with its tenant.
+	if err := hostA.Hold(ctx, "h1", job.ID); err != nil {
+		t.Fatal(err)
+	}
+	if held, err := host.Held(ctx, "h1"); err != nil || len(held) != 1 || held[0] != (fleet.Claim{Tenant: "team-a", ID: job.ID}) {
+		t.Errorf("held by h1: %+v, %v, want A's job", held, err)
+	}
+	if err := hostA.Release(ctx, "h1", job.ID); err != nil {
+		t.Fatal(err)
+	}
+
+	// A watches the host's claim of it.
+	rec.State, rec.Host = fleet.StateClaimed, "h1"
+	if _, err := hostA.Update(ctx, rec); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := a.Watch(ctx, job.ID, func(r fleet.Record) bool { return r.State == fleet.StateClaimed }); err != nil || got.Host != "h1" {
+		t.Errorf("A watches its job claimed: %+v, %v", got, err)
+	}
+
+	// A reader of A reads and cannot submit; an admin reads A's.
+	reader := openAs(t, c, "dash-a", fleet.Options{Tenant: "team-a"})
+	if got, err := reader.Record(ctx, job.ID); err != nil || got.Host != "h1" {
+		t.Errorf("A's reader reads A's record: %+v, %v", got, err)
+	}
+	if _, err := reader.Submit(ctx, jobWithoutEngine(t, "tenant-"+randHex(3), "true")); err == nil {
+		t.Error("A's reader submitted a job")
+	}
+	admin := openAs(t, c, "ops", fleet.Options{Tenant: "team-a", InboxPrefix: "_INBOX_ops"})
+	if got, err := admin.Record(ctx, job.ID); err != nil || got.Digest != job.Digest {
+		t.Errorf("the admin reads A's record: %+v, %v", got, err)
+	}
+	if got, err := fleet.NewRunner(admin, sandbox.KeySet{}).Blob(ctx, layer, 1<<10); err != nil || !bytes.Equal(got, hidden) {
+		t.Errorf("the admin reads A's blob: %q, %v", got, err)
+	}
+
+	// A tenants file whose names cannot be a fleet's is refused by the
+	// generator, naming the tenant.
+	bad := filepath.Join(t.TempDir(), "bad.json")
+	os.WriteFile(bad, []byte(strings.Replace(fleetTenants, `"name":"ops"`, `"name":"ops team"`, 1)), 0o600)
+	out, err := exec.Command(binary(t), "fleet", "permissions", "--tenants", bad).CombinedOutput()
+	if err == nil || !strings.Contains(string(out), `tenant "ops team"`) {
+		t.Errorf("permissions of a tenant named \"ops team\": %v %s, want an error naming it", err, out)
+	}
+}
+
+// TestFleetTenantCannotStageAnothersBundle is the hidden-tests read-out
+// on a fleet: tenant A's job runs with its bundle on a host, which then
+// holds the bundle's bytes; tenant B, knowing the digest, queues a job
+// staging it. The host takes an input as B's only from B's own store in
+// the fleet (and admits it as B's, whose uploads it must be), so B's job
+// ends error, never runs, and nothing of A's is in its result; B's own
+// upload of the same bytes is B's. Before tenants had stores of their
+// own, any submitter could read the bundle from the fleet's one store by
+// its digest, and a host ran any fleet job whose inputs it held.
+func TestFleetTenantCannotStageAnothersBundle(t *testing.T) {
+	c, tenants := tenantFleet(t)
+	d := newDaemon(t, "--fleet", userURL(c, "host"), "--fleet-replicas", "1", "--tenants", tenants,
+		"--fleet-ack-wait", "3s", "--fleet-call-timeout", "3s", "--pool", "0")
+	d.start()
+	created := creationsOf(d)
+	a := fleet.NewRunner(openAs(t, c, "ci-a", fleet.Options{Tenant: "team-a"}), d.keys)
+	b := fleet.NewRunner(openAs(t, c, "ci-b", fleet.Options{Tenant: "team-b"}), d.keys)
+	ctx := ctxFor(t, 3*time.Minute)
+
+	layer := env.PutTree(t, map[string]string{"tests/": "", "tests/hidden_test.py": "assert answer() == 42 # " + t.Name()})
+	if err := a.PutBlob(ctx, layer, env.Blob(t, layer)); err != nil {
+		t.Fatalf("A puts its bundle: %v", err)
+	}
+	stage := func(script string) sandbox.Job {
+		return env.NewJob(t, testharness.Sh(script), func(j *sandbox.Job) {
+			j.Inputs = []sandbox.Input{{Name: "bundle", Digest: layer, Path: sandbox.BundlePath}}
+		})
+	}
+	job := stage("cat /bundle/tests/hidden_test.py")
+	if _, err := a.Submit(ctx, job); err != nil {
+		t.Fatalf("A submits: %v", err)
+	}
+	sr, err := a.Wait(ctx, job)
+	if err != nil || sr.Result.Status != sandbox.StatusSucceeded {
+		t.Fatalf("A's job: %v %+v, want succeeded", err, sr.Result)
+	}
+	if out, err := a.Blob(ctx, sr.Result.Stdout.Digest, 1<<20); err != nil || !strings.Contains(string(out), "answer() == 42") {
+		t.Fatalf("A reads its job's stdout: %q %v", out, err)
+	}
+	if _, err := b.Status(ctx, job.ID); !errors.Is(err, sandbox.ErrNotFound) {
+		t.Errorf("B's status of A's job: %v, want not found", err)
+	}
+
+	steal := stage("cat /bundle/tests/hidden_test.py")
+	if _, err := b.Submit(ctx, steal); err != nil {
+		t.Fatalf("B submits: %v", err)
+	}
+	res, err := b.Wait(ctx, steal)
+	if err != nil {
+		t.Fatalf("B waits: %v", err)
+	}
+	if res.Result.Status != sandbox.StatusError || !strings.Contains(res.Result.Cause, "input "+layer+" is not in the fleet's blob store") {
+		t.Errorf("B's job staging A's bundle: %s %q, want error: the input is not in the fleet's blob store", res.Result.Status, res.Result.Cause)
+	}
+	if n := created()[steal.ID]; n != 0 {
+		t.Errorf("B's job staging A's bundle: %d containers created, want none", n)
+	}
+	// B's own job with its own upload of the same bytes runs: a tenant
+	// holds what it uploaded.
+	if err := b.PutBlob(ctx, layer, env.Blob(t, layer)); err != nil {
+		t.Fatal(err)
+	}
+	own := stage("test -f /bundle/tests/hidden_test.py")
+	if _, err := b.Submit(ctx, own); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := b.Wait(ctx, own); err != nil || res.Result.Status != sandbox.StatusSucceeded {
+		t.Errorf("B's job with its own upload: %v %+v, want succeeded", err, res.Result)
+	}
+	d.stop()
+}
