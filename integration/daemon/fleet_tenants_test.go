@@ -209,8 +209,16 @@ func TestFleetTenantsAsGenerated(t *testing.T) {
 	if got, err := reader.Record(ctx, job.ID); err != nil || got.Host != "h1" {
 		t.Errorf("A's reader reads A's record: %+v, %v", got, err)
 	}
-	if _, err := reader.Submit(ctx, jobWithoutEngine(t, "tenant-"+randHex(3), "true")); err == nil {
-		t.Error("A's reader submitted a job")
+	if _, err := reader.Submit(ctx, jobWithoutEngine(t, "tenant-"+randHex(3), "true")); !errors.Is(err, fleet.ErrDenied) {
+		t.Errorf("A's reader submits a job: %v, want refused by the permissions", err)
+	}
+	// B's user acting for A is refused at once, saying so (not a fleet
+	// that does not answer, tried again until the caller gives up).
+	began := time.Now()
+	_, err = fleet.Open(ctxFor(t, 30*time.Second), fleet.Options{URLs: []string{userURL(c, "ci-b")}, Name: t.Name() + "-b-as-a",
+		Tenant: "team-a", CallTimeout: 2 * time.Second})
+	if !errors.Is(err, fleet.ErrDenied) || !strings.Contains(err.Error(), "Permissions Violation") || time.Since(began) > 10*time.Second {
+		t.Errorf("B's user opens the fleet as team-a: %v after %v, want refused by the permissions within seconds", err, time.Since(began).Round(time.Millisecond))
 	}
 	admin := openAs(t, c, "ops", fleet.Options{Tenant: "team-a", InboxPrefix: "_INBOX_ops"})
 	if got, err := admin.Record(ctx, job.ID); err != nil || got.Digest != job.Digest {
@@ -298,6 +306,73 @@ func TestFleetTenantCannotStageAnothersBundle(t *testing.T) {
 	}
 	if res, err := b.Wait(ctx, own); err != nil || res.Result.Status != sandbox.StatusSucceeded {
 		t.Errorf("B's job with its own upload: %v %+v, want succeeded", err, res.Result)
+	}
+	d.stop()
+}
+
+// TestFleetCLI runs `sandboxd submit|wait|status --fleet` as a tenant's
+// user and `sandboxd fleet status` as the hosts': the job runs on the
+// host, its result verifies with the host's key, another tenant's user
+// does not find it, and one acting for a tenant not its own is refused
+// by the servers' permissions, saying so.
+func TestFleetCLI(t *testing.T) {
+	c, tenants := tenantFleet(t)
+	d := newDaemon(t, "--fleet", userURL(c, "host"), "--fleet-replicas", "1", "--tenants", tenants,
+		"--fleet-ack-wait", "3s", "--fleet-call-timeout", "3s", "--pool", "0")
+	d.start()
+	dir := t.TempDir()
+	pub := filepath.Join(dir, "pub.pem")
+	layer := env.PutTree(t, map[string]string{"data.txt": "fleet cli " + t.Name()})
+	layerFile, jobFile := filepath.Join(dir, "layer.tar"), filepath.Join(dir, "job.json")
+	job := env.NewJob(t, testharness.Sh("cat /bundle/data.txt"), func(j *sandbox.Job) {
+		j.Inputs = []sandbox.Input{{Name: "bundle", Digest: layer, Path: sandbox.BundlePath}}
+	})
+	canon, err := job.CanonicalJSON()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for f, b := range map[string][]byte{pub: pubPEM, layerFile: env.Blob(t, layer), jobFile: canon} {
+		if err := os.WriteFile(f, b, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	run := func(args ...string) (int, string, string) {
+		t.Helper()
+		ctx := ctxFor(t, 2*time.Minute)
+		cmd := exec.CommandContext(ctx, binary(t), args...)
+		var stdout, stderr bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+		err := cmd.Run()
+		var ee *exec.ExitError
+		if err != nil && !errors.As(err, &ee) {
+			t.Fatalf("sandboxd %v: %v", args, err)
+		}
+		return cmd.ProcessState.ExitCode(), stdout.String(), stderr.String()
+	}
+	as := func(user, tenant string) []string {
+		return []string{"--fleet", userURL(c, user), "--fleet-tenant", tenant, "--fleet-call-timeout", "2s"}
+	}
+	args := func(cmd string, flags []string, rest ...string) []string {
+		return append(append([]string{cmd}, flags...), rest...)
+	}
+	if code, out, errOut := run(args("submit", as("ci-a", "team-a"), "--key", pub, "--blob", layerFile, jobFile)...); code != 0 || !strings.Contains(out, `"payload"`) {
+		t.Fatalf("submit as A: exit %d\n%s\n%s", code, out, errOut)
+	}
+	if code, out, errOut := run(args("wait", as("ci-a", "team-a"), "--key", pub, jobFile)...); code != 0 || !strings.Contains(errOut, "job "+job.ID+": succeeded") {
+		t.Errorf("wait as A: exit %d\n%s\n%s", code, out, errOut)
+	}
+	if code, out, errOut := run(args("status", as("ci-a", "team-a"), "--json", job.ID)...); code != 0 || !strings.Contains(out, `"ended"`) || !strings.Contains(out, d.name) {
+		t.Errorf("status as A: exit %d\n%s\n%s", code, out, errOut)
+	}
+	if code, out, errOut := run(args("status", as("ci-b", "team-b"), job.ID)...); code == 0 || !strings.Contains(errOut, "not found") {
+		t.Errorf("status of A's job as B: exit %d\n%s\n%s\nwant not found", code, out, errOut)
+	}
+	if code, out, errOut := run(args("submit", as("ci-b", "team-a"), "--key", pub, jobFile)...); code != 3 || !strings.Contains(errOut, "refused by the fleet's NATS permissions") {
+		t.Errorf("submit as B acting for A: exit %d\n%s\n%s, want exit 3, refused by the permissions", code, out, errOut)
+	}
+	code, out, errOut := run("fleet", "status", "--fleet", userURL(c, "host"), "--json")
+	if code != 0 || !strings.Contains(out, `"name":"`+d.name+`"`) || !strings.Contains(out, `"alive":true`) {
+		t.Errorf("fleet status: exit %d\n%s\n%s\nwant %s alive", code, out, errOut, d.name)
 	}
 	d.stop()
 }

@@ -85,6 +85,11 @@ var (
 	// leader election, a network fault). A write that failed so may have
 	// been made.
 	ErrUnavailable = errors.New("fleet unavailable")
+	// ErrDenied: the NATS servers refused a call by the user's
+	// permissions (a tenant's user acting for another tenant, a reader
+	// submitting). It is not ErrUnavailable: trying again changes
+	// nothing, and nothing was made.
+	ErrDenied = errors.New("refused by the fleet's NATS permissions")
 )
 
 // Coordinator holds the fleet's state: records, the job queue, blobs and

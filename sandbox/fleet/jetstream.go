@@ -133,6 +133,47 @@ type JetStream struct {
 	blobs   jetstream.ObjectStore // the tenant's
 	cons    jetstream.Consumer    // nil until Next is first called
 	views   *views
+	denials *denials
+}
+
+// denials are the permission violations the servers reported on the
+// connection (asynchronously: a refused publish or request is otherwise
+// only a timeout).
+type denials struct {
+	mu   sync.Mutex
+	at   time.Time
+	last error
+}
+
+func (d *denials) add(err error) {
+	if !errors.Is(err, nats.ErrPermissionViolation) {
+		return
+	}
+	d.mu.Lock()
+	d.at, d.last = time.Now(), err
+	d.mu.Unlock()
+}
+
+// since is the last violation reported at or after t, if any.
+func (d *denials) since(t time.Time) error {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if d.last == nil || d.at.Before(t) {
+		return nil
+	}
+	return d.last
+}
+
+// denied is err as ErrDenied if it is a call's time-out (ErrUnavailable)
+// and the servers reported a permission violation since the call began.
+func (f *JetStream) denied(err error, began time.Time) error {
+	if !errors.Is(err, ErrUnavailable) {
+		return err
+	}
+	if v := f.denials.since(began); v != nil {
+		return fmt.Errorf("%w: %v (check the NATS user's permissions and --fleet-tenant: docs/fleet.md): %w", ErrDenied, v, sandbox.ErrInvalid)
+	}
+	return err
 }
 
 // views are a connection's tenant views, made once each.
@@ -201,6 +242,8 @@ func Open(ctx context.Context, opt Options) (*JetStream, error) {
 	if opt.InboxPrefix != "" {
 		nopts = append(nopts, nats.CustomInboxPrefix(opt.InboxPrefix))
 	}
+	refused := &denials{}
+	nopts = append(nopts, nats.ErrorHandler(func(_ *nats.Conn, _ *nats.Subscription, err error) { refused.add(err) }))
 	if opt.Creds != "" {
 		nopts = append(nopts, nats.UserCredentials(opt.Creds))
 	}
@@ -222,11 +265,12 @@ func Open(ctx context.Context, opt Options) (*JetStream, error) {
 		nc.Close()
 		return nil, fmt.Errorf("fleet: %w", err)
 	}
-	f := &JetStream{opt: opt, nc: nc, js: js, tenant: opt.Tenant, views: &views{m: map[string]*JetStream{}}}
+	f := &JetStream{opt: opt, nc: nc, js: js, tenant: opt.Tenant, views: &views{m: map[string]*JetStream{}}, denials: refused}
 	// A cluster that has just started may not have elected its leaders:
-	// binding is tried again while it does not answer, until ctx ends.
-	for {
-		err := f.bind(ctx)
+	// binding is tried again while it does not answer, until ctx ends;
+	// one the servers' permissions refuse is not.
+	for began := time.Now(); ; {
+		err := f.denied(f.bind(ctx), began)
 		if err == nil {
 			return f, nil
 		}
@@ -354,7 +398,7 @@ func (f *JetStream) Tenant(ctx context.Context, name string) (Coordinator, error
 	if err != nil {
 		return nil, fmt.Errorf("fleet: tenant %q: %w", name, classify(err))
 	}
-	v := &JetStream{opt: f.opt, nc: f.nc, js: f.js, records: f.records, hosts: f.hosts, tenant: name, blobs: blobs, views: f.views}
+	v := &JetStream{opt: f.opt, nc: f.nc, js: f.js, records: f.records, hosts: f.hosts, tenant: name, blobs: blobs, views: f.views, denials: f.denials}
 	f.views.m[name] = v
 	return v, nil
 }
@@ -370,6 +414,11 @@ func (f *JetStream) open(ctx context.Context) error {
 		return fmt.Errorf("bucket %s: %w", hostBucket, err)
 	}
 	f.blobs, err = f.blobStore(c, f.tenant)
+	if f.tenant == "" && errors.Is(err, jetstream.ErrBucketNotFound) {
+		// A fleet with tenants: none without one (what fleet status,
+		// say, does not need).
+		f.blobs, err = nil, nil
+	}
 	return err
 }
 
@@ -417,9 +466,10 @@ func (f *JetStream) Submit(ctx context.Context, job sandbox.Job) (Record, error)
 	if err != nil {
 		return Record{}, err
 	}
+	began := time.Now()
 	rec, _, err := f.bindJob(ctx, job, Record{Schema: RecordSchema, ID: job.ID, Digest: job.Digest, State: StateQueued, SubmittedAt: time.Now().UTC()})
 	if err != nil || rec.State != StateQueued {
-		return rec, err // a host has it: nothing to queue
+		return rec, f.denied(err, began) // or a host has it: nothing to queue
 	}
 	// Queued (again, if an earlier submitter stopped between the bind
 	// and this publish): the stream drops a duplicate of the same id and
@@ -431,7 +481,7 @@ func (f *JetStream) Submit(ctx context.Context, job sandbox.Job) (Record, error)
 		msgID = f.tenant + "/" + msgID
 	}
 	if _, err := f.js.Publish(c, jobsSubjectOf(f.tenant), canon, jetstream.WithMsgID(msgID)); err != nil {
-		return rec, fmt.Errorf("fleet: queue job %s: %w", job.ID, classify(err))
+		return rec, f.denied(fmt.Errorf("fleet: queue job %s: %w", job.ID, classify(err)), began)
 	}
 	return rec, nil
 }
