@@ -113,6 +113,8 @@ func (e *Engine) ContainerCreate(ctx context.Context, opts client.ContainerCreat
 	if opts.Config.OpenStdin {
 		labels[labelStdin] = "open"
 	}
+	e.creating.Store(name, true)
+	defer e.creating.Delete(name)
 	if err := e.reserveName(ctx, name, name); err != nil {
 		return client.ContainerCreateResult{}, err
 	}
@@ -181,6 +183,34 @@ func (e *Engine) reserveName(ctx context.Context, name, id string) error {
 	}
 	if err != nil {
 		return fmt.Errorf("reserve container name %s: %w", name, err)
+	}
+	return nil
+}
+
+// releaseUnrecorded frees name if a create took it for a container it
+// never recorded (a create of this process under way keeps it): the
+// name's lease, for a container of that name that does not exist, and
+// the create's stdio directory.
+func (e *Engine) releaseUnrecorded(ctx context.Context, name string) error {
+	if _, ok := e.creating.Load(name); ok || identifiers.Validate(name) != nil {
+		return nil
+	}
+	ls := e.c.LeasesService()
+	held, err := ls.List(ctx, "id=="+strconv.Quote(name))
+	if err != nil {
+		return err
+	}
+	for _, l := range held {
+		if l.ID != name || l.Labels[labelLease] != name {
+			continue // a rename's: its container exists, or it is another's
+		}
+		if _, err := e.c.LoadContainer(ctx, name); !errdefs.IsNotFound(err) {
+			return err // recorded after all (nil), or no answer
+		}
+		if err := ls.Delete(ctx, l); err != nil && !errdefs.IsNotFound(err) {
+			return err
+		}
+		os.RemoveAll(e.ioDir(name))
 	}
 	return nil
 }
@@ -534,6 +564,15 @@ func (e *Engine) ContainerWait(ctx context.Context, id string, opts client.Conta
 func (e *Engine) ContainerRemove(ctx context.Context, id string, opts client.ContainerRemoveOptions) (client.ContainerRemoveResult, error) {
 	ctx = e.ns(ctx)
 	c, err := e.load(ctx, id)
+	if errdefs.IsNotFound(err) {
+		// No container; its name may still be taken by a create that
+		// stopped between taking it and recording the container (its
+		// process killed): that name is freed, and the container is not
+		// found, as it is not.
+		if rerr := e.releaseUnrecorded(ctx, strings.TrimPrefix(id, "/")); rerr != nil {
+			return client.ContainerRemoveResult{}, fmt.Errorf("remove %s: %w", id, rerr)
+		}
+	}
 	if err != nil {
 		return client.ContainerRemoveResult{}, err
 	}

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"sync"
 	"time"
 
 	containerd "github.com/containerd/containerd"
@@ -77,6 +78,9 @@ type Engine struct {
 	c        *containerd.Client
 	runtimes map[string]string // job runtime → the binary the runc shim runs ("" = runc)
 	imports  *importer
+	// creating are the names this process's creates have taken and not
+	// yet recorded a container under (ContainerRemove leaves them).
+	creating sync.Map
 }
 
 // New connects to containerd. It makes the state directory; nothing else
