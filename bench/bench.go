@@ -270,15 +270,21 @@ func (b *bench) removeCtrLeftovers(ctx context.Context) {
 	if b.ceng == nil {
 		return
 	}
-	f := make(client.Filters).Add("label", broker.LabelBroker+"="+b.ctrName())
-	if cs, err := b.ceng.ContainerList(ctx, client.ContainerListOptions{All: true, Filters: f}); err == nil {
-		for _, c := range cs.Items {
-			fmt.Printf("cleanup: LEFT BEHIND on containerd: container %s (%v, role %s)\n", c.ID, c.Names, c.Labels[broker.LabelRole])
-			b.ceng.ContainerRemove(ctx, c.ID, client.ContainerRemoveOptions{Force: true})
-		}
+	names := []string{b.ctrName()}
+	if b.o.fleetEngine == "containerd" {
+		names = append(names, b.fleetNames...)
 	}
-	if err := broker.RemoveCache(ctx, b.ceng, b.ctrName()); err != nil {
-		fmt.Println("cleanup: remove containerd cache volumes:", err)
+	for _, name := range names {
+		f := make(client.Filters).Add("label", broker.LabelBroker+"="+name)
+		if cs, err := b.ceng.ContainerList(ctx, client.ContainerListOptions{All: true, Filters: f}); err == nil {
+			for _, c := range cs.Items {
+				fmt.Printf("cleanup: LEFT BEHIND on containerd: container %s (%v, role %s)\n", c.ID, c.Names, c.Labels[broker.LabelRole])
+				b.ceng.ContainerRemove(ctx, c.ID, client.ContainerRemoveOptions{Force: true})
+			}
+		}
+		if err := broker.RemoveCache(ctx, b.ceng, name); err != nil {
+			fmt.Println("cleanup: remove containerd cache volumes:", err)
+		}
 	}
 	b.ceng.Close()
 }

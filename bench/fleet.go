@@ -22,7 +22,15 @@ import (
 // through the fleet against the same job on one host's socket, and 60
 // one-second jobs at concurrency 2 per host on 1 host, then on 3.
 func (b *bench) fleetItem(ctx context.Context) error {
-	fmt.Println("item 6: a fleet on NATS JetStream (3 nats-server nodes, R3, sync_interval: always)")
+	fmt.Printf("item 6: a fleet on NATS JetStream (3 nats-server nodes, R3, sync_interval: always), daemons on %s\n", b.o.fleetEngine)
+	if b.o.fleetEngine != "docker" && b.o.fleetEngine != "containerd" {
+		return fmt.Errorf("-fleet-engine %q: docker or containerd", b.o.fleetEngine)
+	}
+	if b.o.fleetEngine == "containerd" {
+		if _, err := b.ctrEngine(ctx); err != nil { // for the cleanup
+			return err
+		}
+	}
 	urls, err := b.startNATS(3)
 	if err != nil {
 		return err
@@ -32,7 +40,7 @@ func (b *bench) fleetItem(ctx context.Context) error {
 		name := fmt.Sprintf("%s-fleet%d", b.o.name, i)
 		b.fleetNames = append(b.fleetNames, name)
 		var d *daemon
-		if _, err := b.startDaemonOn(ctx, "docker", name, &d, "--fleet", strings.Join(urls, ","), "--concurrency", "2"); err != nil {
+		if _, err := b.startDaemonOn(ctx, b.o.fleetEngine, name, &d, "--fleet", strings.Join(urls, ","), "--concurrency", "2"); err != nil {
 			return err
 		}
 		b.fleet = append(b.fleet, d)
@@ -151,7 +159,7 @@ func (b *bench) fleetItem(ctx context.Context) error {
 		name := fmt.Sprintf("%s-fleet%d", b.o.name, i)
 		b.fleetNames = append(b.fleetNames, name)
 		var d *daemon
-		if _, err := b.startDaemonOn(ctx, "docker", name, &d, "--fleet", strings.Join(urls, ","), "--concurrency", "2"); err != nil {
+		if _, err := b.startDaemonOn(ctx, b.o.fleetEngine, name, &d, "--fleet", strings.Join(urls, ","), "--concurrency", "2"); err != nil {
 			return err
 		}
 		b.fleet = append(b.fleet, d)

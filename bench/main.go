@@ -35,8 +35,10 @@ type options struct {
 	out     string // JSON file for the raw samples
 	profile string // directory for CPU profiles
 	runtime string // runtime of the containerd side: runc or runsc
-	tmp     string
-	name    string // broker name: labels and volume prefix of this run
+	// fleetEngine is the engine of item 6's daemons: docker or containerd.
+	fleetEngine string
+	tmp         string
+	name        string // broker name: labels and volume prefix of this run
 }
 
 func main() {
@@ -50,6 +52,7 @@ func main() {
 	flag.StringVar(&o.out, "json", "", "write raw samples to this JSON file")
 	flag.StringVar(&o.profile, "profile", "", "write CPU profiles of sandboxd's side here")
 	flag.StringVar(&o.runtime, "runtime", sandbox.RuntimeRunc, "runtime of the containerd side: runc or runsc (Docker and the baselines stay runc)")
+	flag.StringVar(&o.fleetEngine, "fleet-engine", "docker", "engine of item 6's fleet daemons: docker or containerd")
 	flag.Parse()
 	if o.image == "" || (o.runtime != sandbox.RuntimeRunc && o.runtime != sandbox.RuntimeRunsc) {
 		fmt.Fprintln(os.Stderr, "usage: bench -image sha256:… [-bin DIR] [-runtime runc|runsc] (see bench/run)")
