@@ -172,11 +172,9 @@ func (s *Server) startRecovery(rec journal.Record, job sandbox.Job, containerID 
 		}()
 		defer func() {
 			s.mu.Lock()
-			delete(s.running, rec.ID)
 			s.recovering--
-			s.setRunningLocked()
 			s.mu.Unlock()
-			s.signal()
+			s.freeSlot(rec.ID)
 		}()
 		start := time.Now()
 		log.Info("recovering job")

@@ -365,6 +365,19 @@ func (s *Server) setRunningLocked() {
 	s.m.recovering.Set(float64(s.recovering))
 }
 
+// freeSlot gives back the slot job id held (dispatched or recovered) and
+// says so: to the dispatcher, and to every waiter (a fleet host's pull
+// loop waits for a free slot: told only of the job's end, written just
+// before, it found the slot still held and slept its whole second).
+func (s *Server) freeSlot(id string) {
+	s.mu.Lock()
+	delete(s.running, id)
+	s.setRunningLocked()
+	s.mu.Unlock()
+	s.signal()
+	s.notifyChanged()
+}
+
 // notifyChanged wakes every waiter.
 func (s *Server) notifyChanged() {
 	s.mu.Lock()
@@ -396,13 +409,7 @@ func (s *Server) runJob(id string) {
 	s.running[id] = func() { cancel(errCancelledByAPI) }
 	s.setRunningLocked()
 	s.mu.Unlock()
-	defer func() {
-		s.mu.Lock()
-		delete(s.running, id)
-		s.setRunningLocked()
-		s.mu.Unlock()
-		s.signal()
-	}()
+	defer s.freeSlot(id)
 
 	rec, err := s.cfg.Journal.Get(id)
 	if err != nil {
