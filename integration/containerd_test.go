@@ -10,8 +10,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/containerd/containerd"
-	"github.com/containerd/containerd/leases"
 	"github.com/moby/moby/api/types/container"
 	"github.com/moby/moby/client"
 
@@ -93,40 +91,5 @@ func TestContainerdUpdateIsChecked(t *testing.T) {
 	in, err := env.Eng.ContainerInspect(context.Background(), cs.Items[0].ID, client.ContainerInspectOptions{})
 	if err != nil || in.Container.HostConfig.MemorySwap != in.Container.HostConfig.Memory {
 		t.Errorf("after the refused update: swap %d memory %d (%v), want them equal", in.Container.HostConfig.MemorySwap, in.Container.HostConfig.Memory, err)
-	}
-}
-
-// On containerd, a create killed after it took the job's container name
-// and before containerd recorded the container leaves the name taken by
-// nothing. A restart proves the job never ran (dispatched, no container
-// bound) and removes its container by name, then runs it: the removal
-// frees the name, and the job runs once. Before, the name stayed taken,
-// the run conflicted ("container … already exists"), and the job ended
-// uncertain (CI, TestFleetSoak on containerd).
-func TestContainerdNameOfAKilledCreateIsFreed(t *testing.T) {
-	if env.Ctr == nil {
-		t.Skip("a containerd engine test (SANDBOXD_ENGINE=containerd)")
-	}
-	b := env.Broker
-	j := newJob(t, sh("echo ran"), nil)
-	name := broker.ContainerName(env.BrokerName, j.ID, j.Digest)
-	c, err := containerd.New(env.Ctr.Address(), containerd.WithDefaultNamespace(env.Ctr.Namespace()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	ctx := context.Background()
-	// The engine takes a name as a lease of that id, labelled with the
-	// container it is for: what a create killed right after it leaves.
-	l, err := c.LeasesService().Create(ctx, leases.WithID(name), leases.WithLabels(map[string]string{"sandboxd.ctr/container": name}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.LeasesService().Delete(ctx, l) })
-	if err := b.RemoveUnboundContainer(j); err != nil {
-		t.Fatalf("remove the job's container by name: %v", err)
-	}
-	if res := env.Run(t, b, j); res.Status != sandbox.StatusSucceeded {
-		t.Fatalf("the job after its name was freed: %s %q, want succeeded", res.Status, res.Cause)
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/sandboxd/sandboxd/internal/testharness"
 	"github.com/sandboxd/sandboxd/sandbox"
@@ -76,12 +77,30 @@ func TestFleetTenantsAsGenerated(t *testing.T) {
 	b := openAs(t, c, "ci-b", fleet.Options{Tenant: "team-b"})
 	ctx := ctxFor(t, 2*time.Minute)
 
+	// B sends first, on its own subject, messages with the ids A's
+	// submit would have given its message: the stream's duplicate window
+	// is the whole stream's, so A's job would not have been queued.
+	job := jobWithoutEngine(t, "tenant-"+randHex(3), "true")
+	bc, err := nats.Connect(userURL(c, "ci-b"), nats.CustomInboxPrefix("_INBOX_team-b"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer bc.Close()
+	bjs, err := jetstream.New(bc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, id := range []string{"team-a/" + job.ID + "/" + job.Digest, job.ID + "/" + job.Digest} {
+		if _, err := bjs.Publish(ctx, "sandboxd.jobs.team-b", []byte("not a job"), jetstream.WithMsgID(id)); err != nil {
+			t.Fatalf("B queues on its own subject: %v", err)
+		}
+	}
+
 	hidden := []byte("hidden tests of " + t.Name())
 	layer := sandbox.DigestBytes(hidden)
 	if err := a.PutBlob(ctx, layer, int64(len(hidden)), bytes.NewReader(hidden)); err != nil {
 		t.Fatalf("A puts its bundle: %v", err)
 	}
-	job := jobWithoutEngine(t, "tenant-"+randHex(3), "true")
 	if rec, err := a.Submit(ctx, job); err != nil || rec.State != fleet.StateQueued {
 		t.Fatalf("A submits: %+v, %v", rec, err)
 	}
@@ -109,10 +128,14 @@ func TestFleetTenantsAsGenerated(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer nc.Close()
-	aKey := "$KV.sandboxd-jobs.tenant.team-a.job." + strings.ReplaceAll(job.ID, ".", "=")
+	aKey := "$KV.sandboxd-jobs-team-a.job." + strings.ReplaceAll(job.ID, ".", "=")
 	tries := []struct{ what, subject string }{
-		{"read A's record", "$JS.API.DIRECT.GET.KV_sandboxd-jobs." + aKey},
+		{"read A's record", "$JS.API.DIRECT.GET.KV_sandboxd-jobs-team-a." + aKey},
 		{"write A's record", aKey},
+		{"list A's record keys", "$JS.API.STREAM.INFO.KV_sandboxd-jobs-team-a"},
+		{"list the fleet's own keys (held marks)", "$JS.API.STREAM.INFO.KV_sandboxd-jobs"},
+		{"watch A's records", "$JS.API.CONSUMER.CREATE.KV_sandboxd-jobs-team-a.w.$KV.sandboxd-jobs-team-a.>"},
+		{"roll up the fleet's own bucket", "$KV.sandboxd-jobs.job.x"},
 		{"queue a job as A", "sandboxd.jobs.team-a"},
 		{"queue a job with no tenant", "sandboxd.jobs"},
 		{"open A's blob store", "$JS.API.STREAM.INFO.OBJ_sandboxd-blobs-team-a"},
@@ -153,19 +176,43 @@ func TestFleetTenantsAsGenerated(t *testing.T) {
 		}
 	}
 
-	// The host takes the job as A's; nothing B tried is in the queue, and
-	// A's record is as A wrote it.
-	d, err := host.Next(ctx, 10*time.Second)
+	// B rolls up its own bucket (a publish with "Nats-Rollup: all"
+	// purges the bucket it is in): its own records only.
+	hostA, err := host.Tenant(ctx, "team-a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := hostA.Hold(ctx, "h0", job.ID); err != nil {
+		t.Fatal(err)
+	}
+	roll := nats.NewMsg("$KV.sandboxd-jobs-team-b.job.z")
+	roll.Header.Set("Nats-Rollup", "all")
+	if _, err := bjs.PublishMsg(ctx, roll); err != nil {
+		t.Fatalf("B rolls up its own bucket: %v", err)
+	}
+
+	// The host takes B's messages as B's (not jobs: refused) and A's job
+	// as A's; nothing B tried is in the queue, A's record is as A wrote
+	// it, and the host's mark is there.
+	var d *fleet.Delivery
+	for range 3 {
+		if d, err = host.Next(ctx, 10*time.Second); err != nil || d.Tenant != "team-b" {
+			break
+		}
+		if d.Err == nil {
+			t.Errorf("B's message decoded as a job: %+v", d.Job)
+		}
+		d.Refuse()
+	}
 	if err != nil || d.Err != nil || d.Job.ID != job.ID || d.Tenant != "team-a" {
 		t.Fatalf("the host takes A's job: %+v, %v", d, err)
 	}
 	d.Done(ctx)
+	if held, err := host.Held(ctx, "h0"); err != nil || len(held) != 1 {
+		t.Errorf("the host's mark after B's rollup: %+v, %v", held, err)
+	}
 	if d, err := host.Next(ctx, 2*time.Second); !errors.Is(err, fleet.ErrNoMessage) {
 		t.Errorf("the queue after B's tries: %+v, %v, want nothing", d, err)
-	}
-	hostA, err := host.Tenant(ctx, "team-a")
-	if err != nil {
-		t.Fatal(err)
 	}
 	rec, err := hostA.Record(ctx, job.ID)
 	if err != nil || rec.State != fleet.StateQueued || rec.Digest != job.Digest {

@@ -113,9 +113,19 @@ func (e *Engine) ContainerCreate(ctx context.Context, opts client.ContainerCreat
 	if opts.Config.OpenStdin {
 		labels[labelStdin] = "open"
 	}
-	e.creating.Store(name, true)
-	defer e.creating.Delete(name)
-	if err := e.reserveName(ctx, name, name); err != nil {
+	e.naming.Lock()
+	if e.creating == nil {
+		e.creating = map[string]bool{}
+	}
+	e.creating[name] = true
+	err = e.reserveName(ctx, name, name)
+	e.naming.Unlock()
+	defer func() {
+		e.naming.Lock()
+		delete(e.creating, name)
+		e.naming.Unlock()
+	}()
+	if err != nil {
 		return client.ContainerCreateResult{}, err
 	}
 	ropts := &options.Options{}
@@ -192,7 +202,9 @@ func (e *Engine) reserveName(ctx context.Context, name, id string) error {
 // name's lease, for a container of that name that does not exist, and
 // the create's stdio directory.
 func (e *Engine) releaseUnrecorded(ctx context.Context, name string) error {
-	if _, ok := e.creating.Load(name); ok || identifiers.Validate(name) != nil {
+	e.naming.Lock()
+	defer e.naming.Unlock()
+	if e.creating[name] || identifiers.Validate(name) != nil {
 		return nil
 	}
 	ls := e.c.LeasesService()

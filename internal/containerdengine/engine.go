@@ -79,8 +79,11 @@ type Engine struct {
 	runtimes map[string]string // job runtime → the binary the runc shim runs ("" = runc)
 	imports  *importer
 	// creating are the names this process's creates have taken and not
-	// yet recorded a container under (ContainerRemove leaves them).
-	creating sync.Map
+	// yet recorded a container under (ContainerRemove leaves them);
+	// naming orders a create's taking of a name after a removal's look
+	// at it, and the reverse.
+	naming   sync.Mutex
+	creating map[string]bool
 }
 
 // New connects to containerd. It makes the state directory; nothing else

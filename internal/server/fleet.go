@@ -90,12 +90,39 @@ func (s *Server) startFleet(ctx context.Context) {
 		givingBack: map[string]bool{}, listed: make(chan struct{})}
 	s.fleet = a
 	s.m.registerFleet(a.counts)
+	if ts := s.cfg.Tenants; ts != nil {
+		// A tenant added by SIGHUP gets its records and blob store in the
+		// fleet now: its submitters can open the fleet before its first
+		// job (they may not make them).
+		ts.OnReload(func() {
+			go a.makeTenantStores(ctx)
+		})
+	}
 	for _, loop := range []func(context.Context){a.heartbeatLoop, a.resume, a.pullLoop} {
 		s.workers.Add(1)
 		go func() {
 			defer s.workers.Done()
 			loop(ctx)
 		}()
+	}
+}
+
+// makeTenantStores makes (or finds) every tenant's records and blob
+// store in the fleet, trying each again while the fleet does not answer.
+func (a *fleetAgent) makeTenantStores(ctx context.Context) {
+	for _, t := range a.s.cfg.Tenants.List() {
+		for {
+			c, cancel := context.WithTimeout(ctx, 30*time.Second)
+			_, err := a.co.Tenant(c, t.Name)
+			cancel()
+			if err == nil {
+				break
+			}
+			a.log.Warn("fleet: make a tenant's stores", "tenant", t.Name, "error", err)
+			if !errors.Is(err, fleet.ErrUnavailable) || !pause(ctx, time.Second) {
+				break
+			}
+		}
 	}
 }
 
@@ -499,7 +526,8 @@ func (a *fleetAgent) run(ctx context.Context, co fleet.Coordinator, d *fleet.Del
 	}
 	jrec, _, ref := a.s.admitAs(ctx, job, func() (journal.Record, bool, *refusal) { return a.s.admit(ctx, job, nil) })
 	if ref != nil {
-		if ref.code == http.StatusTooManyRequests || ref.code == http.StatusServiceUnavailable || ref.code >= 500 {
+		quota := errors.Is(ref.err, errTenantQuota) && ref.code != http.StatusTooManyRequests
+		if !quota && (ref.code == http.StatusTooManyRequests || ref.code == http.StatusServiceUnavailable || ref.code >= 500) {
 			// Not now, not never: the claim stays, the message comes back.
 			log.Warn("fleet: the journal did not take a claimed job; later", "error", ref.err)
 			d.Later(time.Second)

@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -537,4 +538,37 @@ func readBlob(t *testing.T, r *tenancyRig, d string) []byte {
 		t.Fatalf("read blob %s: got %d %s", d, code, b)
 	}
 	return b
+}
+
+// A reload that takes calls the OnReload hooks (a fleet host makes new
+// tenants' stores then); one that does not take calls none.
+func TestTenantsOnReload(t *testing.T) {
+	file := func(names ...string) []byte {
+		var ts []string
+		for i, n := range names {
+			ts = append(ts, fmt.Sprintf(`{"name":%q,"identities":[{"role":"submitter","uids":[%d]}]}`, n, 100+i))
+		}
+		return []byte(`{"schema":"sandboxd.tenants/v1","tenants":[` + strings.Join(ts, ",") + `]}`)
+	}
+	ts, err := ParseTenants("t.json", file("team-a"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var seen [][]string
+	ts.OnReload(func() {
+		var names []string
+		for _, x := range ts.List() {
+			names = append(names, x.Name)
+		}
+		seen = append(seen, names)
+	})
+	if err := ts.Reload([]byte("{")); err == nil {
+		t.Fatal("a file that does not decode was taken")
+	}
+	if err := ts.Reload(file("team-a", "team-c")); err != nil {
+		t.Fatal(err)
+	}
+	if len(seen) != 1 || !slices.Equal(seen[0], []string{"team-a", "team-c"}) {
+		t.Errorf("hooks saw %v, want one call with team-a and team-c", seen)
+	}
 }

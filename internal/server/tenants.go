@@ -8,6 +8,7 @@ import (
 	"io"
 	"regexp"
 	"slices"
+	"sync"
 	"sync/atomic"
 
 	"github.com/sandboxd/sandboxd/sandbox"
@@ -87,6 +88,10 @@ type Quota struct {
 // it arrived.
 type Tenants struct {
 	cur atomic.Pointer[tenantTable]
+	// reloaded is told of each reload that took (a fleet host makes the
+	// stores of tenants new to it).
+	mu       sync.Mutex
+	reloaded []func()
 }
 
 // tenantTable is one reading of a tenants file.
@@ -175,7 +180,20 @@ func (t *Tenants) Reload(data []byte) error {
 		return err
 	}
 	t.cur.Store(next.cur.Load())
+	t.mu.Lock()
+	hooks := slices.Clone(t.reloaded)
+	t.mu.Unlock()
+	for _, f := range hooks {
+		f()
+	}
 	return nil
+}
+
+// OnReload calls f after each Reload that took.
+func (t *Tenants) OnReload(f func()) {
+	t.mu.Lock()
+	t.reloaded = append(t.reloaded, f)
+	t.mu.Unlock()
 }
 
 // add maps one identity entry's uids, gids and subjects to its tenant.

@@ -58,12 +58,16 @@ func tenantOfSubject(subject string) (string, error) {
 	return t, nil
 }
 
-// recordPrefix is what tenant's record keys begin with.
-func recordPrefix(tenant string) string {
+// recordBucketOf is tenant's key-value bucket of job records: a tenant
+// reads, watches and writes its own bucket only (a bucket shared by
+// tenants would tell each every key, and a rollup publish on any key of
+// it purges all of it). The fleet's own bucket (recordBucket) also holds
+// the hosts' held marks, which only hosts may write.
+func recordBucketOf(tenant string) string {
 	if tenant == "" {
-		return "job."
+		return recordBucket
 	}
-	return "tenant." + tenant + ".job."
+	return recordBucket + "-" + tenant
 }
 
 // blobBucketOf is tenant's object store: a tenant never reads another's
@@ -127,7 +131,8 @@ type JetStream struct {
 	opt     Options
 	nc      *nats.Conn
 	js      jetstream.JetStream
-	records jetstream.KeyValue
+	records jetstream.KeyValue // the tenant's
+	marks   jetstream.KeyValue // the hosts' held marks (nil for a tenant's submitter)
 	hosts   jetstream.KeyValue
 	tenant  string
 	blobs   jetstream.ObjectStore // the tenant's
@@ -323,12 +328,10 @@ func (f *JetStream) setup(ctx context.Context) error {
 		return fmt.Errorf("stream %s: %w", jobsStream, err)
 	}
 	var err error
-	if f.records, err = f.js.CreateOrUpdateKeyValue(c, jetstream.KeyValueConfig{
-		Bucket: recordBucket, History: 1, Replicas: f.opt.Replicas, Storage: jetstream.FileStorage,
-		TTL: f.opt.RecordAge, MaxValueSize: 1 << 20,
-	}); err != nil {
-		return fmt.Errorf("bucket %s: %w", recordBucket, err)
+	if f.records, err = f.recordStore(c, ""); err != nil {
+		return err
 	}
+	f.marks = f.records
 	if f.hosts, err = f.js.CreateOrUpdateKeyValue(c, jetstream.KeyValueConfig{
 		Bucket: hostBucket, History: 1, Replicas: f.opt.Replicas, Storage: jetstream.FileStorage,
 		MaxValueSize: 16 << 10,
@@ -341,11 +344,33 @@ func (f *JetStream) setup(ctx context.Context) error {
 		}
 	}
 	for _, t := range f.opt.Tenants {
+		if _, err := f.recordStore(c, t); err != nil {
+			return err
+		}
 		if _, err := f.blobStore(c, t); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// recordStore creates (Setup) or binds tenant's bucket of job records.
+func (f *JetStream) recordStore(ctx context.Context, tenant string) (jetstream.KeyValue, error) {
+	name := recordBucketOf(tenant)
+	var kv jetstream.KeyValue
+	var err error
+	if f.opt.Setup {
+		kv, err = f.js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{
+			Bucket: name, History: 1, Replicas: f.opt.Replicas, Storage: jetstream.FileStorage,
+			TTL: f.opt.RecordAge, MaxValueSize: 1 << 20,
+		})
+	} else {
+		kv, err = f.js.KeyValue(ctx, name)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("bucket %s: %w", name, err)
+	}
+	return kv, nil
 }
 
 // blobStore creates (Setup) or binds tenant's object store.
@@ -375,17 +400,17 @@ func (f *JetStream) blobStore(ctx context.Context, tenant string) (jetstream.Obj
 }
 
 // Tenant implements Coordinator. A view shares the connection; the first
-// call for a tenant binds (a host: creates) its blob store.
+// call for a tenant binds (a host: creates) its records and blob store.
 func (f *JetStream) Tenant(ctx context.Context, name string) (Coordinator, error) {
-	if name == f.tenant {
-		return f, nil
-	}
 	if name != "" {
 		if err := CheckTenantName(name); err != nil {
 			return nil, err
 		}
 	} else if f.opt.Setup && len(f.opt.Tenants) > 0 {
 		return nil, fmt.Errorf("fleet: this host serves tenants: a job of no tenant has no blob store: %w", sandbox.ErrInvalid)
+	}
+	if name == f.tenant {
+		return f, nil
 	}
 	f.views.mu.Lock()
 	defer f.views.mu.Unlock()
@@ -394,11 +419,15 @@ func (f *JetStream) Tenant(ctx context.Context, name string) (Coordinator, error
 	}
 	c, cancel := f.call(ctx)
 	defer cancel()
+	records, err := f.recordStore(c, name)
+	if err != nil {
+		return nil, fmt.Errorf("fleet: tenant %q: %w", name, classify(err))
+	}
 	blobs, err := f.blobStore(c, name)
 	if err != nil {
 		return nil, fmt.Errorf("fleet: tenant %q: %w", name, classify(err))
 	}
-	v := &JetStream{opt: f.opt, nc: f.nc, js: f.js, records: f.records, hosts: f.hosts, tenant: name, blobs: blobs, views: f.views, denials: f.denials}
+	v := &JetStream{opt: f.opt, nc: f.nc, js: f.js, records: records, marks: f.marks, hosts: f.hosts, tenant: name, blobs: blobs, views: f.views, denials: f.denials}
 	f.views.m[name] = v
 	return v, nil
 }
@@ -407,8 +436,11 @@ func (f *JetStream) open(ctx context.Context) error {
 	c, cancel := f.call(ctx)
 	defer cancel()
 	var err error
-	if f.records, err = f.js.KeyValue(c, recordBucket); err != nil {
-		return fmt.Errorf("bucket %s: %w", recordBucket, err)
+	if f.records, err = f.recordStore(c, f.tenant); err != nil {
+		return err
+	}
+	if f.tenant == "" {
+		f.marks = f.records
 	}
 	if f.hosts, err = f.js.KeyValue(c, hostBucket); err != nil {
 		return fmt.Errorf("bucket %s: %w", hostBucket, err)
@@ -449,7 +481,7 @@ func classify(err error) error {
 	return err
 }
 
-func (f *JetStream) recordKey(id string) string { return recordPrefix(f.tenant) + keyOf(id) }
+func recordKey(id string) string { return "job." + keyOf(id) }
 
 func decodeRecord(e jetstream.KeyValueEntry) (Record, error) {
 	var r Record
@@ -476,11 +508,17 @@ func (f *JetStream) Submit(ctx context.Context, job sandbox.Job) (Record, error)
 	// digest within its window, and a host drops one of a claimed job.
 	c, cancel := f.call(ctx)
 	defer cancel()
-	msgID := job.ID + "/" + job.Digest
-	if f.tenant != "" {
-		msgID = f.tenant + "/" + msgID
+	// Without tenants, the stream drops a second message of the id and
+	// digest within its window. The window is the stream's, whoever
+	// published, and the publisher names the message id: with tenants,
+	// one tenant could stop another's job from being queued by sending
+	// its id first. A tenant's message has no id; a second one is
+	// dropped by the host that finds the job claimed or ended.
+	var opts []jetstream.PublishOpt
+	if f.tenant == "" {
+		opts = append(opts, jetstream.WithMsgID(job.ID+"/"+job.Digest))
 	}
-	if _, err := f.js.Publish(c, jobsSubjectOf(f.tenant), canon, jetstream.WithMsgID(msgID)); err != nil {
+	if _, err := f.js.Publish(c, jobsSubjectOf(f.tenant), canon, opts...); err != nil {
 		return rec, f.denied(fmt.Errorf("fleet: queue job %s: %w", job.ID, classify(err)), began)
 	}
 	return rec, nil
@@ -523,7 +561,7 @@ func (f *JetStream) bindJob(ctx context.Context, job sandbox.Job, rec Record) (R
 	}
 	c, cancel := f.call(ctx)
 	defer cancel()
-	rev, err := f.records.Create(c, f.recordKey(job.ID), v)
+	rev, err := f.records.Create(c, recordKey(job.ID), v)
 	switch {
 	case err == nil:
 		rec.Revision = rev
@@ -549,7 +587,7 @@ func (f *JetStream) bindJob(ctx context.Context, job sandbox.Job, rec Record) (R
 func (f *JetStream) Record(ctx context.Context, id string) (Record, error) {
 	c, cancel := f.call(ctx)
 	defer cancel()
-	e, err := f.records.Get(c, f.recordKey(id))
+	e, err := f.records.Get(c, recordKey(id))
 	if err != nil {
 		return Record{}, fmt.Errorf("fleet: job %s: %w", id, classify(err))
 	}
@@ -610,7 +648,7 @@ func (f *JetStream) watchRecord(ctx context.Context, id string, out chan<- Recor
 	for ctx.Err() == nil {
 		// Not UpdatesOnly: a write made before the watcher began (and
 		// after Watch's last read) comes as its first value.
-		w, err := f.records.Watch(ctx, f.recordKey(id))
+		w, err := f.records.Watch(ctx, recordKey(id))
 		if err == nil {
 			for e := range w.Updates() {
 				if e == nil || e.Operation() != jetstream.KeyValuePut {
@@ -645,7 +683,7 @@ func (f *JetStream) Update(ctx context.Context, rec Record) (Record, error) {
 	}
 	c, cancel := f.call(ctx)
 	defer cancel()
-	rev, err := f.records.Update(c, f.recordKey(rec.ID), v, rec.Revision)
+	rev, err := f.records.Update(c, recordKey(rec.ID), v, rec.Revision)
 	if err != nil {
 		return Record{}, fmt.Errorf("fleet: update job %s at revision %d: %w", rec.ID, rec.Revision, classify(err))
 	}
@@ -729,7 +767,10 @@ func (f *JetStream) heldKey(host, id string) string {
 func (f *JetStream) Hold(ctx context.Context, host, id string) error {
 	c, cancel := f.call(ctx)
 	defer cancel()
-	_, err := f.records.Put(c, f.heldKey(host, id), []byte(id))
+	if f.marks == nil {
+		return errNoMarks
+	}
+	_, err := f.marks.Put(c, f.heldKey(host, id), []byte(id))
 	return classify(err)
 }
 
@@ -737,7 +778,10 @@ func (f *JetStream) Hold(ctx context.Context, host, id string) error {
 func (f *JetStream) Release(ctx context.Context, host, id string) error {
 	c, cancel := f.call(ctx)
 	defer cancel()
-	err := f.records.Delete(c, f.heldKey(host, id))
+	if f.marks == nil {
+		return errNoMarks
+	}
+	err := f.marks.Delete(c, f.heldKey(host, id))
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		return nil
 	}
@@ -748,7 +792,10 @@ func (f *JetStream) Release(ctx context.Context, host, id string) error {
 func (f *JetStream) Held(ctx context.Context, host string) ([]Claim, error) {
 	c, cancel := context.WithTimeout(ctx, 4*f.opt.CallTimeout)
 	defer cancel()
-	l, err := f.records.ListKeysFiltered(c, "held."+host+".>")
+	if f.marks == nil {
+		return nil, errNoMarks
+	}
+	l, err := f.marks.ListKeysFiltered(c, "held."+host+".>")
 	if err != nil {
 		if errors.Is(err, jetstream.ErrNoKeysFound) {
 			return nil, nil
@@ -772,6 +819,9 @@ func (f *JetStream) Held(ctx context.Context, host string) ([]Claim, error) {
 	slices.SortFunc(held, func(a, b Claim) int { return strings.Compare(a.Tenant+"/"+a.ID, b.Tenant+"/"+b.ID) })
 	return held, nil
 }
+
+// errNoMarks: a tenant's submitter does not see the hosts' held marks.
+var errNoMarks = fmt.Errorf("fleet: held marks are the hosts' (a tenant's submitter has none): %w", sandbox.ErrInvalid)
 
 // errNoBlobStore: a host's fleet has tenants, and blobs are a tenant's.
 var errNoBlobStore = fmt.Errorf("fleet: the fleet has tenants: a blob is in a tenant's store (Tenant): %w", sandbox.ErrInvalid)

@@ -25,33 +25,27 @@ func TenantPermissions(tenant string, submit bool, read ...string) Permissions {
 	p := Permissions{
 		Publish: []string{
 			"$JS.API.INFO",
-			"$JS.API.STREAM.INFO.KV_" + recordBucket,
 			"$JS.API.STREAM.INFO.KV_" + hostBucket,
 			"$JS.FC.>",
 		},
 	}
 	for _, t := range append([]string{tenant}, read...) {
 		p.Subscribe = append(p.Subscribe, "_INBOX_"+t+".>")
-		keys := "$KV." + recordBucket + "." + recordPrefix(t) + ">"
-		blobs := blobBucketOf(t)
-		p.Publish = append(p.Publish,
-			"$JS.API.DIRECT.GET.KV_"+recordBucket+"."+keys,
-			"$JS.API.CONSUMER.CREATE.KV_"+recordBucket+".*."+keys,
-			"$JS.API.STREAM.INFO.OBJ_"+blobs,
-			"$JS.API.DIRECT.GET.OBJ_"+blobs+".>",
-			"$JS.API.STREAM.MSG.GET.OBJ_"+blobs,
-			"$JS.API.CONSUMER.CREATE.OBJ_"+blobs+".>",
-			"$JS.API.CONSUMER.DELETE.OBJ_"+blobs+".>",
-		)
+		for _, stream := range []string{"KV_" + recordBucketOf(t), "OBJ_" + blobBucketOf(t)} {
+			p.Publish = append(p.Publish,
+				"$JS.API.STREAM.INFO."+stream,
+				"$JS.API.DIRECT.GET."+stream+".>",
+				"$JS.API.CONSUMER.CREATE."+stream+".>",
+				"$JS.API.CONSUMER.DELETE."+stream+".>",
+			)
+		}
+		p.Publish = append(p.Publish, "$JS.API.STREAM.MSG.GET.OBJ_"+blobBucketOf(t))
 	}
-	// A watcher's consumer is deleted by name when it stops; the names
-	// are random, and a delete does not read anything.
-	p.Publish = append(p.Publish, "$JS.API.CONSUMER.DELETE.KV_"+recordBucket+".>")
 	if submit {
 		blobs := blobBucketOf(tenant)
 		p.Publish = append(p.Publish,
 			jobsSubjectOf(tenant),
-			"$KV."+recordBucket+"."+recordPrefix(tenant)+">",
+			"$KV."+recordBucketOf(tenant)+".>",
 			"$O."+blobs+".C.>", "$O."+blobs+".M.>",
 		)
 	}
