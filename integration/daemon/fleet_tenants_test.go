@@ -211,8 +211,23 @@ func TestFleetTenantsAsGenerated(t *testing.T) {
 	if held, err := host.Held(ctx, "h0"); err != nil || len(held) != 1 {
 		t.Errorf("the host's mark after B's rollup: %+v, %v", held, err)
 	}
+	// A consumer a tenant may create on its own bucket names its deliver
+	// subject in the request's body, which permissions cannot bound: one
+	// delivering A's records on B's job subject queues nothing there.
+	ac, err := nats.Connect(userURL(c, "ci-a"), nats.CustomInboxPrefix("_INBOX_team-a"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ac.Close()
+	push, err := ac.Request("$JS.API.CONSUMER.CREATE.KV_sandboxd-jobs-team-a.into-b",
+		[]byte(`{"stream_name":"KV_sandboxd-jobs-team-a","config":{"name":"into-b","deliver_subject":"sandboxd.jobs.team-b","deliver_policy":"all","ack_policy":"none"}}`), 5*time.Second)
+	if err != nil {
+		t.Fatalf("A creates a push consumer: %v", err)
+	}
+	t.Logf("A's push consumer into B's job subject: %s", push.Data)
+	time.Sleep(time.Second)
 	if d, err := host.Next(ctx, 2*time.Second); !errors.Is(err, fleet.ErrNoMessage) {
-		t.Errorf("the queue after B's tries: %+v, %v, want nothing", d, err)
+		t.Errorf("the queue after B's tries and A's push consumer: %+v, %v, want nothing", d, err)
 	}
 	rec, err := hostA.Record(ctx, job.ID)
 	if err != nil || rec.State != fleet.StateQueued || rec.Digest != job.Digest {
