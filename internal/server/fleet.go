@@ -708,6 +708,9 @@ func (e *elsewhere) Error() string {
 func (a *fleetAgent) update(ctx context.Context, co fleet.Coordinator, id string, change func(*fleet.Record) bool) (fleet.Record, bool, error) {
 	for {
 		rec, err := co.Record(ctx, id)
+		if errors.Is(err, sandbox.ErrNotFound) {
+			return fleet.Record{}, false, err // gone: the caller decides
+		}
 		if err == nil {
 			if !change(&rec) {
 				return rec, false, nil
@@ -920,7 +923,7 @@ func (a *fleetAgent) publish(ctx context.Context, log *slog.Logger, rec journal.
 		return err
 	}
 	late := false
-	_, _, err = a.updateFrom(ctx, co, rec.ID, known, func(r *fleet.Record) bool {
+	end := func(r *fleet.Record) bool {
 		late = r.State == fleet.StateEnded && r.EndedBy != a.s.cfg.Name
 		if r.State == fleet.StateEnded || r.Host != a.s.cfg.Name || r.Digest != rec.Digest {
 			return false
@@ -928,7 +931,21 @@ func (a *fleetAgent) publish(ctx context.Context, log *slog.Logger, rec journal.
 		r.Receipt, r.ReceiptBlob, r.Result, r.ResultBlob = withReceipt.Receipt, withReceipt.ReceiptBlob, withResult.Result, withResult.ResultBlob
 		r.State, r.EndedBy, r.Status = fleet.StateEnded, a.s.cfg.Name, res.Status
 		return true
-	})
+	}
+	_, _, err = a.updateFrom(ctx, co, rec.ID, known, end)
+	if errors.Is(err, sandbox.ErrNotFound) {
+		// The record is gone while this host ran the job (a writer of the
+		// records deleted or rolled it up). It is bound again as this
+		// host's claim and ended at once: the job's message, not yet
+		// acknowledged, would otherwise find no record and be run again
+		// elsewhere; and publishing must not wait for a record that will
+		// never come back.
+		log.Warn("fleet: the job's record is gone from the fleet; bound again as this host's claim and ended with its result")
+		if _, _, err := co.Claim(ctx, job, a.s.cfg.Name); err != nil {
+			return err
+		}
+		_, _, err = a.update(ctx, co, rec.ID, end)
+	}
 	if err != nil {
 		return err
 	}

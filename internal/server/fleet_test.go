@@ -352,3 +352,44 @@ func TestFleetHostWithTenantsLeavesAJobOfNoTenant(t *testing.T) {
 		t.Errorf("ran %d times", runs)
 	}
 }
+
+// A job's record removed from the fleet while its host runs it (a writer
+// of the records deleted or rolled it up) is bound again as that host's
+// claim and ended with its result: published, the message acknowledged.
+// Before, the host's publish read the missing record every half second
+// for ever, and the unacknowledged message would have found no record at
+// its next delivery and run the job again.
+func TestFleetRecordGoneWhileTheJobRuns(t *testing.T) {
+	ff := newFakeFleet()
+	h := fleetHost(t, ff, "h1", nil)
+	job := newJob(t, "gone-1", "true")
+	gate := make(chan struct{})
+	h.fb.mu.Lock()
+	h.fb.gates[job.ID] = gate
+	h.fb.mu.Unlock()
+	if _, err := ff.Submit(context.Background(), job); err != nil {
+		t.Fatal(err)
+	}
+	ff.waitFor(t, "the receipt in the record", func(ff *fakeFleet) bool { return ff.records[job.ID].HasReceipt() })
+	ff.mu.Lock()
+	delete(ff.records, job.ID)
+	ff.changeLocked()
+	ff.mu.Unlock()
+	close(gate)
+	ff.waitFor(t, "the job ended in its record", func(ff *fakeFleet) bool {
+		r, ok := ff.records[job.ID]
+		return ok && r.State == fleet.StateEnded
+	})
+	ff.waitFor(t, "the job settled", func(ff *fakeFleet) bool { return ff.settled(job.ID) })
+	r := fleet.NewRunner(ff, h.keys)
+	sr, err := r.Result(context.Background(), job)
+	if err != nil || sr.Result.Status != sandbox.StatusSucceeded {
+		t.Errorf("the fleet's result: %s, %v", sr.Result.Status, err)
+	}
+	h.fb.mu.Lock()
+	runs := h.fb.runs[job.ID]
+	h.fb.mu.Unlock()
+	if runs != 1 {
+		t.Errorf("ran %d times, want once", runs)
+	}
+}
