@@ -9,6 +9,8 @@ import (
 	"strings"
 	"sync"
 
+	"unsafe"
+
 	"golang.org/x/sys/unix"
 
 	"github.com/sandboxd/sandboxd/internal/journal"
@@ -37,7 +39,8 @@ var (
 type peer struct {
 	unix     bool
 	uid, gid uint32
-	subject  string // a verified client certificate's subject
+	groups   []uint32 // supplementary groups at connect (SO_PEERGROUPS)
+	subject  string   // a verified client certificate's subject
 }
 
 func (p peer) String() string {
@@ -92,7 +95,38 @@ func unixPeer(c *net.UnixConn) (peer, error) {
 	if cerr != nil {
 		return peer{}, fmt.Errorf("SO_PEERCRED: %w", cerr)
 	}
-	return peer{unix: true, uid: cred.Uid, gid: cred.Gid}, nil
+	p := peer{unix: true, uid: cred.Uid, gid: cred.Gid}
+	var gerr error
+	if err := raw.Control(func(fd uintptr) { p.groups, gerr = peerGroups(fd) }); err != nil {
+		return peer{}, err
+	}
+	if gerr != nil {
+		return peer{}, fmt.Errorf("SO_PEERGROUPS: %w", gerr)
+	}
+	return p, nil
+}
+
+// peerGroups reads the supplementary groups the peer had when it
+// connected, as the kernel recorded them (SO_PEERGROUPS, Linux 4.13):
+// unlike a read of /proc/<pid>, it cannot name another process's. A
+// kernel without it gives none (only the primary gid is then matched).
+func peerGroups(fd uintptr) ([]uint32, error) {
+	buf := make([]uint32, 64)
+	for {
+		n := uint32(len(buf) * 4)
+		_, _, errno := unix.Syscall6(unix.SYS_GETSOCKOPT, fd, unix.SOL_SOCKET, unix.SO_PEERGROUPS,
+			uintptr(unsafe.Pointer(&buf[0])), uintptr(unsafe.Pointer(&n)), 0)
+		switch {
+		case errno == unix.ERANGE && int(n/4) > len(buf):
+			buf = make([]uint32, n/4)
+			continue
+		case errno == unix.ENOPROTOOPT:
+			return nil, nil
+		case errno != 0:
+			return nil, errno
+		}
+		return buf[:n/4], nil
+	}
 }
 
 // peerOf is the identity of a request: its connection's unix credentials,

@@ -12,9 +12,11 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -570,5 +572,85 @@ func TestTenantsOnReload(t *testing.T) {
 	}
 	if len(seen) != 1 || !slices.Equal(seen[0], []string{"team-a", "team-c"}) {
 		t.Errorf("hooks saw %v, want one call with team-a and team-c", seen)
+	}
+}
+
+// A unix peer's supplementary groups (SO_PEERGROUPS) name its tenant
+// when neither its uid nor its primary gid does; groups naming two
+// tenants (or one in two roles) name none. Before, only the primary gid
+// was seen: a user of a tenant's group by membership got 403.
+func TestLookupBySupplementaryGroups(t *testing.T) {
+	ts, err := ParseTenants("t.json", []byte(`{"schema":"sandboxd.tenants/v1","tenants":[
+	 {"name":"team-a","identities":[{"role":"submitter","gids":[1001]},{"role":"reader","gids":[1003]}]},
+	 {"name":"team-b","identities":[{"role":"submitter","gids":[1002]}]}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		p          peer
+		name, role string
+	}{
+		{peer{unix: true, uid: 5, gid: 5, groups: []uint32{5, 1001}}, "team-a", "submitter"},
+		{peer{unix: true, uid: 5, gid: 1002, groups: []uint32{1001}}, "team-b", "submitter"}, // the primary gid first
+		{peer{unix: true, uid: 5, gid: 5, groups: []uint32{1001, 1002}}, "", ""},             // two tenants
+		{peer{unix: true, uid: 5, gid: 5, groups: []uint32{1001, 1003}}, "", ""},             // two roles
+		{peer{unix: true, uid: 5, gid: 5, groups: []uint32{7, 8}}, "", ""},
+	} {
+		c, ok := ts.lookup(tc.p)
+		if ok != (tc.name != "") || ok && (c.Name != tc.name || string(c.Role) != tc.role) {
+			t.Errorf("groups %v: got %v %q %q, want %q %q", tc.p.groups, ok, c.Name, c.Role, tc.name, tc.role)
+		}
+	}
+}
+
+// unixPeer reads the peer's supplementary groups as the kernel recorded
+// them at connect: a peer started with groups 4242 and 4243 (as root, as
+// CI runs), or else this process's own.
+func TestUnixPeerGroups(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "s.sock")
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	var want []uint32
+	if os.Getuid() == 0 {
+		want = []uint32{4242, 4243}
+		cmd := exec.Command("python3", "-c", "import socket,sys,time; s=socket.socket(socket.AF_UNIX); s.connect(sys.argv[1]); time.sleep(2)", sock)
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 0, Gid: 0, Groups: want}}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		defer cmd.Wait()
+		defer cmd.Process.Kill()
+	} else {
+		own, err := os.Getgroups()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, g := range own {
+			want = append(want, uint32(g))
+		}
+		go func() {
+			if c, err := net.Dial("unix", sock); err == nil {
+				defer c.Close()
+				time.Sleep(time.Second)
+			}
+		}()
+	}
+	c, err := ln.Accept()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	p, err := unixPeer(c.(*net.UnixConn))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := slices.Clone(p.groups)
+	slices.Sort(got)
+	slices.Sort(want)
+	if !slices.Equal(got, want) {
+		t.Errorf("peer groups %v, want %v", got, want)
 	}
 }

@@ -42,8 +42,10 @@ type Tenant struct {
 // TenantIdentity is who may act for a tenant, and in which role.
 type TenantIdentity struct {
 	Role Role `json:"role"`
-	// UIDs and GIDs are unix socket peers (SO_PEERCRED: the peer's uid,
-	// and its primary gid only); a uid match wins over a gid match.
+	// UIDs and GIDs are unix socket peers (SO_PEERCRED: the peer's uid
+	// and primary gid; SO_PEERGROUPS: its supplementary groups); a uid
+	// match wins over the primary gid's, which wins over supplementary
+	// groups' (which must agree on one tenant and role).
 	UIDs []uint32 `json:"uids,omitempty"`
 	GIDs []uint32 `json:"gids,omitempty"`
 	// Subjects are verified mTLS client certificate subjects, as Go's
@@ -275,6 +277,23 @@ func (t *Tenants) lookup(p peer) (c caller, ok bool) {
 		}
 		if c, ok := tab.byGID[p.gid]; ok {
 			return c, true
+		}
+		// Then the supplementary groups: those that name a tenant must
+		// all name one tenant in one role; a peer in the groups of two
+		// acts for neither (no guess between them).
+		var found *caller
+		for _, g := range p.groups {
+			c, ok := tab.byGID[g]
+			if !ok {
+				continue
+			}
+			if found != nil && (found.Tenant != c.Tenant || found.Role != c.Role) {
+				return caller{}, false
+			}
+			found = &c
+		}
+		if found != nil {
+			return *found, true
 		}
 	}
 	if p.subject != "" {
