@@ -922,12 +922,20 @@ func (a *fleetAgent) publish(ctx context.Context, log *slog.Logger, rec journal.
 	if err := all(puts, 8); err != nil {
 		return err
 	}
-	late := false
+	// taken: the record holds this host's result (written now, or by an
+	// earlier publish); otherwise it says whose word it holds instead.
+	var taken bool
+	var holder string
 	end := func(r *fleet.Record) bool {
-		late = r.State == fleet.StateEnded && r.EndedBy != a.s.cfg.Name
-		if r.State == fleet.StateEnded || r.Host != a.s.cfg.Name || r.Digest != rec.Digest {
+		switch {
+		case r.State == fleet.StateEnded:
+			taken, holder = r.EndedBy == a.s.cfg.Name, "ended by "+r.EndedBy
+			return false
+		case r.Host != a.s.cfg.Name || r.Digest != rec.Digest:
+			taken, holder = false, fmt.Sprintf("%s by host %q, digest %s", r.State, r.Host, r.Digest)
 			return false
 		}
+		taken = true
 		r.Receipt, r.ReceiptBlob, r.Result, r.ResultBlob = withReceipt.Receipt, withReceipt.ReceiptBlob, withResult.Result, withResult.ResultBlob
 		r.State, r.EndedBy, r.Status = fleet.StateEnded, a.s.cfg.Name, res.Status
 		return true
@@ -949,9 +957,9 @@ func (a *fleetAgent) publish(ctx context.Context, log *slog.Logger, rec journal.
 	if err != nil {
 		return err
 	}
-	if late {
+	if !taken {
 		a.count(&a.late)
-		log.Warn("fleet: late result not taken: the fleet ended the job already", "status", res.Status)
+		log.Warn("fleet: late result not taken: the fleet's record is another's word", "status", res.Status, "record", holder)
 	} else {
 		a.count(&a.published)
 		log.Info("fleet: result published", "status", res.Status)

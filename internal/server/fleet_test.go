@@ -6,6 +6,7 @@ import (
 	"errors"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -287,22 +288,13 @@ func TestFleetEmptyLogsAreNotStored(t *testing.T) {
 // revision fails, the record is read, and the late result logged.
 func TestFleetLateResultIsNotTaken(t *testing.T) {
 	ff := newFakeFleet()
-	h1 := fleetHost(t, ff, "h1", nil)
-	job := newJob(t, "late-1", "true")
-	gate := make(chan struct{})
-	h1.fb.mu.Lock()
-	h1.fb.gates[job.ID] = gate
-	h1.fb.mu.Unlock()
-	if _, err := ff.Submit(context.Background(), job); err != nil {
-		t.Fatal(err)
-	}
-	ff.waitFor(t, "the receipt", func(ff *fakeFleet) bool { return ff.records[job.ID].HasReceipt() })
+	h1, job, open := gatedFleetJob(t, ff, "late-1")
 	ff.mu.Lock()
 	byOther := ff.records[job.ID]
 	ff.mu.Unlock()
 	byOther.State, byOther.EndedBy, byOther.Status, byOther.Result = fleet.StateEnded, "h2", sandbox.StatusUncertain, []byte("h2's result")
 	byOther = ff.put(byOther)
-	close(gate)
+	open()
 	ff.waitFor(t, "the job settled", func(ff *fakeFleet) bool { return ff.settled(job.ID) })
 	ff.mu.Lock()
 	end := ff.records[job.ID]
@@ -313,6 +305,53 @@ func TestFleetLateResultIsNotTaken(t *testing.T) {
 	if n := h1.srv.fleet.counts()["late"]; n != 1 {
 		t.Errorf("late results counted: %d, want 1", n)
 	}
+}
+
+// A result whose record another host's claim holds now (not ended) is
+// not taken either, and is counted and logged as such, not as
+// published. Before, a declined write was reported "result published".
+func TestFleetResultNotTakenFromAnotherHostsClaim(t *testing.T) {
+	ff := newFakeFleet()
+	h1, job, open := gatedFleetJob(t, ff, "other-claim-1")
+	ff.mu.Lock()
+	byOther := ff.records[job.ID]
+	ff.mu.Unlock()
+	byOther.Host, byOther.Receipt = "h2", []byte("h2's receipt")
+	byOther = ff.put(byOther)
+	open()
+	ff.waitFor(t, "h1's message acknowledged", func(ff *fakeFleet) bool {
+		return slices.ContainsFunc(ff.msgs, func(m *fakeMsg) bool { return m.id == job.ID && m.state == "acked" })
+	})
+	ff.mu.Lock()
+	end := ff.records[job.ID]
+	ff.mu.Unlock()
+	if end.Revision != byOther.Revision || end.Host != "h2" || end.State != fleet.StateClaimed {
+		t.Errorf("the record after h1's result: %s by %s at revision %d, want h2's claim at %d", end.State, end.Host, end.Revision, byOther.Revision)
+	}
+	if c := h1.srv.fleet.counts(); c["late"] != 1 || c["published"] != 0 {
+		t.Errorf("counted late %d, published %d; want 1 and 0", c["late"], c["published"])
+	}
+}
+
+// gatedFleetJob has host h1 of ff take a job of id from the queue and run
+// it, held at its gate; it returns once the job's receipt is in its
+// record, with open to let the job end.
+func gatedFleetJob(t *testing.T, ff *fakeFleet, id string) (*fixture, sandbox.Job, func()) {
+	t.Helper()
+	h := fleetHost(t, ff, "h1", nil)
+	job := newJob(t, id, "true")
+	gate := make(chan struct{})
+	h.fb.mu.Lock()
+	h.fb.gates[job.ID] = gate
+	h.fb.mu.Unlock()
+	if _, err := ff.Submit(context.Background(), job); err != nil {
+		t.Fatal(err)
+	}
+	ff.waitFor(t, "the receipt in the record", func(ff *fakeFleet) bool { return ff.records[job.ID].HasReceipt() })
+	var once sync.Once
+	open := func() { once.Do(func() { close(gate) }) }
+	t.Cleanup(open)
+	return h, job, open
 }
 
 // A host with a tenants file takes a tenant's jobs only: a job queued for
@@ -361,21 +400,12 @@ func TestFleetHostWithTenantsLeavesAJobOfNoTenant(t *testing.T) {
 // its next delivery and run the job again.
 func TestFleetRecordGoneWhileTheJobRuns(t *testing.T) {
 	ff := newFakeFleet()
-	h := fleetHost(t, ff, "h1", nil)
-	job := newJob(t, "gone-1", "true")
-	gate := make(chan struct{})
-	h.fb.mu.Lock()
-	h.fb.gates[job.ID] = gate
-	h.fb.mu.Unlock()
-	if _, err := ff.Submit(context.Background(), job); err != nil {
-		t.Fatal(err)
-	}
-	ff.waitFor(t, "the receipt in the record", func(ff *fakeFleet) bool { return ff.records[job.ID].HasReceipt() })
+	h, job, open := gatedFleetJob(t, ff, "gone-1")
 	ff.mu.Lock()
 	delete(ff.records, job.ID)
 	ff.changeLocked()
 	ff.mu.Unlock()
-	close(gate)
+	open()
 	ff.waitFor(t, "the job ended in its record", func(ff *fakeFleet) bool {
 		r, ok := ff.records[job.ID]
 		return ok && r.State == fleet.StateEnded
