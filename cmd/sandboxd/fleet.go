@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"regexp"
 	"strconv"
 	"strings"
 	"text/tabwriter"
@@ -164,13 +163,11 @@ func cmdFleetPermissions(args []string, stdout, stderr io.Writer) int {
 	out, err := fleetAccount(*file, *host, *account)
 	if err != nil {
 		fmt.Fprintln(stderr, "sandboxd fleet permissions:", err)
-		return exitUsage
+		return exitForInput(err)
 	}
 	fmt.Fprint(stdout, out)
 	return exitOK
 }
-
-var natsName = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
 
 // fleetAccount is the NATS configuration of the fleet's account for the
 // tenants of file.
@@ -184,8 +181,8 @@ func fleetAccount(file, host, account string) (string, error) {
 		return "", err
 	}
 	for name, what := range map[string]string{host: "--host-user", account: "--account"} {
-		if !natsName.MatchString(name) {
-			return "", fmt.Errorf("%s %q is not 1-64 characters of [A-Za-z0-9_-]: %w", what, name, sandbox.ErrInvalid)
+		if err := server.CheckNATSName(name); err != nil {
+			return "", fmt.Errorf("%s %w", what, err)
 		}
 	}
 	tenants := ts.List()
@@ -213,7 +210,9 @@ func fleetAccount(file, host, account string) (string, error) {
 		return strings.Join(q, ",\n            ")
 	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "# The NATS account of a sandboxd fleet, written by `sandboxd fleet permissions` from %s.\n", file)
+	// The file's name is quoted: a name with a newline would otherwise
+	// end the comment and write configuration.
+	fmt.Fprintf(&b, "# The NATS account of a sandboxd fleet, written by `sandboxd fleet permissions` from %q.\n", file)
 	fmt.Fprintf(&b, "# Each password is the environment variable named, in nats-server's environment.\n")
 	fmt.Fprintf(&b, "accounts {\n  %s {\n    jetstream: enabled\n    users: [\n", account)
 	pw, err := password(host)

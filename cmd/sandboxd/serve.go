@@ -321,11 +321,14 @@ func faultHook(log *slog.Logger) func(step, jobID string) {
 // daemon that serves without it.
 func (o serveOptions) joinFleet(ctx context.Context, cfg *server.Config, log *slog.Logger) (*fleet.JetStream, error) {
 	octx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	if o.fleet.tenant != "" {
+		return nil, errors.New("--fleet-tenant is a submitter's: a host takes the jobs of every tenant of --tenants")
+	}
 	opt := fleet.Options{Name: "sandboxd host " + o.name, Setup: true, Replicas: o.fleetReplicas, AckWait: o.fleetAckWait}
 	if cfg.Tenants != nil {
 		for _, t := range cfg.Tenants.List() {
 			if err := fleet.CheckTenantName(t.Name); err != nil {
-				cancel()
 				return nil, fmt.Errorf("--tenants %s with --fleet: tenant %q: %w", cfg.Tenants.File(), t.Name, err)
 			}
 			opt.Tenants = append(opt.Tenants, t.Name)
@@ -337,12 +340,7 @@ func (o serveOptions) joinFleet(ctx context.Context, cfg *server.Config, log *sl
 			}
 		}
 	}
-	if o.fleet.tenant != "" {
-		cancel()
-		return nil, errors.New("--fleet-tenant is a submitter's: a host takes the jobs of every tenant of --tenants")
-	}
 	co, err := o.fleet.openWith(octx, opt)
-	cancel()
 	if err != nil {
 		return nil, err
 	}

@@ -229,7 +229,7 @@ func (t *tenantTable) add(e *Tenant, id TenantIdentity) error {
 		t.bySubject[s] = c
 	}
 	for _, u := range id.NATSUsers {
-		if !natsUserRE.MatchString(u) {
+		if !natsNameRE.MatchString(u) {
 			return fmt.Errorf("nats user %q is not 1-64 characters of [A-Za-z0-9_-]", u)
 		}
 		if o, ok := t.byNATS[u]; ok {
@@ -240,7 +240,16 @@ func (t *tenantTable) add(e *Tenant, id TenantIdentity) error {
 	return nil
 }
 
-var natsUserRE = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
+var natsNameRE = regexp.MustCompile(`^[A-Za-z0-9_-]{1,64}$`)
+
+// CheckNATSName refuses a NATS user or account name the fleet's
+// permissions file cannot carry as it is.
+func CheckNATSName(name string) error {
+	if !natsNameRE.MatchString(name) {
+		return fmt.Errorf("%q is not 1-64 characters of [A-Za-z0-9_-]: %w", name, sandbox.ErrInvalid)
+	}
+	return nil
+}
 
 // List is the tenants as the file names them, in its order.
 func (t *Tenants) List() []Tenant { return slices.Clone(t.cur.Load().tenants) }
@@ -256,12 +265,6 @@ func (t *Tenants) ByName(name string) (c caller, ok bool) {
 		}
 	}
 	return caller{}, false
-}
-
-// NATSUser is the tenant and role of a fleet NATS user.
-func (t *Tenants) NATSUser(user string) (c caller, ok bool) {
-	c, ok = t.cur.Load().byNATS[user]
-	return c, ok
 }
 
 // File is the tenants file's name, for messages.
