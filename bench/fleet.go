@@ -23,9 +23,6 @@ import (
 // one-second jobs at concurrency 2 per host on 1 host, then on 3.
 func (b *bench) fleetItem(ctx context.Context) error {
 	fmt.Printf("item 6: a fleet on NATS JetStream (3 nats-server nodes, R3, sync_interval: always), daemons on %s\n", b.o.fleetEngine)
-	if b.o.fleetEngine != "docker" && b.o.fleetEngine != "containerd" {
-		return fmt.Errorf("-fleet-engine %q: docker or containerd", b.o.fleetEngine)
-	}
 	if b.o.fleetEngine == "containerd" {
 		if _, err := b.ctrEngine(ctx); err != nil { // for the cleanup
 			return err

@@ -54,8 +54,8 @@ func main() {
 	flag.StringVar(&o.runtime, "runtime", sandbox.RuntimeRunc, "runtime of the containerd side: runc or runsc (Docker and the baselines stay runc)")
 	flag.StringVar(&o.fleetEngine, "fleet-engine", "docker", "engine of item 6's fleet daemons: docker or containerd")
 	flag.Parse()
-	if o.image == "" || (o.runtime != sandbox.RuntimeRunc && o.runtime != sandbox.RuntimeRunsc) {
-		fmt.Fprintln(os.Stderr, "usage: bench -image sha256:… [-bin DIR] [-runtime runc|runsc] (see bench/run)")
+	if o.image == "" || (o.runtime != sandbox.RuntimeRunc && o.runtime != sandbox.RuntimeRunsc) || (o.fleetEngine != "docker" && o.fleetEngine != "containerd") {
+		fmt.Fprintln(os.Stderr, "usage: bench -image sha256:… [-bin DIR] [-runtime runc|runsc] [-fleet-engine docker|containerd] (see bench/run)")
 		os.Exit(2)
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
