@@ -161,10 +161,18 @@ func TestFleetTenantsAsGenerated(t *testing.T) {
 	if err := nc.Flush(); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(500 * time.Millisecond) // the server's word on each comes asynchronously
-	mu.Lock()
-	got := strings.Join(violations, "\n")
-	mu.Unlock()
+	// The server's word on each comes asynchronously: all of it is
+	// waited for (a refusal it never sends fails below, after 10 s).
+	var got string
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		mu.Lock()
+		n := len(violations)
+		got = strings.Join(violations, "\n")
+		mu.Unlock()
+		if n >= len(tries)+2 || time.Now().After(deadline) {
+			break
+		}
+	}
 	for _, try := range tries {
 		if !strings.Contains(got, `Permissions Violation for Publish to "`+try.subject+`"`) {
 			t.Errorf("B may %s (publish to %s): the server said no violation of it; it said:\n%s", try.what, try.subject, got)
