@@ -88,7 +88,8 @@ var (
 	// ErrDenied: the NATS servers refused a call by the user's
 	// permissions (a tenant's user acting for another tenant, a reader
 	// submitting). It is not ErrUnavailable: trying again changes
-	// nothing, and nothing was made.
+	// nothing, and the write refused was not made (a step of the same
+	// call before it may have been: a record bound, its message refused).
 	ErrDenied = errors.New("refused by the fleet's NATS permissions")
 )
 
