@@ -93,6 +93,16 @@ func (ff *fakeFleet) put(rec fleet.Record) fleet.Record {
 	return rec
 }
 
+// rewrite changes the job's record as another writer of the fleet would,
+// and returns it as written.
+func (ff *fakeFleet) rewrite(id string, change func(*fleet.Record)) fleet.Record {
+	ff.mu.Lock()
+	rec := ff.records[id]
+	ff.mu.Unlock()
+	change(&rec)
+	return ff.put(rec)
+}
+
 // queue puts a message of job in the queue.
 func (ff *fakeFleet) queue(t *testing.T, job sandbox.Job) {
 	t.Helper()

@@ -289,11 +289,9 @@ func TestFleetEmptyLogsAreNotStored(t *testing.T) {
 func TestFleetLateResultIsNotTaken(t *testing.T) {
 	ff := newFakeFleet()
 	h1, job, open := gatedFleetJob(t, ff, "late-1")
-	ff.mu.Lock()
-	byOther := ff.records[job.ID]
-	ff.mu.Unlock()
-	byOther.State, byOther.EndedBy, byOther.Status, byOther.Result = fleet.StateEnded, "h2", sandbox.StatusUncertain, []byte("h2's result")
-	byOther = ff.put(byOther)
+	byOther := ff.rewrite(job.ID, func(r *fleet.Record) {
+		r.State, r.EndedBy, r.Status, r.Result = fleet.StateEnded, "h2", sandbox.StatusUncertain, []byte("h2's result")
+	})
 	open()
 	ff.waitFor(t, "the job settled", func(ff *fakeFleet) bool { return ff.settled(job.ID) })
 	ff.mu.Lock()
@@ -313,11 +311,7 @@ func TestFleetLateResultIsNotTaken(t *testing.T) {
 func TestFleetResultNotTakenFromAnotherHostsClaim(t *testing.T) {
 	ff := newFakeFleet()
 	h1, job, open := gatedFleetJob(t, ff, "other-claim-1")
-	ff.mu.Lock()
-	byOther := ff.records[job.ID]
-	ff.mu.Unlock()
-	byOther.Host, byOther.Receipt = "h2", []byte("h2's receipt")
-	byOther = ff.put(byOther)
+	byOther := ff.rewrite(job.ID, func(r *fleet.Record) { r.Host, r.Receipt = "h2", []byte("h2's receipt") })
 	open()
 	ff.waitFor(t, "h1's message acknowledged", func(ff *fakeFleet) bool {
 		return slices.ContainsFunc(ff.msgs, func(m *fakeMsg) bool { return m.id == job.ID && m.state == "acked" })
