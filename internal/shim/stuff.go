@@ -34,20 +34,48 @@ func NewStuffWriter(w io.Writer) *StuffWriter { return &StuffWriter{w: w} }
 
 func (s *StuffWriter) Write(p []byte) (int, error) {
 	s.buf = s.buf[:0]
-	for _, c := range p {
-		switch c {
-		case '\n':
-			s.buf = append(s.buf, stuffEsc, stuffNewline)
-		case stuffEsc:
-			s.buf = append(s.buf, stuffEsc, stuffSelf)
-		default:
-			s.buf = append(s.buf, c)
+	for rest := p; len(rest) > 0; {
+		k := special(rest)
+		if k < 0 {
+			s.buf = append(s.buf, rest...)
+			break
 		}
+		s.buf = append(s.buf, rest[:k]...)
+		if rest[k] == '\n' {
+			s.buf = append(s.buf, stuffEsc, stuffNewline)
+		} else {
+			s.buf = append(s.buf, stuffEsc, stuffSelf)
+		}
+		rest = rest[k+1:]
 	}
 	if _, err := s.w.Write(s.buf); err != nil {
 		return 0, err
 	}
 	return len(p), nil
+}
+
+// specialWindow is how far special looks for one byte before it looks
+// for the other: far enough for the vector search to pay, near enough
+// that a stream dense in one of them is not searched again and again for
+// the other.
+const specialWindow = 512
+
+// special returns the index of the first newline or escape in b, or -1.
+func special(b []byte) int {
+	for off := 0; off < len(b); off += specialWindow {
+		w := b[off:min(off+specialWindow, len(b))]
+		k := bytes.IndexByte(w, stuffEsc)
+		if k >= 0 {
+			w = w[:k]
+		}
+		if j := bytes.IndexByte(w, '\n'); j >= 0 {
+			return off + j
+		}
+		if k >= 0 {
+			return off + k
+		}
+	}
+	return -1
 }
 
 // ErrStuffing is returned for a stream that is not validly stuffed: a raw
@@ -77,7 +105,7 @@ func (u *UnstuffReader) Read(p []byte) (int, error) {
 	n, i := 0, 0
 	for i < len(buf) && n < len(p) {
 		run := buf[i:]
-		if k := bytes.IndexAny(run, "\n\x1b"); k >= 0 {
+		if k := special(run); k >= 0 {
 			run = run[:k]
 		}
 		m := copy(p[n:], run)

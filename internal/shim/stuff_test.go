@@ -28,8 +28,8 @@ func TestStuffRoundTripHasNoNewline(t *testing.T) {
 		// Written in uneven pieces, read in one-byte and odd-sized reads.
 		for rest := in; len(rest) > 0; {
 			k := min(len(rest), 1+rng.IntN(5000))
-			if _, err := w.Write(rest[:k]); err != nil {
-				t.Fatal(err)
+			if n, err := w.Write(rest[:k]); err != nil || n != k {
+				t.Fatalf("Write of %d bytes = %d, %v", k, n, err)
 			}
 			rest = rest[k:]
 		}
@@ -59,4 +59,53 @@ func TestUnstuffRefusesWhatStuffingNeverWrites(t *testing.T) {
 			t.Errorf("%q (one read): got %v, want ErrStuffing", in, err)
 		}
 	}
+}
+
+// special finds the first newline or escape wherever it is: in the first
+// window or a later one, before or after the other byte.
+func TestSpecialFindsTheFirstOfEither(t *testing.T) {
+	naive := func(b []byte) int { return bytes.IndexAny(b, "\n\x1b") }
+	rng := rand.New(rand.NewPCG(3, 4))
+	for range 2000 {
+		b := bytes.Repeat([]byte{'x'}, rng.IntN(4*specialWindow))
+		for range rng.IntN(3) {
+			if len(b) > 0 {
+				b[rng.IntN(len(b))] = []byte{'\n', stuffEsc}[rng.IntN(2)]
+			}
+		}
+		if got, want := special(b), naive(b); got != want {
+			t.Fatalf("special = %d, want %d (len %d)", got, want, len(b))
+		}
+	}
+}
+
+// Stuffing and unstuffing random bytes (about one byte in 128 escaped):
+// the collector reads every artifact through this.
+func BenchmarkUnstuffRandom(b *testing.B) {
+	in := make([]byte, 8<<20)
+	rng := rand.New(rand.NewPCG(5, 6))
+	for i := range in {
+		in[i] = byte(rng.UintN(256))
+	}
+	var enc bytes.Buffer
+	NewStuffWriter(&enc).Write(in)
+	b.Run("stuff", func(b *testing.B) {
+		b.SetBytes(int64(len(in)))
+		w := NewStuffWriter(io.Discard)
+		for b.Loop() {
+			w.Write(in)
+		}
+	})
+	b.Run("unstuff", func(b *testing.B) {
+		b.SetBytes(int64(len(in)))
+		buf := make([]byte, 32<<10)
+		for b.Loop() {
+			r := NewUnstuffReader(bytes.NewReader(enc.Bytes()))
+			for {
+				if _, err := r.Read(buf); err != nil {
+					break
+				}
+			}
+		}
+	})
 }
