@@ -223,7 +223,7 @@ func (c *collector) beginFile(p []byte) error {
 	case h.Size < 0 || h.Size > j.Limits.OutputBytes-c.bytes:
 		return fmt.Errorf("artifact %s of %d bytes exceeds output_bytes: %w", h.Path, h.Size, errProtocol)
 	}
-	w, err := c.r.b.blobs.NewWriter(h.Size)
+	w, err := c.batch.NewWriter(h.Size)
 	if err != nil {
 		return err
 	}

@@ -633,20 +633,16 @@ func (r *run) sendInput(w io.Writer, in sandbox.Input) error {
 		return fmt.Errorf("input %s: %w", in.Name, err)
 	}
 	defer f.Close()
-	st, err := f.Stat()
-	if err != nil {
-		return err
-	}
-	if err := shim.WriteInputHeader(w, st.Size()); err != nil {
+	if err := shim.WriteInputHeader(w, f.Size()); err != nil {
 		return fmt.Errorf("input %s: %w", in.Name, err)
 	}
 	h := newHasher()
-	n, err := io.Copy(io.MultiWriter(w, h), io.LimitReader(f, st.Size()))
+	n, err := io.Copy(io.MultiWriter(w, h), f)
 	if err != nil {
 		return fmt.Errorf("input %s: send: %w", in.Name, err)
 	}
 	r.b.stats.BytesStaged.Add(n)
-	if n != st.Size() || h.digest() != in.Digest {
+	if n != f.Size() || h.digest() != in.Digest {
 		return fmt.Errorf("input %s: blob changed on disk (read %d bytes hashing to %s, want %s)", in.Name, n, h.digest(), in.Digest)
 	}
 	return nil

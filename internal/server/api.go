@@ -517,13 +517,8 @@ func (s *Server) getBlob(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer f.Close()
-	st, err := f.Stat()
-	if err != nil {
-		writeError(w, http.StatusInternalServerError, err)
-		return
-	}
 	w.Header().Set("Content-Type", "application/octet-stream")
-	w.Header().Set("Content-Length", strconv.FormatInt(st.Size(), 10))
+	w.Header().Set("Content-Length", strconv.FormatInt(f.Size(), 10))
 	w.Header().Set("Docker-Content-Digest", d)
 	io.Copy(w, f)
 }

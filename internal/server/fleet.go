@@ -989,11 +989,7 @@ func (a *fleetAgent) putBlob(ctx context.Context, co fleet.Coordinator, digest s
 		return fmt.Errorf("output %s: %w", digest, err)
 	}
 	defer f.Close()
-	fi, err := f.Stat()
-	if err != nil {
-		return err
-	}
-	return co.PutBlob(ctx, digest, fi.Size(), f)
+	return co.PutBlob(ctx, digest, f.Size(), f)
 }
 
 // checkLease looks at a job another host claimed: while that host's lease

@@ -56,10 +56,19 @@ func (s *Store) Touch(d string) error {
 		return err
 	}
 	now := time.Now()
-	if err := os.Chtimes(p, now, now); err != nil {
+	err = os.Chtimes(p, now, now)
+	if errors.Is(err, fs.ErrNotExist) {
+		// A packed blob: its pack is used now.
+		l, ok := s.findPacked(d)
+		if !ok {
+			return fmt.Errorf("blob %s: %w", d, ErrNotFound)
+		}
+		err = os.Chtimes(s.packPath(l.p.name), now, now)
 		if errors.Is(err, fs.ErrNotExist) {
 			return fmt.Errorf("blob %s: %w", d, ErrNotFound)
 		}
+	}
+	if err != nil {
 		return fmt.Errorf("blob store: %w", err)
 	}
 	return nil
@@ -277,66 +286,128 @@ type SweepReport struct {
 	Bytes        int64 `json:"bytes"`
 }
 
-// Sweep removes the orphan blobs of p, then, while the store holds more
-// than p.Budget, the least recently used blobs nothing needs now.
-func (s *Store) Sweep(p SweepPolicy) (SweepReport, error) {
+// unit is what a sweep removes at once: a blob of its own, or a pack
+// with all its members.
+type unit struct {
+	Blob
+	pack *pack // nil for a blob of its own
+}
+
+// count is the number of blobs the unit holds.
+func (u unit) count() int {
+	if u.pack == nil {
+		return 1
+	}
+	return len(u.pack.members)
+}
+
+// any reports whether f holds for a blob of the unit.
+func (u unit) any(f func(d string) bool) bool {
+	if u.pack == nil {
+		return f(u.Digest)
+	}
+	for _, e := range u.pack.members {
+		if f(keyDigest(e.key)) {
+			return true
+		}
+	}
+	return false
+}
+
+// units lists the blobs of their own and the packs the store holds.
+func (s *Store) units() ([]unit, error) {
 	blobs, err := s.Blobs()
+	if err != nil {
+		return nil, err
+	}
+	out := make([]unit, 0, len(blobs))
+	for _, b := range blobs {
+		out = append(out, unit{Blob: b})
+	}
+	for _, p := range s.knownPacks() {
+		st, err := os.Lstat(s.packPath(p.name))
+		if errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("blob store: %w", err)
+		}
+		out = append(out, unit{Blob: Blob{Digest: "pack " + p.name, Size: st.Size(), Used: st.ModTime()}, pack: p})
+	}
+	return out, nil
+}
+
+// Sweep removes the orphan blobs of p, then, while the store holds more
+// than p.Budget, the least recently used blobs nothing needs now. A pack
+// goes only when none of its members is referenced, leased, pinned or
+// used too recently, and then with all of them.
+func (s *Store) Sweep(p SweepPolicy) (SweepReport, error) {
+	units, err := s.units()
 	if err != nil {
 		return SweepReport{}, err
 	}
 	s.expireLeases(p.LeaseTTL)
 	var rep SweepReport
 	var errs []error
-	var kept []Blob
+	var kept []unit
 	// A process that began sharing the store after this touches what it
 	// finds after this, under the sweep lock: MinAge spares it.
 	users := s.usersCutoff()
-	for _, b := range blobs {
-		if p.Referenced(b.Digest) || s.leased(b.Digest, p.LeaseTTL) {
-			kept = append(kept, b)
+	leased := func(d string) bool { return s.leased(d, p.LeaseTTL) }
+	for _, u := range units {
+		if u.any(p.Referenced) || u.any(leased) {
+			kept = append(kept, u)
 			continue
 		}
-		switch gone, err := s.removeIfIdle(b, p.MinAge, p.LeaseTTL, users); {
+		switch gone, err := s.removeIfIdle(u, p.MinAge, p.LeaseTTL, users); {
 		case err != nil:
 			errs = append(errs, err)
-			kept = append(kept, b)
+			kept = append(kept, u)
 		case gone:
-			rep.Removed++
-			rep.RemovedBytes += b.Size
+			rep.Removed += u.count()
+			rep.RemovedBytes += u.Size
 		default:
-			kept = append(kept, b)
+			kept = append(kept, u)
 		}
 	}
 	var total int64
-	for _, b := range kept {
-		total += b.Size
+	for _, u := range kept {
+		total += u.Size
 	}
 	if p.Budget > 0 && total > p.Budget {
-		slices.SortFunc(kept, func(a, b Blob) int { return a.Used.Compare(b.Used) })
+		slices.SortFunc(kept, func(a, b unit) int { return a.Used.Compare(b.Used) })
 		rest := kept[:0]
-		for _, b := range kept {
-			if total <= p.Budget || s.leased(b.Digest, p.LeaseTTL) {
-				rest = append(rest, b)
+		for _, u := range kept {
+			if total <= p.Budget || u.any(leased) {
+				rest = append(rest, u)
 				continue
 			}
-			switch gone, err := s.removeIfIdle(b, p.MinAge, p.LeaseTTL, users); {
+			switch gone, err := s.removeIfIdle(u, p.MinAge, p.LeaseTTL, users); {
 			case err != nil:
 				errs = append(errs, err)
-				rest = append(rest, b)
+				rest = append(rest, u)
 			case gone:
-				rep.Evicted++
-				rep.EvictedBytes += b.Size
-				total -= b.Size
+				rep.Evicted += u.count()
+				rep.EvictedBytes += u.Size
+				total -= u.Size
 			default:
-				rest = append(rest, b)
+				rest = append(rest, u)
 			}
 		}
 		kept = rest
 	}
-	rep.Blobs, rep.Bytes = len(kept), total
+	for _, u := range kept {
+		rep.Blobs += u.count()
+	}
+	rep.Bytes = total
 	if rep.Removed+rep.Evicted > 0 {
 		if err := s.syncBlobDir(); err != nil {
 			errs = append(errs, err)
+		}
+		if _, err := os.Lstat(s.packDir()); err == nil {
+			if err := syncDir(s.packDir()); err != nil {
+				errs = append(errs, fmt.Errorf("blob store: sync directory: %w", err))
+			}
 		}
 	}
 	return rep, errors.Join(errs...)
@@ -346,20 +417,25 @@ func (s *Store) Sweep(p SweepPolicy) (SweepReport, error) {
 // used since the oldest hold began, since users (when the oldest process
 // sharing the store began) or within minAge, all looked at again under the
 // sweep lock, so that no Pin, Keep or writer settles on it meanwhile.
-func (s *Store) removeIfIdle(b Blob, minAge, leaseTTL time.Duration, users time.Time) (bool, error) {
+func (s *Store) removeIfIdle(u unit, minAge, leaseTTL time.Duration, users time.Time) (bool, error) {
 	if err := s.refs.sweep.Lock(); err != nil {
 		return false, err
 	}
 	defer s.refs.sweep.Unlock()
-	hook("locked", b.Digest)
-	if s.Pinned(b.Digest) || s.leased(b.Digest, leaseTTL) {
+	hook("locked", u.Digest)
+	if u.any(s.Pinned) || u.any(func(d string) bool { return s.leased(d, leaseTTL) }) {
 		return false, nil
 	}
-	p, err := s.Path(b.Digest)
-	if err != nil {
-		return false, err
+	p := ""
+	if u.pack != nil {
+		p = s.packPath(u.pack.name)
+	} else {
+		var err error
+		if p, err = s.Path(u.Digest); err != nil {
+			return false, err
+		}
 	}
-	st, err := os.Stat(p)
+	st, err := os.Lstat(p)
 	if errors.Is(err, fs.ErrNotExist) {
 		return false, nil
 	}
@@ -376,8 +452,19 @@ func (s *Store) removeIfIdle(b Blob, minAge, leaseTTL time.Duration, users time.
 	if !st.ModTime().Before(cutoff) {
 		return false, nil
 	}
-	hook("checked", b.Digest)
-	if err := s.remove(b.Digest); err != nil {
+	hook("checked", u.Digest)
+	if u.pack != nil {
+		if err := os.Remove(p); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return false, fmt.Errorf("blob store: %w", err)
+		}
+		s.packs.mu.Lock()
+		if s.packs.known[u.pack.name] == u.pack {
+			s.dropPackLocked(u.pack)
+		}
+		s.packs.mu.Unlock()
+		return true, nil
+	}
+	if err := s.remove(u.Digest); err != nil {
 		return false, err
 	}
 	return true, nil

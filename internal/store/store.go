@@ -51,6 +51,8 @@ type Store struct {
 	mu   sync.Mutex
 	// users is DIR/users once the store is shared (share.go).
 	users string
+	// packs are the packs read so far (pack.go).
+	packs packs
 }
 
 // Open returns the store rooted at dir, creating it (mode 0700) if needed.
@@ -91,21 +93,58 @@ func (s *Store) Has(d string) bool {
 	if err != nil {
 		return false
 	}
-	st, err := os.Stat(p)
-	return err == nil && st.Mode().IsRegular()
+	if st, err := os.Stat(p); err == nil && st.Mode().IsRegular() {
+		return true
+	}
+	_, ok := s.findPacked(d)
+	return ok
 }
 
+// File is an open blob: exactly its bytes, whether it is a file of its
+// own or a member of a pack.
+type File struct {
+	*io.SectionReader
+	f *os.File
+}
+
+// Close closes the file the blob is read from.
+func (f *File) Close() error { return f.f.Close() }
+
 // Open opens the blob d for reading.
-func (s *Store) Open(d string) (*os.File, error) {
+func (s *Store) Open(d string) (*File, error) {
 	p, err := s.Path(d)
 	if err != nil {
 		return nil, err
 	}
 	f, err := os.Open(p)
-	if errors.Is(err, fs.ErrNotExist) {
-		return nil, fmt.Errorf("blob %s: %w", d, ErrNotFound)
+	if err == nil {
+		st, err := f.Stat()
+		if err != nil {
+			f.Close()
+			return nil, err
+		}
+		return &File{io.NewSectionReader(f, 0, st.Size()), f}, nil
 	}
-	return f, err
+	if !errors.Is(err, fs.ErrNotExist) {
+		return nil, err
+	}
+	// A pack swept between the look-up and the open is looked up again.
+	for range 2 {
+		l, ok := s.findPacked(d)
+		if !ok {
+			break
+		}
+		f, err := os.Open(s.packPath(l.p.name))
+		if errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return nil, err
+		}
+		e := l.entry()
+		return &File{io.NewSectionReader(f, e.off, e.size), f}, nil
+	}
+	return nil, fmt.Errorf("blob %s: %w", d, ErrNotFound)
 }
 
 // Size returns the size of blob d.
@@ -116,6 +155,9 @@ func (s *Store) Size(d string) (int64, error) {
 	}
 	st, err := os.Stat(p)
 	if errors.Is(err, fs.ErrNotExist) {
+		if l, ok := s.findPacked(d); ok {
+			return l.entry().size, nil
+		}
 		return 0, fmt.Errorf("blob %s: %w", d, ErrNotFound)
 	}
 	if err != nil {
@@ -162,6 +204,9 @@ type Writer struct {
 	n    int64
 	max  int64
 	done bool
+	// pk is the pack of a batch's member, written from start on (pack.go).
+	pk    *packWriter
+	start int64
 }
 
 // memSize bounds the blob a Writer keeps in memory rather than in a temp
@@ -208,6 +253,14 @@ func (w *Writer) Write(p []byte) (int, error) {
 	}
 	if w.max >= 0 && w.n+int64(len(p)) > w.max {
 		return 0, fmt.Errorf("more than %d bytes: %w", w.max, ErrTooLarge)
+	}
+	if w.pk != nil {
+		if err := w.pk.write(p); err != nil {
+			return 0, err
+		}
+		w.h.Write(p)
+		w.n += int64(len(p))
+		return len(p), nil
 	}
 	if w.fd < 0 && w.n+int64(len(p)) <= memSize {
 		if w.mem == nil {
@@ -284,6 +337,10 @@ func (w *Writer) check(want string) (string, error) {
 // Commit makes the blob durable and visible under its digest. If want is
 // not empty and differs from the content's digest, nothing is kept.
 func (w *Writer) Commit(want string) (string, int64, error) {
+	if w.pk != nil {
+		w.Abort()
+		return "", 0, errors.New("a batch's blob is committed by the batch")
+	}
 	d, err := w.check(want)
 	if err != nil {
 		return "", 0, err
@@ -430,6 +487,10 @@ func (w *Writer) Abort() {
 		return
 	}
 	w.done = true
+	if w.pk != nil {
+		w.pk.truncate(w.start)
+		return
+	}
 	w.release()
 }
 
@@ -566,6 +627,8 @@ const batchWorkers = 32
 // Add and Commit are called from one goroutine.
 type Batch struct {
 	s      *Store
+	pack   *packWriter // once more than packAfter writers were handed out
+	given  int
 	sem    chan struct{}
 	wg     sync.WaitGroup
 	added  int
@@ -577,6 +640,29 @@ type Batch struct {
 // NewBatch starts a batch. Call Commit when every blob has been added.
 func (s *Store) NewBatch() *Batch {
 	return &Batch{s: s, sem: make(chan struct{}, batchWorkers)}
+}
+
+// NewWriter starts the batch's next blob: a Writer of the store while
+// the batch has handed out at most packAfter, then a member of the
+// batch's pack (pack.go). A member is written and added (or aborted)
+// before the next writer is asked for; it is only ever added to this
+// batch, and never committed on its own.
+func (b *Batch) NewWriter(maxBytes int64) (*Writer, error) {
+	if b.closed {
+		return nil, errors.New("blob batch already committed")
+	}
+	b.given++
+	if b.given <= packAfter {
+		return b.s.NewWriter(maxBytes)
+	}
+	if b.pack == nil {
+		pw, err := b.s.newPackWriter()
+		if err != nil {
+			return nil, err
+		}
+		b.pack = pw
+	}
+	return &Writer{s: b.s, fd: -1, h: sha256.New(), max: maxBytes, pk: b.pack, start: b.pack.end()}, nil
 }
 
 // Add finishes w, checked against want as Commit does, and hands it to
@@ -595,6 +681,18 @@ func (b *Batch) Add(w *Writer, want string) (string, int64, error) {
 	d, err := w.check(want)
 	if err != nil {
 		return "", 0, err
+	}
+	if w.pk != nil {
+		if w.pk != b.pack {
+			return "", 0, errors.New("a member of another batch's pack")
+		}
+		if err := b.pack.err; err != nil {
+			return "", 0, err
+		}
+		var k [sha256.Size]byte
+		w.h.Sum(k[:0])
+		b.pack.add(k, w.n)
+		return d, w.n, nil
 	}
 	b.sem <- struct{}{}
 	b.wg.Add(1)
@@ -627,14 +725,18 @@ func (b *Batch) Commit() error {
 		return errors.New("blob batch already committed")
 	}
 	b.closed = true
+	var perr error
+	if b.pack != nil {
+		_, perr = b.pack.commit()
+	}
 	b.wg.Wait()
 	if b.added == 0 {
-		return nil
+		return perr
 	}
 	// Synced even after a failure: the blobs that made it are whole.
 	serr := b.s.syncBlobDir()
 	if err := b.failed(); err != nil {
 		return err
 	}
-	return serr
+	return errors.Join(perr, serr)
 }

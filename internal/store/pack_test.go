@@ -1,0 +1,442 @@
+package store
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// packBatch puts contents into s with one batch and returns their digests.
+func packBatch(t *testing.T, s *Store, contents [][]byte) []string {
+	t.Helper()
+	b := s.NewBatch()
+	var digests []string
+	for _, c := range contents {
+		w, err := b.NewWriter(int64(len(c)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for rest := c; len(rest) > 0; {
+			k := min(len(rest), 7_000)
+			if _, err := w.Write(rest[:k]); err != nil {
+				t.Fatal(err)
+			}
+			rest = rest[k:]
+		}
+		d, n, err := b.Add(w, "")
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d != digestOf(c) || n != int64(len(c)) {
+			t.Fatalf("Add = %s %d, want %s %d", d, n, digestOf(c), len(c))
+		}
+		digests = append(digests, d)
+	}
+	if err := b.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	return digests
+}
+
+// packFiles lists DIR/packs.
+func packFiles(t *testing.T, dir string) []string {
+	t.Helper()
+	ents, err := os.ReadDir(filepath.Join(dir, "packs"))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, e := range ents {
+		out = append(out, e.Name())
+	}
+	return out
+}
+
+// holdsExactly fails unless the store gives each digest's exact bytes
+// through Has, Size, Open (read whole, at an offset, after a seek) and
+// Verify.
+func holdsExactly(t *testing.T, s *Store, digests []string, contents [][]byte) {
+	t.Helper()
+	for i, d := range digests {
+		c := contents[i]
+		if !s.Has(d) {
+			t.Fatalf("blob %d: Has = false", i)
+		}
+		if n, err := s.Size(d); err != nil || n != int64(len(c)) {
+			t.Fatalf("blob %d: Size = %d, %v, want %d", i, n, err, len(c))
+		}
+		f, err := s.Open(d)
+		if err != nil {
+			t.Fatalf("blob %d: %v", i, err)
+		}
+		got, err := io.ReadAll(f)
+		if err != nil || !bytes.Equal(got, c) || f.Size() != int64(len(c)) {
+			t.Fatalf("blob %d: read %d bytes (%v), want its %d", i, len(got), err, len(c))
+		}
+		if len(c) > 3 {
+			tail := make([]byte, 3)
+			if _, err := f.ReadAt(tail, int64(len(c)-3)); err != nil || !bytes.Equal(tail, c[len(c)-3:]) {
+				t.Fatalf("blob %d: ReadAt of its last bytes: %q %v", i, tail, err)
+			}
+			if _, err := f.ReadAt(tail, int64(len(c)-1)); err != io.EOF {
+				t.Fatalf("blob %d: ReadAt past its end: %v, want EOF", i, err)
+			}
+		}
+		f.Close()
+		if err := s.Verify(d); err != nil {
+			t.Fatalf("blob %d: %v", i, err)
+		}
+	}
+}
+
+// A batch's first packAfter blobs are files of their own and the rest
+// one pack; every blob is whole and addressable by its digest when
+// Commit returns, from this store and from another process's.
+func TestBatchPacksWhatComesAfterItsFirstBlobs(t *testing.T) {
+	modes(t, func(t *testing.T, s *Store, dir string) {
+		contents := blobContents(packAfter + 200)
+		digests := packBatch(t, s, contents)
+		loose, _ := os.ReadDir(filepath.Join(dir, "sha256"))
+		packs := packFiles(t, dir)
+		if len(loose) != packAfter || len(packs) != 1 {
+			t.Fatalf("%d loose blobs and %d packs, want %d and 1", len(loose), len(packs), packAfter)
+		}
+		st, err := os.Stat(filepath.Join(dir, "packs", packs[0]))
+		if err != nil || st.Mode().Perm() != 0o400 {
+			t.Fatalf("pack: %v %v, want a read-only file", st, err)
+		}
+		holdsExactly(t, s, digests, contents)
+		emptyTemp(t, dir)
+		other, err := Open(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		holdsExactly(t, other, digests, contents)
+	})
+}
+
+// A member aborted half-way, or refused for a claimed digest its content
+// does not have, leaves nothing; the members after it are whole.
+func TestPackMemberAbortedOrRefused(t *testing.T) {
+	modes(t, func(t *testing.T, s *Store, dir string) {
+		contents := blobContents(packAfter + 20)
+		b := s.NewBatch()
+		var kept []string
+		var keptContents [][]byte
+		var dropped []string
+		for i, c := range contents {
+			w, err := b.NewWriter(-1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := w.Write(c); err != nil {
+				t.Fatal(err)
+			}
+			switch {
+			case i == packAfter+3:
+				w.Abort()
+				dropped = append(dropped, digestOf(c))
+			case i == packAfter+7:
+				if _, _, err := b.Add(w, digestOf([]byte("something else"))); !errors.Is(err, ErrDigestMismatch) {
+					t.Fatalf("got %v, want ErrDigestMismatch", err)
+				}
+				dropped = append(dropped, digestOf(c))
+			default:
+				d, _, err := b.Add(w, "")
+				if err != nil {
+					t.Fatal(err)
+				}
+				kept, keptContents = append(kept, d), append(keptContents, c)
+			}
+		}
+		if err := b.Commit(); err != nil {
+			t.Fatal(err)
+		}
+		holdsExactly(t, s, kept, keptContents)
+		for _, d := range dropped {
+			if s.Has(d) {
+				t.Fatalf("%s is in the store", d)
+			}
+			if _, err := s.Open(d); !errors.Is(err, ErrNotFound) {
+				t.Fatalf("Open of a dropped member: %v, want ErrNotFound", err)
+			}
+		}
+		emptyTemp(t, dir)
+	})
+}
+
+// A pack that cannot be synced fails the batch's Commit: it is not put in
+// place, and no temp file is left.
+func TestPackSyncFailure(t *testing.T) {
+	modes(t, func(t *testing.T, s *Store, dir string) {
+		orig := fsync
+		t.Cleanup(func() { fsync = orig })
+		fsync = func(fd int) error {
+			var st unix.Stat_t
+			if unix.Fstat(fd, &st) == nil && st.Size > 256<<10 {
+				return unix.EIO
+			}
+			return orig(fd)
+		}
+		contents := blobContents(packAfter + 30)
+		b := s.NewBatch()
+		for _, c := range contents {
+			w, _ := b.NewWriter(-1)
+			w.Write(c)
+			if _, _, err := b.Add(w, ""); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := b.Commit(); !errors.Is(err, unix.EIO) {
+			t.Fatalf("got %v, want the sync's EIO", err)
+		}
+		if p := packFiles(t, dir); len(p) != 0 {
+			t.Fatalf("packs after a failed sync: %v", p)
+		}
+		if s.Has(digestOf(contents[packAfter+1])) {
+			t.Fatal("a member of the pack that failed is in the store")
+		}
+		emptyTemp(t, dir)
+	})
+}
+
+// The same members again make the same pack, kept once; a copy in place
+// that no longer holds its members is replaced, and Verify tells a
+// tampered member.
+func TestPackWrittenAgainAndRepaired(t *testing.T) {
+	modes(t, func(t *testing.T, s *Store, dir string) {
+		contents := blobContents(packAfter + 10)
+		digests := packBatch(t, s, contents)
+		packs := packFiles(t, dir)
+		p := filepath.Join(dir, "packs", packs[0])
+		old := time.Now().Add(-time.Hour)
+		os.Chtimes(p, old, old)
+		packBatch(t, s, contents)
+		if again := packFiles(t, dir); len(again) != 1 || again[0] != packs[0] {
+			t.Fatalf("packs %v after the same batch, want %v", again, packs)
+		}
+		if st, _ := os.Stat(p); st.ModTime().Before(time.Now().Add(-time.Minute)) {
+			t.Fatal("the pack kept was not marked used")
+		}
+		// One byte of the last member changed in place.
+		os.Chmod(p, 0o600)
+		raw, _ := os.ReadFile(p)
+		last := digests[len(digests)-1]
+		l, ok := s.findPacked(last)
+		if !ok {
+			t.Fatal("last member not found")
+		}
+		raw[l.entry().off] ^= 1
+		os.WriteFile(p, raw, 0o600)
+		if err := s.Verify(last); !errors.Is(err, ErrDigestMismatch) {
+			t.Fatalf("Verify of a tampered member: %v, want ErrDigestMismatch", err)
+		}
+		packBatch(t, s, contents)
+		holdsExactly(t, s, digests, contents)
+		if st, _ := os.Stat(p); st.Mode().Perm() != 0o400 {
+			t.Fatalf("the repaired pack is %v, want read-only", st.Mode())
+		}
+		emptyTemp(t, dir)
+	})
+}
+
+// A file in DIR/packs whose layout or name does not check is no pack: its
+// "members" are not in the store, and no sweep removes it.
+func TestNotAPackIsNeverReadNorRemoved(t *testing.T) {
+	dir := t.TempDir()
+	s, err := Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	contents := blobContents(packAfter + 5)
+	digests := packBatch(t, s, contents)
+	name := packFiles(t, dir)[0]
+	raw, _ := os.ReadFile(filepath.Join(dir, "packs", name))
+	bad := map[string][]byte{
+		strings.Repeat("0", 64):    raw,                // a name that is not its index's digest
+		"truncated":                raw[:len(raw)-1],   // no magic
+		"short":                    []byte("sbdpack1"), // shorter than a tail
+		"count":                    append(bytes.Clone(raw[:len(raw)-16]), 0, 0, 0, 0, 0, 0, 0, 9, 's', 'b', 'd', 'p', 'a', 'c', 'k', '1'),
+		"extra-" + name[:8]:        append([]byte{0}, raw...), // sizes that do not add up
+		"empty":                    {},                        //
+		"dir-" + name[:8] + ".d/x": nil,                       // a directory
+	}
+	os.Remove(filepath.Join(dir, "packs", name))
+	s2, _ := Open(dir)
+	for n, b := range bad {
+		p := filepath.Join(dir, "packs", n)
+		if b == nil {
+			os.MkdirAll(p, 0o700)
+			continue
+		}
+		if err := os.WriteFile(p, b, 0o400); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, st := range []*Store{s, s2} {
+		for _, d := range digests[packAfter:] {
+			if st.Has(d) {
+				t.Fatalf("%s found in a file that is not a pack", d)
+			}
+		}
+		if _, err := st.Sweep(SweepPolicy{Referenced: none}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := packFiles(t, dir); len(got) != len(bad) {
+		t.Fatalf("after sweeps DIR/packs holds %v, want all %d files left alone", got, len(bad))
+	}
+}
+
+// A sweep removes a pack only when none of its members is referenced,
+// leased or pinned, and then every member with it.
+func TestSweepRemovesAPackOnlyWhenNoMemberIsNeeded(t *testing.T) {
+	dir := t.TempDir()
+	s, err := Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	contents := blobContents(packAfter + 40)
+	digests := packBatch(t, s, contents)
+	packed := digests[packAfter:]
+	one := packed[17]
+	p := filepath.Join(dir, "packs", packFiles(t, dir)[0])
+	old := time.Now().Add(-time.Hour)
+	os.Chtimes(p, old, old)
+
+	rep, err := s.Sweep(SweepPolicy{Referenced: func(d string) bool { return d == one }})
+	if err != nil || !s.Has(packed[0]) || rep.Removed != packAfter {
+		t.Fatalf("with one member referenced: %+v %v, pack there %v; want only the %d loose blobs gone", rep, err, s.Has(packed[0]), packAfter)
+	}
+	if rep.Blobs != len(packed) {
+		t.Fatalf("report counts %d blobs kept, want the pack's %d", rep.Blobs, len(packed))
+	}
+	unpin := s.Pin(one)
+	os.Chtimes(p, old, old)
+	if _, err := s.Sweep(SweepPolicy{Referenced: none}); err != nil || !s.Has(packed[0]) {
+		t.Fatalf("with one member pinned the pack went (%v)", err)
+	}
+	unpin()
+	if err := s.Lease(one); err != nil {
+		t.Fatal(err)
+	}
+	os.Chtimes(p, old, old)
+	if _, err := s.Sweep(SweepPolicy{Referenced: none, LeaseTTL: time.Hour}); err != nil || !s.Has(packed[0]) {
+		t.Fatalf("with one member leased the pack went (%v)", err)
+	}
+	s.Unlease(one)
+	// Touching a member marks its pack used: MinAge spares it.
+	os.Chtimes(p, old, old)
+	if err := s.Touch(one); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Sweep(SweepPolicy{Referenced: none, MinAge: time.Minute}); err != nil || !s.Has(packed[0]) {
+		t.Fatalf("a pack used a moment ago went (%v)", err)
+	}
+	os.Chtimes(p, old, old)
+	rep, err = s.Sweep(SweepPolicy{Referenced: none})
+	if err != nil || rep.Removed != len(packed) || rep.Blobs != 0 {
+		t.Fatalf("sweep: %+v %v, want the pack's %d members removed", rep, err, len(packed))
+	}
+	for _, d := range packed {
+		if s.Has(d) {
+			t.Fatalf("%s still in the store", d)
+		}
+		if _, err := s.Open(d); !errors.Is(err, ErrNotFound) {
+			t.Fatalf("Open: %v, want ErrNotFound", err)
+		}
+	}
+	if got := packFiles(t, dir); len(got) != 0 {
+		t.Fatalf("packs left: %v", got)
+	}
+}
+
+// Over budget, a pack is evicted whole, least recently used first, and a
+// pack another store instance (another process) removed is no longer
+// found by this one.
+func TestPackEvictedWholeAndSeenGoneByOthers(t *testing.T) {
+	dir := t.TempDir()
+	s, err := Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	older := blobContents(packAfter + 10)
+	newer := make([][]byte, len(older))
+	for i, c := range older {
+		newer[i] = append(bytes.Clone(c), 'n')
+	}
+	a := packBatch(t, s, older)
+	b := packBatch(t, s, newer)
+	names := map[string]bool{}
+	for _, n := range packFiles(t, dir) {
+		names[n] = true
+	}
+	la, _ := s.findPacked(a[packAfter])
+	lb, _ := s.findPacked(b[packAfter])
+	if len(names) != 2 || la.p.name == lb.p.name {
+		t.Fatalf("packs %v, want two", names)
+	}
+	t1, t2 := time.Now().Add(-2*time.Hour), time.Now().Add(-time.Hour)
+	os.Chtimes(filepath.Join(dir, "packs", la.p.name), t1, t1)
+	os.Chtimes(filepath.Join(dir, "packs", lb.p.name), t2, t2)
+	// Another process's view, read before the eviction.
+	other, _ := Open(dir)
+	if !other.Has(a[packAfter]) {
+		t.Fatal("the other store does not see the pack")
+	}
+	all := func(string) bool { return true }
+	st, _ := os.Stat(filepath.Join(dir, "packs", lb.p.name))
+	var loose int64
+	for _, c := range append(older[:packAfter], newer[:packAfter]...) {
+		loose += int64(len(c))
+	}
+	rep, err := s.Sweep(SweepPolicy{Referenced: all, Budget: loose + st.Size()})
+	if err != nil || rep.Evicted == 0 {
+		t.Fatalf("sweep: %+v %v", rep, err)
+	}
+	if s.Has(a[packAfter]) || !s.Has(b[packAfter]) {
+		t.Fatal("want the least recently used pack evicted and the other kept")
+	}
+	if other.Has(a[packAfter]) {
+		t.Fatal("the other store still finds a member of the evicted pack")
+	}
+	if _, err := other.Open(a[packAfter+1]); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("the other store opens a member of the evicted pack: %v", err)
+	}
+	holdsExactly(t, other, b[packAfter:], newer[packAfter:])
+}
+
+// Two packs holding the same member: when one goes, the member is read
+// from the other.
+func TestAMemberOfTwoPacksOutlivesOne(t *testing.T) {
+	dir := t.TempDir()
+	s, err := Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first := blobContents(packAfter + 3)
+	// Shifted by one: the last members of first are packed in second too.
+	second := append([][]byte{[]byte("shifted")}, first[:packAfter+2]...)
+	second = append(second, []byte("another last member"))
+	packBatch(t, s, first)
+	packBatch(t, s, second)
+	shared := digestOf(first[packAfter+1])
+	l, _ := s.findPacked(shared)
+	if err := os.Remove(filepath.Join(dir, "packs", l.p.name)); err != nil {
+		t.Fatal(err)
+	}
+	holdsExactly(t, s, []string{shared}, [][]byte{first[packAfter+1]})
+	if n := len(packFiles(t, dir)); n != 1 {
+		t.Fatalf("%d packs left, want 1", n)
+	}
+}
