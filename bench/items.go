@@ -328,7 +328,8 @@ func (b *bench) staging(ctx context.Context) error {
 		return err
 	}
 	var ingest, run []time.Duration
-	sandboxdOn := func(lib *broker.Broker, runtime string, ingest, run *[]time.Duration) func(ctx context.Context) error {
+	docker, ctrd := map[string][]time.Duration{}, map[string][]time.Duration{}
+	sandboxdOn := func(lib *broker.Broker, runtime string, ingest, run *[]time.Duration, phaseTimes map[string][]time.Duration) func(ctx context.Context) error {
 		return func(ctx context.Context) error {
 			var sum bundle.Summary
 			d, err := timed(func() error {
@@ -353,12 +354,14 @@ func (b *bench) staging(ctx context.Context) error {
 				return err
 			}
 			var res sandbox.Result
+			ph := newPhases()
 			d, err = timed(func() error {
 				var err error
-				res, err = lib.Run(ctx, j)
+				res, err = lib.RunWithHooks(ctx, j, ph.hooks())
 				return succeeded(res, err)
 			})
 			*run = append(*run, d)
+			ph.add(phaseTimes)
 			if err != nil {
 				return err
 			}
@@ -377,7 +380,7 @@ func (b *bench) staging(ctx context.Context) error {
 		return err
 	}
 	var ingestC, runC []time.Duration
-	sandboxd, sandboxdCtr := sandboxdOn(lib, sandbox.RuntimeRunc, &ingest, &run), sandboxdOn(clib, b.o.runtime, &ingestC, &runC)
+	sandboxd, sandboxdCtr := sandboxdOn(lib, sandbox.RuntimeRunc, &ingest, &run, docker), sandboxdOn(clib, b.o.runtime, &ingestC, &runC, ctrd)
 	if b.o.profile != "" {
 		// The first sandboxd round runs under the CPU profiler.
 		inner, profiled := sandboxd, false
@@ -430,6 +433,16 @@ func (b *bench) staging(ctx context.Context) error {
 	ms4 := median(samples[3])
 	fmt.Printf("  on containerd: ingest %s, job %s; vs docker cp: %.2fx (target >= 4), vs the limit: %.0f%% (target >= 50%%)\n",
 		ms(median(ingestC)), ms(median(runC)), median(cpOnly).Seconds()/ms4.Seconds(), 100*median(samples[0]).Seconds()/ms4.Seconds())
+	for _, e := range []struct {
+		name string
+		m    map[string][]time.Duration
+	}{{"Docker", docker}, {"containerd", ctrd}} {
+		fmt.Printf("  the job's phases on %s (medians):", e.name)
+		for _, k := range phaseNames {
+			fmt.Printf(" %s %s", k, ms(median(e.m[k])))
+		}
+		fmt.Println()
+	}
 	b.results["item3_ms"] = map[string][]float64{
 		"limit": msList(samples[0]), "docker_cp_total": msList(samples[1]), "docker_cp": msList(cpOnly),
 		"sandboxd": msList(samples[2]), "sandboxd_ingest": msList(ingest), "sandboxd_job": msList(run),
@@ -551,4 +564,56 @@ func startProfile(path string) (stop func(), err error) {
 		return nil, err
 	}
 	return func() { pprof.StopCPUProfile(); f.Close() }, nil
+}
+
+// phaseNames are the parts of a job that phases measures, in order:
+// until the container was created, until it started, staging the inputs,
+// the command, collecting the outputs, and what is left (the result's
+// checks, signature and the container's removal).
+var phaseNames = []string{"create", "start", "stage", "command", "collect", "end"}
+
+// phases times a job's parts from the broker's hooks.
+type phases struct {
+	mu                                              sync.Mutex
+	begin, created, started, staged, ran, collected time.Time
+}
+
+func newPhases() *phases { return &phases{begin: time.Now()} }
+
+func (p *phases) hooks() broker.Hooks {
+	at := func(t *time.Time) {
+		p.mu.Lock()
+		*t = time.Now()
+		p.mu.Unlock()
+	}
+	return broker.Hooks{
+		OnCreated: func(context.Context, string) error { at(&p.created); return nil },
+		OnStarted: func(string, time.Time) { at(&p.started) },
+		OnProgress: func(phase string, _, _ int64) {
+			switch phase {
+			case "running":
+				at(&p.staged)
+			case "collecting":
+				p.mu.Lock()
+				if p.ran.IsZero() {
+					p.ran = time.Now()
+				}
+				p.mu.Unlock()
+			}
+		},
+		OnFinished: func(context.Context, sandbox.Result) error { at(&p.collected); return nil },
+	}
+}
+
+// add appends the job's phases to m; call it when the job returned.
+func (p *phases) add(m map[string][]time.Duration) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	end := time.Now()
+	marks := []time.Time{p.begin, p.created, p.started, p.staged, p.ran, p.collected, end}
+	for i, k := range phaseNames {
+		if !marks[i].IsZero() && !marks[i+1].IsZero() {
+			m[k] = append(m[k], marks[i+1].Sub(marks[i]))
+		}
+	}
 }

@@ -99,6 +99,7 @@ func (r *run) execute(ctx context.Context) error {
 		hardDeadline time.Time
 		att          client.HijackedResponse
 	)
+	var checked <-chan error
 	for attempt := 1; ; attempt++ {
 		// Staging: the read-only inputs' cache volumes, then the writable
 		// inputs streamed to the helper (writeStdin counts their bytes).
@@ -108,6 +109,9 @@ func (r *run) execute(ctx context.Context) error {
 			return err
 		}
 		writable = w
+		if checked == nil {
+			checked = r.checkWritable(ctx, writable)
+		}
 		// The hard deadline covers staging and collection too; the helper
 		// enforces the wall time on the command itself.
 		hardDeadline = time.Now().Add(j.Limits.WallTime() + b.grace(j, inputBytes))
@@ -129,7 +133,10 @@ func (r *run) execute(ctx context.Context) error {
 
 	stdinErr := make(chan error, 1)
 	go func() {
-		err := r.writeStdin(att.Conn, writable)
+		err := <-checked
+		if err == nil {
+			err = r.writeStdin(att.Conn, writable)
+		}
 		if err != nil {
 			r.kill() // a half-staged job must not run
 		}
@@ -383,15 +390,14 @@ func (r *run) prepareInputs(ctx context.Context) ([]sandbox.Input, int64, error)
 	var writable []sandbox.Input
 	for i, in := range j.Inputs {
 		if in.Writable {
+			// Checked while the sandbox starts (checkWritable); its size
+			// sets the deadline now.
 			writable = append(writable, in)
-			do(1+i, func() error {
-				sum, err := b.checkInput(ctx, in.Digest, j.Limits.DiskBytes)
-				if err != nil {
-					return fmt.Errorf("input %s: %w", in.Name, err)
-				}
-				sizes[i] = sum.Size
-				return nil
-			})
+			n, err := b.blobs.Size(in.Digest)
+			if err != nil {
+				return nil, 0, fmt.Errorf("input %s: %w", in.Name, err)
+			}
+			sizes[i] = n
 			continue
 		}
 		do(1+i, func() error {
@@ -415,6 +421,40 @@ func (r *run) prepareInputs(ctx context.Context) ([]sandbox.Input, int64, error)
 		total += n
 	}
 	return writable, total, nil
+}
+
+// checkWritable re-checks the writable inputs (checkInput), all at once,
+// while the job's sandbox is made and started: nothing is sent to the
+// helper, which waits for its config frame, before every check passed
+// (writeStdin). The first failure in job order, or nil, is sent on the
+// channel returned.
+func (r *run) checkWritable(ctx context.Context, writable []sandbox.Input) <-chan error {
+	done := make(chan error, 1)
+	errs := make([]error, len(writable))
+	var wg sync.WaitGroup
+	for i, in := range writable {
+		wg.Go(func() {
+			defer func() {
+				if p := recover(); p != nil {
+					errs[i] = fmt.Errorf("broker panic: %v", p)
+				}
+			}()
+			if _, err := r.b.checkInput(ctx, in.Digest, r.job.Limits.DiskBytes); err != nil {
+				errs[i] = fmt.Errorf("input %s: %w", in.Name, err)
+			}
+		})
+	}
+	go func() {
+		wg.Wait()
+		for _, err := range errs {
+			if err != nil {
+				done <- err
+				return
+			}
+		}
+		done <- nil
+	}()
+	return done
 }
 
 // decide sets the result's status from what was observed, in order of
