@@ -20,7 +20,8 @@ type Blob struct {
 	Used time.Time
 }
 
-// Blobs lists every blob the store holds.
+// Blobs lists every blob the store holds as a file of its own (not the
+// members of packs: see units).
 func (s *Store) Blobs() ([]Blob, error) {
 	dir := filepath.Join(s.dir, "sha256")
 	ents, err := os.ReadDir(dir)
@@ -57,16 +58,19 @@ func (s *Store) Touch(d string) error {
 	}
 	now := time.Now()
 	err = os.Chtimes(p, now, now)
-	if errors.Is(err, fs.ErrNotExist) {
-		// A packed blob: its pack is used now.
+	// A packed blob: its pack is used now (looked up again if it went
+	// meanwhile).
+	for try := 0; errors.Is(err, fs.ErrNotExist) && try < 2; try++ {
 		l, ok := s.findPacked(d)
 		if !ok {
-			return fmt.Errorf("blob %s: %w", d, ErrNotFound)
+			break
 		}
-		err = os.Chtimes(s.packPath(l.p.name), now, now)
-		if errors.Is(err, fs.ErrNotExist) {
-			return fmt.Errorf("blob %s: %w", d, ErrNotFound)
+		if err = os.Chtimes(s.packPath(l.p.name), now, now); errors.Is(err, fs.ErrNotExist) {
+			s.forgetPack(l.p)
 		}
+	}
+	if errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("blob %s: %w", d, ErrNotFound)
 	}
 	if err != nil {
 		return fmt.Errorf("blob store: %w", err)
@@ -75,11 +79,22 @@ func (s *Store) Touch(d string) error {
 }
 
 // Lease marks blob d as uploaded now, for a job not yet submitted: Sweep
-// keeps it, referenced or not, for the lease's time to live.
+// keeps it, referenced or not, for the lease's time to live. A packed
+// blob is copied out to a file of its own first: a lease keeps the bytes
+// it names, never a whole pack.
 func (s *Store) Lease(d string) error {
 	m := digestRE.FindStringSubmatch(d)
 	if m == nil {
 		return fmt.Errorf("malformed digest %q", d)
+	}
+	if !s.hasLoose(d) {
+		if f, err := s.Open(d); err == nil {
+			_, _, err = s.Put(f, d, f.Size())
+			f.Close()
+			if err != nil {
+				return fmt.Errorf("blob store: lease: %w", err)
+			}
+		}
 	}
 	dir := filepath.Join(s.dir, "leases")
 	if err := os.MkdirAll(dir, 0o700); err != nil {
@@ -103,6 +118,18 @@ func (s *Store) Leased(d string, ttl time.Duration) bool { return s.leased(d, tt
 func (s *Store) leased(d string, ttl time.Duration) bool {
 	st, err := os.Stat(filepath.Join(s.dir, "leases", strings.TrimPrefix(d, "sha256:")))
 	return err == nil && time.Since(st.ModTime()) < ttl
+}
+
+// leaseSet is the digests with a lease younger than ttl.
+func (s *Store) leaseSet(ttl time.Duration) map[string]bool {
+	out := map[string]bool{}
+	ents, _ := os.ReadDir(filepath.Join(s.dir, "leases"))
+	for _, e := range ents {
+		if st, err := e.Info(); err == nil && time.Since(st.ModTime()) < ttl {
+			out["sha256:"+e.Name()] = true
+		}
+	}
+	return out
 }
 
 // expireLeases removes the leases older than ttl.
@@ -353,9 +380,12 @@ func (s *Store) Sweep(p SweepPolicy) (SweepReport, error) {
 	// A process that began sharing the store after this touches what it
 	// finds after this, under the sweep lock: MinAge spares it.
 	users := s.usersCutoff()
-	leased := func(d string) bool { return s.leased(d, p.LeaseTTL) }
+	leases := s.leaseSet(p.LeaseTTL)
+	leased := func(u unit) bool {
+		return u.any(func(d string) bool { return leases[d] && (u.pack == nil || !s.hasLoose(d)) })
+	}
 	for _, u := range units {
-		if u.any(p.Referenced) || u.any(leased) {
+		if u.any(p.Referenced) || leased(u) {
 			kept = append(kept, u)
 			continue
 		}
@@ -378,7 +408,7 @@ func (s *Store) Sweep(p SweepPolicy) (SweepReport, error) {
 		slices.SortFunc(kept, func(a, b unit) int { return a.Used.Compare(b.Used) })
 		rest := kept[:0]
 		for _, u := range kept {
-			if total <= p.Budget || u.any(leased) {
+			if total <= p.Budget || leased(u) {
 				rest = append(rest, u)
 				continue
 			}
@@ -423,7 +453,8 @@ func (s *Store) removeIfIdle(u unit, minAge, leaseTTL time.Duration, users time.
 	}
 	defer s.refs.sweep.Unlock()
 	hook("locked", u.Digest)
-	if u.any(s.Pinned) || u.any(func(d string) bool { return s.leased(d, leaseTTL) }) {
+	leases := s.leaseSet(leaseTTL)
+	if u.any(s.Pinned) || u.any(func(d string) bool { return leases[d] && (u.pack == nil || !s.hasLoose(d)) }) {
 		return false, nil
 	}
 	p := ""

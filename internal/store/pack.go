@@ -27,7 +27,12 @@ import (
 //
 // Every member stays a blob of its own: Has, Open, Size, Verify, Touch,
 // Keep, Pin and leases take its digest, and Open reads exactly its bytes.
-// A pack is swept as a whole, only when none of its members is needed.
+// A member the store already holds (a file of its own or in a pack), and
+// checks, is not written again: that copy is marked used instead, as
+// Writer.settle does. A pack is swept as a whole, only when none of its
+// members is referenced, pinned or used too recently; a lease on a member
+// copies it out to a file of its own first (Lease), so that a lease never
+// keeps more than the bytes it names.
 //
 // The file, DIR/packs/<hex>, is
 //
@@ -37,12 +42,12 @@ import (
 // size (8 bytes, big-endian), in the order of the bytes. Its name is the
 // SHA-256 of the index, which names every member's content: the same
 // members in the same order make the same pack. A file whose layout or
-// name does not check is not a pack of this store: it is never read and
-// never removed.
+// name does not check is not a pack of this store: it is never read as
+// one and never removed.
 //
-// Memory: the store keeps every member's digest, pack and place in a map
-// (about 80 bytes a member) once it has looked for a blob that is not a
-// loose one.
+// Memory: the store keeps every member's digest, pack and place (about
+// 120 bytes a member) once it has looked for a blob that is not a file
+// of its own.
 
 const (
 	// packAfter is the number of loose blobs a Batch writes before it
@@ -51,9 +56,10 @@ const (
 	packMagic = "sbdpack1"
 	packEntry = sha256.Size + 8
 	packTail  = 16
-	// maxPackMembers bounds the index a pack may declare (2^24 members;
-	// a job's outputs are bounded far below by its file_count).
-	maxPackMembers = 1 << 24
+	// maxPackMembers bounds the members of a pack (its index is then at
+	// most 40 MiB); a job's outputs are bounded far below it by
+	// sandbox.MaxFileCount.
+	maxPackMembers = 1 << 20
 )
 
 // entry is one member of a pack: its SHA-256, where its bytes begin and
@@ -66,6 +72,7 @@ type entry struct {
 // pack is one pack file whose index the store has read.
 type pack struct {
 	name    string // its file name, the hex of its index's digest
+	size    int64  // of the whole file
 	members []entry
 }
 
@@ -77,12 +84,38 @@ type located struct {
 
 func (l located) entry() entry { return l.p.members[l.i] }
 
+// stamp is what tells a file or directory changed: inode, size and
+// times.
+type stamp struct {
+	ino          uint64
+	size         int64
+	mtime, ctime int64
+}
+
+func stampOf(st *unix.Stat_t) stamp {
+	return stamp{ino: st.Ino, size: st.Size, mtime: st.Mtim.Nano(), ctime: st.Ctim.Nano()}
+}
+
 // packs is the store's view of DIR/packs: every pack read so far and
 // where each member is.
 type packs struct {
 	mu    sync.Mutex
 	known map[string]*pack
 	where map[[sha256.Size]byte]located
+	// rejected are the files found not to be packs, as they were then:
+	// read again only once they changed.
+	rejected map[string]stamp
+	// scanned is DIR/packs as it was when last listed, at scannedAt: a
+	// look-up that misses lists it again only if it changed since, or if
+	// it was listed within a second of its last change (file times are
+	// coarse: a change in the same tick leaves them as they were).
+	scanned   stamp
+	scannedAt time.Time
+
+	dirMu sync.Mutex
+	// dirDurable is set once DIR/packs is there and DIR was synced since:
+	// the directory's own entry is durable.
+	dirDurable bool
 }
 
 func (s *Store) packDir() string { return filepath.Join(s.dir, "packs") }
@@ -103,8 +136,8 @@ func digestKey(d string) ([sha256.Size]byte, bool) {
 func keyDigest(k [sha256.Size]byte) string { return "sha256:" + hex.EncodeToString(k[:]) }
 
 // findPacked returns where the packed blob d is, in a pack file that is
-// there now. It reads the indexes of the packs it has not seen (written
-// since, by this process or another) when it does not know d, and
+// there now. When it does not know d it reads the packs it has not seen
+// (written since, by this process or another) if DIR/packs changed, and
 // forgets the packs that are gone.
 func (s *Store) findPacked(d string) (located, bool) {
 	k, ok := digestKey(d)
@@ -115,13 +148,27 @@ func (s *Store) findPacked(d string) (located, bool) {
 	pk.mu.Lock()
 	defer pk.mu.Unlock()
 	if l, ok := pk.where[k]; ok {
-		if _, err := os.Lstat(s.packPath(l.p.name)); err == nil {
+		if st, err := os.Lstat(s.packPath(l.p.name)); err == nil && st.Mode().IsRegular() && st.Size() == l.p.size {
 			return l, true
 		}
+		s.dropPackLocked(l.p)
+		pk.scanned = stamp{}
 	}
-	s.scanPacksLocked()
+	s.scanPacksLocked(false)
 	l, ok := pk.where[k]
 	return l, ok
+}
+
+// forgetPack drops p, a pack whose file is gone or no longer what was
+// read: the next look-up reads DIR/packs again.
+func (s *Store) forgetPack(p *pack) {
+	pk := &s.packs
+	pk.mu.Lock()
+	defer pk.mu.Unlock()
+	if pk.known[p.name] == p {
+		s.dropPackLocked(p)
+	}
+	pk.scanned = stamp{}
 }
 
 // knownPacks reads the packs not seen yet, forgets those that are gone,
@@ -130,7 +177,7 @@ func (s *Store) knownPacks() []*pack {
 	pk := &s.packs
 	pk.mu.Lock()
 	defer pk.mu.Unlock()
-	s.scanPacksLocked()
+	s.scanPacksLocked(true)
 	out := make([]*pack, 0, len(pk.known))
 	for _, p := range pk.known {
 		out = append(out, p)
@@ -139,46 +186,80 @@ func (s *Store) knownPacks() []*pack {
 }
 
 // scanPacksLocked reads the index of every pack not known yet and forgets
-// the packs that are gone. The caller holds packs.mu.
-func (s *Store) scanPacksLocked() {
+// the packs that are gone; unless all, only if DIR/packs changed since it
+// was last listed. The caller holds packs.mu.
+func (s *Store) scanPacksLocked(all bool) {
 	pk := &s.packs
+	var dst unix.Stat_t
+	if err := unix.Lstat(s.packDir(), &dst); err != nil {
+		if errors.Is(err, unix.ENOENT) {
+			for _, p := range pk.known {
+				s.dropPackLocked(p)
+			}
+		}
+		return
+	}
+	now := stampOf(&dst)
+	if !all && now == pk.scanned && pk.scannedAt.Sub(time.Unix(0, max(now.mtime, now.ctime))) > time.Second {
+		return
+	}
+	at := time.Now()
 	ents, err := os.ReadDir(s.packDir())
-	if err != nil && !errors.Is(err, fs.ErrNotExist) {
+	if err != nil {
 		return // nothing can be known: forget nothing
 	}
 	seen := make(map[string]bool, len(ents))
 	for _, e := range ents {
-		seen[e.Name()] = true
-		if _, ok := pk.known[e.Name()]; ok {
+		name := e.Name()
+		seen[name] = true
+		if _, ok := pk.known[name]; ok {
 			continue
 		}
-		p, err := readPack(s.packPath(e.Name()), e.Name())
-		if err != nil {
-			continue // not a pack of this store
+		var st unix.Stat_t
+		if unix.Lstat(s.packPath(name), &st) != nil {
+			continue
 		}
-		s.addPackLocked(p)
+		if was, ok := pk.rejected[name]; ok && was == stampOf(&st) {
+			continue
+		}
+		p, err := readPack(s.packPath(name), name)
+		if err != nil {
+			if pk.rejected == nil {
+				pk.rejected = map[string]stamp{}
+			}
+			pk.rejected[name] = stampOf(&st)
+			continue
+		}
+		s.addPackLocked(p, false)
 	}
 	for name, p := range pk.known {
 		if !seen[name] {
 			s.dropPackLocked(p)
 		}
 	}
+	for name := range pk.rejected {
+		if !seen[name] {
+			delete(pk.rejected, name)
+		}
+	}
+	pk.scanned, pk.scannedAt = now, at
 }
 
-// addPackLocked puts p's members in the map. A member that another pack
-// holds too stays where it was found first.
-func (s *Store) addPackLocked(p *pack) {
+// addPackLocked puts p's members in the map: in place of any other copy
+// if newest (a pack just written, holding members the store had no sound
+// copy of), else only where no other pack holds them.
+func (s *Store) addPackLocked(p *pack, newest bool) {
 	pk := &s.packs
 	if pk.known == nil {
 		pk.known = map[string]*pack{}
 		pk.where = map[[sha256.Size]byte]located{}
 	}
-	if _, ok := pk.known[p.name]; ok {
-		return
+	if old, ok := pk.known[p.name]; ok && old != p {
+		s.dropPackLocked(old)
 	}
 	pk.known[p.name] = p
 	for i, e := range p.members {
-		if _, ok := pk.where[e.key]; !ok {
+		if _, ok := pk.where[e.key]; newest || !ok {
 			pk.where[e.key] = located{p: p, i: i}
 		}
 	}
@@ -188,7 +269,9 @@ func (s *Store) addPackLocked(p *pack) {
 // are found there.
 func (s *Store) dropPackLocked(p *pack) {
 	pk := &s.packs
-	delete(pk.known, p.name)
+	if pk.known[p.name] == p {
+		delete(pk.known, p.name)
+	}
 	again := false
 	for _, e := range p.members {
 		if l, ok := pk.where[e.key]; ok && l.p == p {
@@ -208,10 +291,17 @@ func (s *Store) dropPackLocked(p *pack) {
 	}
 }
 
-// readPack reads and checks the index of the pack file at path, whose
-// file name is name.
+// openPack opens the pack file at path for reading, never through a
+// symlink and never blocking on what is not a regular file.
+func openPack(path string) (*os.File, error) {
+	return os.OpenFile(path, os.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+}
+
+// readPack reads and checks the pack file at path, whose file name is
+// name: its tail, its index (hashed before anything is made of it) and
+// the sizes, which must add up to the bytes before the index.
 func readPack(path, name string) (*pack, error) {
-	f, err := os.OpenFile(path, os.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+	f, err := openPack(path)
 	if err != nil {
 		return nil, err
 	}
@@ -234,20 +324,25 @@ func readPack(path, name string) (*pack, error) {
 	if count == 0 || count > maxPackMembers || int64(count)*packEntry > st.Size()-packTail {
 		return nil, errors.New("bad pack index")
 	}
-	index := make([]byte, count*packEntry)
-	indexAt := st.Size() - packTail - int64(len(index))
-	if _, err := f.ReadAt(index, indexAt); err != nil {
-		return nil, err
+	indexLen := int64(count) * packEntry
+	indexAt := st.Size() - packTail - indexLen
+	h := sha256.New()
+	if n, err := io.Copy(h, io.NewSectionReader(f, indexAt, indexLen)); err != nil || n != indexLen {
+		return nil, fmt.Errorf("read pack index: %v", err)
 	}
-	if sum := sha256.Sum256(index); hex.EncodeToString(sum[:]) != name {
+	if hex.EncodeToString(h.Sum(nil)) != name {
 		return nil, errors.New("pack name is not its index's digest")
 	}
-	p := &pack{name: name, members: make([]entry, count)}
+	r := bufio.NewReaderSize(io.NewSectionReader(f, indexAt, indexLen), 1<<20)
+	p := &pack{name: name, size: st.Size(), members: make([]entry, count)}
+	var e [packEntry]byte
 	var off int64
 	for i := range p.members {
-		e := index[i*packEntry:]
+		if _, err := io.ReadFull(r, e[:]); err != nil {
+			return nil, fmt.Errorf("read pack index: %w", err)
+		}
 		copy(p.members[i].key[:], e[:sha256.Size])
-		n := binary.BigEndian.Uint64(e[sha256.Size:packEntry])
+		n := binary.BigEndian.Uint64(e[sha256.Size:])
 		if n > uint64(indexAt-off) {
 			return nil, errors.New("bad pack index")
 		}
@@ -257,17 +352,119 @@ func readPack(path, name string) (*pack, error) {
 	if off != indexAt {
 		return nil, errors.New("bad pack index")
 	}
+	// The index read twice must be the one hashed.
+	h.Reset()
+	for _, m := range p.members {
+		h.Write(m.key[:])
+		h.Write(binary.BigEndian.AppendUint64(nil, uint64(m.size)))
+	}
+	if hex.EncodeToString(h.Sum(nil)) != name {
+		return nil, errors.New("pack index changed while read")
+	}
 	return p, nil
 }
 
-// verifyPack reports whether every member of the pack file at path
-// hashes to its digest, and syncs it: a copy as good as a new one.
+// openMember opens the packed blob l, checking that its pack file is
+// still the one read: a pack removed, replaced or cut short since is
+// forgotten, and (false) the caller looks again.
+func (s *Store) openMember(l located) (*File, bool, error) {
+	f, err := openPack(s.packPath(l.p.name))
+	if errors.Is(err, fs.ErrNotExist) {
+		s.forgetPack(l.p)
+		return nil, false, nil
+	}
+	if err != nil {
+		return nil, false, err
+	}
+	st, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, false, err
+	}
+	if !st.Mode().IsRegular() || st.Size() != l.p.size {
+		f.Close()
+		s.forgetPack(l.p)
+		return nil, false, nil
+	}
+	e := l.entry()
+	return &File{io.NewSectionReader(f, e.off, e.size), f}, true, nil
+}
+
+// hasLoose reports whether d is a file of its own.
+func (s *Store) hasLoose(d string) bool {
+	p, err := s.Path(d)
+	if err != nil {
+		return false
+	}
+	st, err := os.Lstat(p)
+	return err == nil && st.Mode().IsRegular()
+}
+
+// keepCopy reports whether the store holds a copy of d (size bytes) that
+// hashes to d, and marks it used now. The caller holds the sweep lock for
+// reading, so that no sweep removes the copy before it is marked.
+func (s *Store) keepCopy(d string, size int64) bool {
+	if p, err := s.Path(d); err == nil {
+		if s.holds(p, d, size, nil) {
+			now := time.Now()
+			return os.Chtimes(p, now, now) == nil
+		}
+	}
+	for range 2 {
+		l, ok := s.findPacked(d)
+		if !ok || l.entry().size != size {
+			return false
+		}
+		f, ok, err := s.openMember(l)
+		if err != nil {
+			return false
+		}
+		if !ok {
+			continue
+		}
+		h := sha256.New()
+		n, err := io.Copy(h, f)
+		f.Close()
+		if err != nil || n != size || "sha256:"+hex.EncodeToString(h.Sum(nil)) != d {
+			return false
+		}
+		now := time.Now()
+		return os.Chtimes(s.packPath(l.p.name), now, now) == nil
+	}
+	return false
+}
+
+// ensurePackDir makes DIR/packs and makes its entry durable, once per
+// Store: DIR is synced even when the directory was there, since the
+// process that made it may have died before it synced DIR.
+func (s *Store) ensurePackDir() error {
+	pk := &s.packs
+	pk.dirMu.Lock()
+	defer pk.dirMu.Unlock()
+	if pk.dirDurable {
+		return nil
+	}
+	if err := os.Mkdir(s.packDir(), 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
+		return fmt.Errorf("blob store: %w", err)
+	}
+	if err := syncDir(s.dir); err != nil {
+		return fmt.Errorf("blob store: sync directory: %w", err)
+	}
+	pk.dirDurable = true
+	return nil
+}
+
+// verifyPack reports whether the pack file at path is p's layout and
+// every member hashes to its digest.
 func verifyPack(path string, p *pack) bool {
-	f, err := os.OpenFile(path, os.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
+	f, err := openPack(path)
 	if err != nil {
 		return false
 	}
 	defer f.Close()
+	if st, err := f.Stat(); err != nil || !st.Mode().IsRegular() || st.Size() != p.size {
+		return false
+	}
 	r := bufio.NewReaderSize(f, 1<<20)
 	h := sha256.New()
 	var sum [sha256.Size]byte
@@ -280,26 +477,33 @@ func verifyPack(path string, p *pack) bool {
 			return false
 		}
 	}
-	return fsync(int(f.Fd())) == nil
+	return true
 }
 
+// errPackClosed is returned for a write to a pack whose batch committed.
+var errPackClosed = errors.New("blob store: the batch's pack is already committed")
+
 // packWriter is the pack a Batch writes its members into: a temp file
-// (unnamed where the file system has them), written at off.
+// (unnamed where the file system has them), written at off. One member
+// is written at a time: it begins where the members added so far end.
 type packWriter struct {
-	s     *Store
-	fd    int
-	name  string // the temp file's path; "" while it is unnamed
-	buf   []byte // bytes not yet written at off
-	off   int64  // where buf goes
-	index []byte
-	err   error
+	s       *Store
+	fd      int
+	name    string // the temp file's path; "" while it is unnamed
+	buf     []byte // bytes not yet written at off
+	off     int64  // where buf goes
+	index   []byte
+	indexed int64 // the bytes of the members added
+	open    bool  // a member is being written
+	keys    map[[sha256.Size]byte]bool
+	err     error
 }
 
 // packBuf is how much a packWriter gathers before it writes.
 const packBuf = 1 << 20
 
 func (s *Store) newPackWriter() (*packWriter, error) {
-	pw := &packWriter{s: s, fd: -1}
+	pw := &packWriter{s: s, fd: -1, keys: map[[sha256.Size]byte]bool{}}
 	var err error
 	if s.unnamed {
 		pw.fd, err = unix.Open(s.tmp, unix.O_TMPFILE|unix.O_WRONLY|unix.O_CLOEXEC, 0o400)
@@ -311,6 +515,20 @@ func (s *Store) newPackWriter() (*packWriter, error) {
 	}
 	pw.buf = make([]byte, 0, packBuf)
 	return pw, nil
+}
+
+// begin starts a member; it returns where its bytes begin.
+func (pw *packWriter) begin() (int64, error) {
+	switch {
+	case pw.err != nil:
+		return 0, pw.err
+	case pw.open:
+		return 0, errors.New("blob store: the batch's previous blob is neither added nor aborted")
+	case len(pw.keys) >= maxPackMembers:
+		return 0, fmt.Errorf("blob store: more than %d blobs in one batch", maxPackMembers)
+	}
+	pw.open = true
+	return pw.end(), nil
 }
 
 // end is where the next byte of the pack goes.
@@ -353,8 +571,10 @@ func (pw *packWriter) flush() error {
 	return nil
 }
 
-// truncate drops every byte from at on: an aborted member.
+// truncate drops every byte from at on: an aborted member, or one the
+// store holds already.
 func (pw *packWriter) truncate(at int64) {
+	pw.open = false
 	if pw.err != nil {
 		return
 	}
@@ -370,39 +590,71 @@ func (pw *packWriter) truncate(at int64) {
 	pw.off = at
 }
 
-// add records a finished member in the index.
-func (pw *packWriter) add(key [sha256.Size]byte, size int64) {
+// add ends the member w, which began at start, with its digest d: it
+// goes into the index unless this pack or the store holds it already,
+// when its bytes are dropped.
+func (pw *packWriter) add(w *Writer, d string) error {
+	if pw.err != nil {
+		return pw.err
+	}
+	if !pw.open || w.start != pw.indexed || w.start+w.n != pw.end() {
+		pw.truncate(pw.indexed)
+		return errors.New("blob store: a batch's blobs were written out of turn")
+	}
+	var key [sha256.Size]byte
+	w.h.Sum(key[:0])
+	if pw.keys[key] {
+		pw.truncate(w.start)
+		return nil
+	}
+	s := pw.s
+	s.refs.sweep.RLock()
+	held := s.keepCopy(d, w.n)
+	s.refs.sweep.RUnlock()
+	if held {
+		pw.truncate(w.start)
+		return nil
+	}
+	pw.keys[key] = true
 	pw.index = append(pw.index, key[:]...)
-	pw.index = binary.BigEndian.AppendUint64(pw.index, uint64(size))
+	pw.index = binary.BigEndian.AppendUint64(pw.index, uint64(w.n))
+	pw.indexed += w.n
+	pw.open = false
+	return nil
 }
 
 // commit ends the pack with its index, syncs it and puts it in place,
-// unless the store holds a whole copy already. It returns the pack as
-// the store now knows it, or nil if it had no member.
-func (pw *packWriter) commit() (*pack, error) {
+// unless a copy in place checks already. It does nothing for a pack with
+// no member.
+func (pw *packWriter) commit() error {
 	defer pw.release()
 	if pw.err != nil {
-		return nil, pw.err
+		return pw.err
+	}
+	// A member neither added nor aborted is not part of the pack.
+	pw.truncate(pw.indexed)
+	if pw.err != nil {
+		return pw.err
 	}
 	count := len(pw.index) / packEntry
 	if count == 0 {
-		return nil, nil
+		return nil
 	}
 	var tail [packTail]byte
 	binary.BigEndian.PutUint64(tail[:8], uint64(count))
 	copy(tail[8:], packMagic)
 	if err := pw.write(pw.index); err != nil {
-		return nil, err
+		return err
 	}
 	if err := pw.write(tail[:]); err != nil {
-		return nil, err
+		return err
 	}
 	if err := pw.flush(); err != nil {
-		return nil, err
+		return err
 	}
 	sum := sha256.Sum256(pw.index)
 	name := hex.EncodeToString(sum[:])
-	p := &pack{name: name, members: make([]entry, count)}
+	p := &pack{name: name, size: pw.off, members: make([]entry, count)}
 	var off int64
 	for i := range p.members {
 		e := pw.index[i*packEntry:]
@@ -412,62 +664,50 @@ func (pw *packWriter) commit() (*pack, error) {
 		off += p.members[i].size
 	}
 	s := pw.s
-	dir := s.packDir()
-	if _, err := os.Lstat(dir); errors.Is(err, fs.ErrNotExist) {
-		if err := os.Mkdir(dir, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
-			return nil, fmt.Errorf("blob store: %w", err)
-		}
-		if err := syncDir(s.dir); err != nil {
-			return nil, fmt.Errorf("blob store: sync directory: %w", err)
+	if err := s.ensurePackDir(); err != nil {
+		return err
+	}
+	if err := unix.Fchmod(pw.fd, 0o400); err != nil {
+		return fmt.Errorf("blob store: chmod: %w", err)
+	}
+	if err := fsync(pw.fd); err != nil {
+		return fmt.Errorf("blob store: sync: %w", err)
+	}
+	if pw.name == "" {
+		var err error
+		if pw.name, err = linkTemp(pw.fd, s.tmp); err != nil {
+			return fmt.Errorf("blob store: %w", &os.PathError{Op: "link", Path: s.tmp, Err: err})
 		}
 	}
 	dst := s.packPath(name)
-	// As Writer.settle: a copy in place that checks is kept (and this one
-	// never reaches the disk), under the sweep lock so that no sweep
-	// removes it before it is touched.
+	// As Writer.settle: a copy in place that checks is kept and marked
+	// used, under the sweep lock so that no sweep removes it before.
 	s.refs.sweep.RLock()
 	defer s.refs.sweep.RUnlock()
 	if old, err := readPack(dst, name); err == nil && verifyPack(dst, old) {
 		now := time.Now()
-		os.Chtimes(dst, now, now)
-		s.addPack(old)
-		return old, nil
-	}
-	if err := unix.Fchmod(pw.fd, 0o400); err != nil {
-		return nil, fmt.Errorf("blob store: chmod: %w", err)
-	}
-	if err := fsync(pw.fd); err != nil {
-		return nil, fmt.Errorf("blob store: sync: %w", err)
-	}
-	if pw.name == "" {
-		var err error
-		// Named first, then renamed over whatever is there (a copy that
-		// did not check).
-		if pw.name, err = linkTemp(pw.fd, s.tmp); err != nil {
-			return nil, fmt.Errorf("blob store: %w", &os.PathError{Op: "link", Path: s.tmp, Err: err})
+		if err := os.Chtimes(dst, now, now); err != nil {
+			return fmt.Errorf("blob store: %w", err)
 		}
+		p = old
+	} else if err := os.Rename(pw.name, dst); err != nil {
+		return fmt.Errorf("blob store: %w", err)
+	} else {
+		pw.name = ""
 	}
-	if err := os.Rename(pw.name, dst); err != nil {
-		return nil, fmt.Errorf("blob store: %w", err)
+	// Synced in both cases: the entry in place may be another writer's
+	// that it has not synced yet.
+	if err := syncDir(s.packDir()); err != nil {
+		return fmt.Errorf("blob store: sync directory: %w", err)
 	}
-	pw.name = ""
-	if err := syncDir(dir); err != nil {
-		return nil, fmt.Errorf("blob store: sync directory: %w", err)
-	}
-	s.addPack(p)
-	return p, nil
-}
-
-func (s *Store) addPack(p *pack) {
 	s.packs.mu.Lock()
-	defer s.packs.mu.Unlock()
-	if old, ok := s.packs.known[p.name]; ok && old != p {
-		s.dropPackLocked(old)
-	}
-	s.addPackLocked(p)
+	s.addPackLocked(p, true)
+	s.packs.mu.Unlock()
+	return nil
 }
 
-// release closes the temp file and removes its name, if it still has one.
+// release closes the temp file and removes its name, if it still has
+// one; the pack takes no more writes.
 func (pw *packWriter) release() {
 	if pw.fd >= 0 {
 		unix.Close(pw.fd)
@@ -478,4 +718,7 @@ func (pw *packWriter) release() {
 		pw.name = ""
 	}
 	pw.buf = nil
+	if pw.err == nil {
+		pw.err = errPackClosed
+	}
 }

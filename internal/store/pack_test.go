@@ -2,10 +2,15 @@ package store
 
 import (
 	"bytes"
+	"crypto/sha256"
+	"encoding/binary"
+	"encoding/hex"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -210,25 +215,53 @@ func TestPackSyncFailure(t *testing.T) {
 	})
 }
 
-// The same members again make the same pack, kept once; a copy in place
-// that no longer holds its members is replaced, and Verify tells a
-// tampered member.
-func TestPackWrittenAgainAndRepaired(t *testing.T) {
+// Members the store holds already, in a pack or as files of their own,
+// or twice in one batch, are not written again; the same batch again
+// writes no pack.
+func TestMembersTheStoreHoldsAreNotWrittenAgain(t *testing.T) {
+	modes(t, func(t *testing.T, s *Store, dir string) {
+		first := blobContents(packAfter + 50)
+		packBatch(t, s, first)
+		firstPack := packFiles(t, dir)
+		old := time.Now().Add(-time.Hour)
+		os.Chtimes(filepath.Join(dir, "packs", firstPack[0]), old, old)
+		packBatch(t, s, first)
+		if again := packFiles(t, dir); len(again) != 1 {
+			t.Fatalf("packs %v after the same batch, want only %v", again, firstPack)
+		}
+		if st, _ := os.Stat(filepath.Join(dir, "packs", firstPack[0])); st.ModTime().Before(time.Now().Add(-time.Minute)) {
+			t.Fatal("the pack holding the members was not marked used")
+		}
+		var fresh [][]byte
+		for i := range 10 {
+			fresh = append(fresh, []byte(fmt.Sprintf("fresh content %d", i)))
+		}
+		// packAfter loose ones, then: packed members held already, files of
+		// their own held already, fresh ones, one fresh one twice.
+		second := append(slices.Clone(first[packAfter:2*packAfter]), first[packAfter:packAfter+20]...)
+		second = append(second, first[:5]...)
+		second = append(second, fresh...)
+		second = append(second, fresh[3])
+		digests := packBatch(t, s, second)
+		holdsExactly(t, s, digests, second)
+		l, ok := s.findPacked(digestOf(fresh[0]))
+		if !ok {
+			t.Fatal("fresh member not packed")
+		}
+		if n := len(l.p.members); n != len(fresh) {
+			t.Fatalf("the new pack has %d members, want the %d fresh ones", n, len(fresh))
+		}
+		emptyTemp(t, dir)
+	})
+}
+
+// A member whose stored copy no longer checks is written again, and the
+// new copy is the one read; Verify tells the tampered one.
+func TestATamperedMemberIsWrittenAgain(t *testing.T) {
 	modes(t, func(t *testing.T, s *Store, dir string) {
 		contents := blobContents(packAfter + 10)
 		digests := packBatch(t, s, contents)
-		packs := packFiles(t, dir)
-		p := filepath.Join(dir, "packs", packs[0])
-		old := time.Now().Add(-time.Hour)
-		os.Chtimes(p, old, old)
-		packBatch(t, s, contents)
-		if again := packFiles(t, dir); len(again) != 1 || again[0] != packs[0] {
-			t.Fatalf("packs %v after the same batch, want %v", again, packs)
-		}
-		if st, _ := os.Stat(p); st.ModTime().Before(time.Now().Add(-time.Minute)) {
-			t.Fatal("the pack kept was not marked used")
-		}
-		// One byte of the last member changed in place.
+		p := filepath.Join(dir, "packs", packFiles(t, dir)[0])
 		os.Chmod(p, 0o600)
 		raw, _ := os.ReadFile(p)
 		last := digests[len(digests)-1]
@@ -243,11 +276,112 @@ func TestPackWrittenAgainAndRepaired(t *testing.T) {
 		}
 		packBatch(t, s, contents)
 		holdsExactly(t, s, digests, contents)
-		if st, _ := os.Stat(p); st.Mode().Perm() != 0o400 {
-			t.Fatalf("the repaired pack is %v, want read-only", st.Mode())
+		if n := len(packFiles(t, dir)); n != 2 {
+			t.Fatalf("%d packs, want the first and one holding the repaired member", n)
+		}
+		other, _ := Open(dir)
+		if err := other.Verify(last); err != nil && !errors.Is(err, ErrDigestMismatch) {
+			t.Fatal(err)
 		}
 		emptyTemp(t, dir)
 	})
+}
+
+// A member must be added or aborted before the next one is begun, and
+// belongs to its own batch; a write after the batch committed fails.
+// None of it leaves a pack that reads wrong.
+func TestPackMembersInTurn(t *testing.T) {
+	dir := t.TempDir()
+	s, _ := Open(dir)
+	b, other := s.NewBatch(), s.NewBatch()
+	for range packAfter {
+		w, _ := b.NewWriter(-1)
+		w.Write([]byte("loose " + fmt.Sprint(b.given)))
+		b.Add(w, "")
+		w, _ = other.NewWriter(-1)
+		w.Write([]byte("other loose " + fmt.Sprint(other.given)))
+		other.Add(w, "")
+	}
+	w1, err := b.NewWriter(-1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w1.Write([]byte("AAA"))
+	if _, err := b.NewWriter(-1); err == nil {
+		t.Fatal("a second member began while the first is open")
+	}
+	w1.Write([]byte("A"))
+	if _, _, err := b.Add(w1, ""); err != nil {
+		t.Fatal(err)
+	}
+	foreign, _ := other.NewWriter(-1)
+	foreign.Write([]byte("foreign"))
+	if _, _, err := b.Add(foreign, ""); err == nil {
+		t.Fatal("a member of another batch was added")
+	}
+	// A member bigger than the writer's buffer, aborted after a flush.
+	big, _ := b.NewWriter(-1)
+	big.Write(bytes.Repeat([]byte("b"), 3*packBuf/2))
+	big.Abort()
+	w2, err := b.NewWriter(-1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w2.Write([]byte("after the big one"))
+	if _, _, err := b.Add(w2, ""); err != nil {
+		t.Fatal(err)
+	}
+	open, _ := b.NewWriter(-1)
+	open.Write([]byte("never added"))
+	if err := b.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	if err := other.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { _, err := open.Write([]byte("late")); done <- err }()
+	select {
+	case err := <-done:
+		if err == nil {
+			t.Fatal("a write after the batch committed succeeded")
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("a write after the batch committed hangs")
+	}
+	fresh, _ := Open(dir)
+	for _, st := range []*Store{s, fresh} {
+		holdsExactly(t, st, []string{digestOf([]byte("AAAA")), digestOf([]byte("after the big one"))}, [][]byte{[]byte("AAAA"), []byte("after the big one")})
+		for _, c := range []string{"never added", "foreign", strings.Repeat("b", 3*packBuf/2)} {
+			if st.Has(digestOf([]byte(c))) {
+				t.Fatalf("%.20q is in the store", c)
+			}
+		}
+	}
+}
+
+// A pack cut short or replaced after it was read is never read short: the
+// member is not found.
+func TestAPackCutShortIsNotReadShort(t *testing.T) {
+	dir := t.TempDir()
+	s, _ := Open(dir)
+	contents := blobContents(packAfter + 10)
+	digests := packBatch(t, s, contents)
+	d := digests[len(digests)-1]
+	if !s.Has(d) {
+		t.Fatal("member not found")
+	}
+	p := filepath.Join(dir, "packs", packFiles(t, dir)[0])
+	os.Chmod(p, 0o600)
+	if err := os.Truncate(p, 10); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Open(d); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("Open of a member of a pack cut short: %v, want ErrNotFound", err)
+	}
+	if s.Has(d) {
+		t.Fatal("Has finds a member of a pack cut short")
+	}
 }
 
 // A file in DIR/packs whose layout or name does not check is no pack: its
@@ -327,14 +461,25 @@ func TestSweepRemovesAPackOnlyWhenNoMemberIsNeeded(t *testing.T) {
 		t.Fatalf("with one member pinned the pack went (%v)", err)
 	}
 	unpin()
+	// A lease keeps its member, copied out, not the pack.
 	if err := s.Lease(one); err != nil {
 		t.Fatal(err)
 	}
 	os.Chtimes(p, old, old)
-	if _, err := s.Sweep(SweepPolicy{Referenced: none, LeaseTTL: time.Hour}); err != nil || !s.Has(packed[0]) {
-		t.Fatalf("with one member leased the pack went (%v)", err)
+	if _, err := s.Sweep(SweepPolicy{Referenced: none, LeaseTTL: time.Hour}); err != nil || s.Has(packed[0]) || !s.Has(one) || !s.hasLoose(one) {
+		t.Fatalf("with one member leased: %v; want the pack gone and the leased member kept as a file of its own", err)
 	}
+	holdsExactly(t, s, []string{one}, [][]byte{contents[packAfter+17]})
 	s.Unlease(one)
+	// Packed again: the leased member is a file of its own now, and
+	// not in the new pack.
+	if _, err := s.Sweep(SweepPolicy{Referenced: none}); err != nil {
+		t.Fatal(err)
+	}
+	digests = packBatch(t, s, contents)
+	packed = digests[packAfter:]
+	p = filepath.Join(dir, "packs", packFiles(t, dir)[0])
+	one = packed[5]
 	// Touching a member marks its pack used: MinAge spares it.
 	os.Chtimes(p, old, old)
 	if err := s.Touch(one); err != nil {
@@ -345,8 +490,8 @@ func TestSweepRemovesAPackOnlyWhenNoMemberIsNeeded(t *testing.T) {
 	}
 	os.Chtimes(p, old, old)
 	rep, err = s.Sweep(SweepPolicy{Referenced: none})
-	if err != nil || rep.Removed != len(packed) || rep.Blobs != 0 {
-		t.Fatalf("sweep: %+v %v, want the pack's %d members removed", rep, err, len(packed))
+	if err != nil || rep.Removed != len(digests) || rep.Blobs != 0 {
+		t.Fatalf("sweep: %+v %v, want all %d blobs removed", rep, err, len(digests))
 	}
 	for _, d := range packed {
 		if s.Has(d) {
@@ -416,27 +561,51 @@ func TestPackEvictedWholeAndSeenGoneByOthers(t *testing.T) {
 	holdsExactly(t, other, b[packAfter:], newer[packAfter:])
 }
 
-// Two packs holding the same member: when one goes, the member is read
-// from the other.
-func TestAMemberOfTwoPacksOutlivesOne(t *testing.T) {
-	dir := t.TempDir()
-	s, err := Open(dir)
-	if err != nil {
-		t.Fatal(err)
+// A file named as its index's digest whose sizes do not match its bytes
+// is no pack either: none of its "members" is found.
+func TestAPackWithItsNameButABadLayoutIsNotAPack(t *testing.T) {
+	a, b := []byte("hello"), []byte("world")
+	// A pack file of a's and b's digests with sizes, holding data.
+	pack := func(data []byte, sizes ...uint64) (string, []byte) {
+		var index []byte
+		for i, n := range sizes {
+			k := sha256.Sum256([][]byte{a, b}[i])
+			index = append(index, k[:]...)
+			index = binary.BigEndian.AppendUint64(index, n)
+		}
+		f := append(bytes.Clone(data), index...)
+		f = binary.BigEndian.AppendUint64(f, uint64(len(sizes)))
+		f = append(f, packMagic...)
+		sum := sha256.Sum256(index)
+		return hex.EncodeToString(sum[:]), f
 	}
-	first := blobContents(packAfter + 3)
-	// Shifted by one: the last members of first are packed in second too.
-	second := append([][]byte{[]byte("shifted")}, first[:packAfter+2]...)
-	second = append(second, []byte("another last member"))
-	packBatch(t, s, first)
-	packBatch(t, s, second)
-	shared := digestOf(first[packAfter+1])
-	l, _ := s.findPacked(shared)
-	if err := os.Remove(filepath.Join(dir, "packs", l.p.name)); err != nil {
-		t.Fatal(err)
-	}
-	holdsExactly(t, s, []string{shared}, [][]byte{first[packAfter+1]})
-	if n := len(packFiles(t, dir)); n != 1 {
-		t.Fatalf("%d packs left, want 1", n)
+	for _, c := range []struct {
+		data  []byte
+		sizes []uint64
+		good  bool
+	}{
+		{[]byte("helloworld!"), []uint64{5, 5}, false},         // a byte no member holds
+		{[]byte("helloworl"), []uint64{5, 5}, false},           // a member past the index
+		{[]byte("helloworld"), []uint64{5, 1<<64 - 1}, false},  // a size that wraps
+		{[]byte("helloworld"), []uint64{1<<64 - 1, 11}, false}, // one that wraps first
+		{[]byte("helloworld"), []uint64{5, 5}, true},           // the same done right
+	} {
+		dir := t.TempDir()
+		s, err := Open(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		name, f := pack(c.data, c.sizes...)
+		os.MkdirAll(filepath.Join(dir, "packs"), 0o700)
+		if err := os.WriteFile(filepath.Join(dir, "packs", name), f, 0o400); err != nil {
+			t.Fatal(err)
+		}
+		if c.good {
+			holdsExactly(t, s, []string{digestOf(a), digestOf(b)}, [][]byte{a, b})
+			continue
+		}
+		if s.Has(digestOf(a)) || s.Has(digestOf(b)) {
+			t.Fatalf("%q %v: a member of a bad pack is found", c.data, c.sizes)
+		}
 	}
 }

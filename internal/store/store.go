@@ -78,7 +78,8 @@ func OpenWithTemp(dir, tmp string) (*Store, error) {
 // Dir returns the store's root directory.
 func (s *Store) Dir() string { return s.dir }
 
-// Path returns where the blob with digest d lives (whether or not it exists).
+// Path returns where the blob with digest d lives as a file of its own
+// (whether or not it exists; a packed blob is not there: pack.go).
 func (s *Store) Path(d string) (string, error) {
 	m := digestRE.FindStringSubmatch(d)
 	if m == nil {
@@ -110,6 +111,30 @@ type File struct {
 // Close closes the file the blob is read from.
 func (f *File) Close() error { return f.f.Close() }
 
+// WriteTo copies the rest of the blob to w straight from its file, which
+// lets the kernel copy it (sendfile) when w is a socket. A file cut short
+// since it was opened is an io.ErrUnexpectedEOF, never a short copy.
+func (f *File) WriteTo(w io.Writer) (int64, error) {
+	pos, err := f.Seek(0, io.SeekCurrent)
+	if err != nil {
+		return 0, err
+	}
+	_, base, size := f.Outer()
+	rest := size - pos
+	if rest <= 0 {
+		return 0, nil
+	}
+	if _, err := f.f.Seek(base+pos, io.SeekStart); err != nil {
+		return 0, err
+	}
+	n, err := io.Copy(w, io.LimitReader(f.f, rest))
+	f.Seek(pos+n, io.SeekStart)
+	if err == nil && n < rest {
+		err = io.ErrUnexpectedEOF
+	}
+	return n, err
+}
+
 // Open opens the blob d for reading.
 func (s *Store) Open(d string) (*File, error) {
 	p, err := s.Path(d)
@@ -128,21 +153,20 @@ func (s *Store) Open(d string) (*File, error) {
 	if !errors.Is(err, fs.ErrNotExist) {
 		return nil, err
 	}
-	// A pack swept between the look-up and the open is looked up again.
+	// A pack swept (or changed) between the look-up and the open is
+	// looked up again.
 	for range 2 {
 		l, ok := s.findPacked(d)
 		if !ok {
 			break
 		}
-		f, err := os.Open(s.packPath(l.p.name))
-		if errors.Is(err, fs.ErrNotExist) {
-			continue
-		}
+		f, ok, err := s.openMember(l)
 		if err != nil {
 			return nil, err
 		}
-		e := l.entry()
-		return &File{io.NewSectionReader(f, e.off, e.size), f}, nil
+		if ok {
+			return f, nil
+		}
 	}
 	return nil, fmt.Errorf("blob %s: %w", d, ErrNotFound)
 }
@@ -488,7 +512,9 @@ func (w *Writer) Abort() {
 	}
 	w.done = true
 	if w.pk != nil {
-		w.pk.truncate(w.start)
+		if w.pk.open && w.start == w.pk.indexed {
+			w.pk.truncate(w.start)
+		}
 		return
 	}
 	w.release()
@@ -662,7 +688,11 @@ func (b *Batch) NewWriter(maxBytes int64) (*Writer, error) {
 		}
 		b.pack = pw
 	}
-	return &Writer{s: b.s, fd: -1, h: sha256.New(), max: maxBytes, pk: b.pack, start: b.pack.end()}, nil
+	start, err := b.pack.begin()
+	if err != nil {
+		return nil, err
+	}
+	return &Writer{s: b.s, fd: -1, h: sha256.New(), max: maxBytes, pk: b.pack, start: start}, nil
 }
 
 // Add finishes w, checked against want as Commit does, and hands it to
@@ -678,20 +708,18 @@ func (b *Batch) Add(w *Writer, want string) (string, int64, error) {
 		w.Abort()
 		return "", 0, err
 	}
+	if w.pk != nil && w.pk != b.pack {
+		w.Abort()
+		return "", 0, errors.New("blob store: a blob of another batch")
+	}
 	d, err := w.check(want)
 	if err != nil {
 		return "", 0, err
 	}
 	if w.pk != nil {
-		if w.pk != b.pack {
-			return "", 0, errors.New("a member of another batch's pack")
-		}
-		if err := b.pack.err; err != nil {
+		if err := b.pack.add(w, d); err != nil {
 			return "", 0, err
 		}
-		var k [sha256.Size]byte
-		w.h.Sum(k[:0])
-		b.pack.add(k, w.n)
 		return d, w.n, nil
 	}
 	b.sem <- struct{}{}
@@ -727,7 +755,7 @@ func (b *Batch) Commit() error {
 	b.closed = true
 	var perr error
 	if b.pack != nil {
-		_, perr = b.pack.commit()
+		perr = b.pack.commit()
 	}
 	b.wg.Wait()
 	if b.added == 0 {
