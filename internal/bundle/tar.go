@@ -78,20 +78,42 @@ type tarWriter struct {
 }
 
 type countWriter struct {
-	w io.Writer
-	h hash.Hash
-	n int64
+	w  io.Writer
+	h  hash.Hash     // nil when w hashes what it is given itself
+	hw hashingWriter // then w
+	n  int64
+}
+
+// hashingWriter is a writer that hashes what it is given (a blob store's
+// writer): the tar is then hashed once, by it.
+type hashingWriter interface {
+	io.Writer
+	Digest() string
 }
 
 func (c *countWriter) Write(p []byte) (int, error) {
 	n, err := c.w.Write(p)
-	c.h.Write(p[:n])
+	if c.h != nil {
+		c.h.Write(p[:n])
+	}
 	c.n += int64(n)
 	return n, err
 }
 
+func (c *countWriter) digest() string {
+	if c.hw != nil {
+		return c.hw.Digest()
+	}
+	return "sha256:" + hex.EncodeToString(c.h.Sum(nil))
+}
+
 func newTarWriter(w io.Writer) *tarWriter {
-	cw := &countWriter{w: w, h: sha256.New()}
+	cw := &countWriter{w: w}
+	if hw, ok := w.(hashingWriter); ok {
+		cw.hw = hw
+	} else {
+		cw.h = sha256.New()
+	}
 	return &tarWriter{tw: tar.NewWriter(cw), cw: cw, dirs: map[string]bool{"": true}}
 }
 
@@ -142,7 +164,7 @@ func (t *tarWriter) close() (Summary, error) {
 		return Summary{}, fmt.Errorf("tar: %w", err)
 	}
 	t.sum.Size = t.cw.n
-	t.sum.Digest = "sha256:" + hex.EncodeToString(t.cw.h.Sum(nil))
+	t.sum.Digest = t.cw.digest()
 	return t.sum, nil
 }
 

@@ -324,6 +324,9 @@ func toStore(st *store.Store, opt Options, write func(w io.Writer) (Summary, err
 		if opt.Progress == nil {
 			return w
 		}
+		if hw, ok := w.(hashingWriter); ok {
+			return &hashedProgressWriter{progressWriter{w: w, report: opt.Progress}, hw}
+		}
 		return &progressWriter{w: w, report: opt.Progress}
 	}
 	if st == nil {
@@ -367,3 +370,11 @@ func (p *progressWriter) Write(b []byte) (int, error) {
 	p.report(p.n)
 	return n, err
 }
+
+// hashedProgressWriter is a progressWriter around a hashingWriter.
+type hashedProgressWriter struct {
+	progressWriter
+	hw hashingWriter
+}
+
+func (p *hashedProgressWriter) Digest() string { return p.hw.Digest() }
