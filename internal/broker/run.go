@@ -100,6 +100,10 @@ func (r *run) execute(ctx context.Context) error {
 		att          client.HijackedResponse
 	)
 	var checked <-chan error
+	// The checks stop if the job ends before its stdin is written; when
+	// it is written, they ended before (writeStdin waits for them).
+	checkCtx, stopChecks := context.WithCancel(ctx)
+	defer stopChecks()
 	for attempt := 1; ; attempt++ {
 		// Staging: the read-only inputs' cache volumes, then the writable
 		// inputs streamed to the helper (writeStdin counts their bytes).
@@ -110,7 +114,7 @@ func (r *run) execute(ctx context.Context) error {
 		}
 		writable = w
 		if checked == nil {
-			checked = r.checkWritable(ctx, writable)
+			checked = r.checkWritable(checkCtx, writable)
 		}
 		// The hard deadline covers staging and collection too; the helper
 		// enforces the wall time on the command itself.

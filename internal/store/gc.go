@@ -88,12 +88,11 @@ func (s *Store) Lease(d string) error {
 		return fmt.Errorf("malformed digest %q", d)
 	}
 	if !s.hasLoose(d) {
+		// A packed copy that does not check is not copied out: the lease
+		// is taken all the same, and an upload of d puts a sound copy.
 		if f, err := s.Open(d); err == nil {
-			_, _, err = s.Put(f, d, f.Size())
+			s.Put(f, d, f.Size())
 			f.Close()
-			if err != nil {
-				return fmt.Errorf("blob store: lease: %w", err)
-			}
 		}
 	}
 	dir := filepath.Join(s.dir, "leases")
@@ -453,8 +452,7 @@ func (s *Store) removeIfIdle(u unit, minAge, leaseTTL time.Duration, users time.
 	}
 	defer s.refs.sweep.Unlock()
 	hook("locked", u.Digest)
-	leases := s.leaseSet(leaseTTL)
-	if u.any(s.Pinned) || u.any(func(d string) bool { return leases[d] && (u.pack == nil || !s.hasLoose(d)) }) {
+	if u.any(s.Pinned) || u.any(func(d string) bool { return s.leased(d, leaseTTL) && (u.pack == nil || !s.hasLoose(d)) }) {
 		return false, nil
 	}
 	p := ""
@@ -472,6 +470,9 @@ func (s *Store) removeIfIdle(u unit, minAge, leaseTTL time.Duration, users time.
 	}
 	if err != nil {
 		return false, fmt.Errorf("blob store: %w", err)
+	}
+	if u.pack != nil && (!st.Mode().IsRegular() || st.Size() != u.pack.size) {
+		return false, nil // no longer the pack that was read: not removed
 	}
 	cutoff := s.refs.cutoff()
 	if t := time.Now().Add(-minAge); t.Before(cutoff) {

@@ -102,6 +102,9 @@ type packs struct {
 	mu    sync.Mutex
 	known map[string]*pack
 	where map[[sha256.Size]byte]located
+	// dups counts, for a member more than one known pack holds, the
+	// copies besides the one in where.
+	dups map[[sha256.Size]byte]int
 	// rejected are the files found not to be packs, as they were then:
 	// read again only once they changed.
 	rejected map[string]stamp
@@ -222,12 +225,22 @@ func (s *Store) scanPacksLocked(all bool) {
 		if was, ok := pk.rejected[name]; ok && was == stampOf(&st) {
 			continue
 		}
-		p, err := readPack(s.packPath(name), name)
-		if err != nil {
+		var p *pack
+		err := errNotAPack
+		if st.Mode&unix.S_IFMT == unix.S_IFREG {
+			p, err = readPack(s.packPath(name), name)
+		}
+		if errors.Is(err, errNotAPack) {
+			// Remembered until it changes; an error reading it (too many
+			// open files, I/O) is not: the next scan reads it again.
 			if pk.rejected == nil {
 				pk.rejected = map[string]stamp{}
 			}
 			pk.rejected[name] = stampOf(&st)
+			continue
+		}
+		if err != nil {
+			pk.scanned = stamp{}
 			continue
 		}
 		s.addPackLocked(p, false)
@@ -247,49 +260,81 @@ func (s *Store) scanPacksLocked(all bool) {
 
 // addPackLocked puts p's members in the map: in place of any other copy
 // if newest (a pack just written, holding members the store had no sound
-// copy of), else only where no other pack holds them.
+// copy of), else only where no other pack holds them. A member held by
+// more than one pack is counted in dups.
 func (s *Store) addPackLocked(p *pack, newest bool) {
 	pk := &s.packs
 	if pk.known == nil {
 		pk.known = map[string]*pack{}
 		pk.where = map[[sha256.Size]byte]located{}
+		pk.dups = map[[sha256.Size]byte]int{}
 	}
-	if old, ok := pk.known[p.name]; ok && old != p {
+	if old, ok := pk.known[p.name]; ok {
+		if old == p {
+			return
+		}
 		s.dropPackLocked(old)
 	}
 	pk.known[p.name] = p
 	for i, e := range p.members {
-		if _, ok := pk.where[e.key]; newest || !ok {
+		_, ok := pk.where[e.key]
+		if ok {
+			pk.dups[e.key]++
+		}
+		if newest || !ok {
 			pk.where[e.key] = located{p: p, i: i}
 		}
 	}
 }
 
 // dropPackLocked forgets p; its members that another known pack holds
-// are found there.
+// are found there. Only those are looked for in the other packs: a drop
+// costs p's members, not the store's.
 func (s *Store) dropPackLocked(p *pack) {
 	pk := &s.packs
-	if pk.known[p.name] == p {
-		delete(pk.known, p.name)
+	if pk.known[p.name] != p {
+		return // forgotten already
 	}
-	again := false
+	delete(pk.known, p.name)
+	var lost map[[sha256.Size]byte]bool
 	for _, e := range p.members {
-		if l, ok := pk.where[e.key]; ok && l.p == p {
-			delete(pk.where, e.key)
-			again = true
+		l, ok := pk.where[e.key]
+		if !ok {
+			continue
+		}
+		held := pk.dups[e.key] > 0
+		if held {
+			if pk.dups[e.key]--; pk.dups[e.key] == 0 {
+				delete(pk.dups, e.key)
+			}
+		}
+		if l.p != p {
+			continue
+		}
+		delete(pk.where, e.key)
+		if held {
+			if lost == nil {
+				lost = map[[sha256.Size]byte]bool{}
+			}
+			lost[e.key] = true
 		}
 	}
-	if !again {
+	if len(lost) == 0 {
 		return
 	}
 	for _, q := range pk.known {
 		for i, e := range q.members {
-			if _, ok := pk.where[e.key]; !ok {
-				pk.where[e.key] = located{p: q, i: i}
+			if lost[e.key] {
+				if _, ok := pk.where[e.key]; !ok {
+					pk.where[e.key] = located{p: q, i: i}
+				}
 			}
 		}
 	}
 }
+
+// errNotAPack is a file in DIR/packs whose layout or name does not check.
+var errNotAPack = errors.New("not a pack")
 
 // openPack opens the pack file at path for reading, never through a
 // symlink and never blocking on what is not a regular file.
@@ -311,18 +356,18 @@ func readPack(path, name string) (*pack, error) {
 		return nil, err
 	}
 	if !st.Mode().IsRegular() || st.Size() < packTail {
-		return nil, errors.New("not a pack")
+		return nil, fmt.Errorf("not a regular file ending in the magic: %w", errNotAPack)
 	}
 	var tail [packTail]byte
 	if _, err := f.ReadAt(tail[:], st.Size()-packTail); err != nil {
 		return nil, err
 	}
 	if string(tail[8:]) != packMagic {
-		return nil, errors.New("not a pack")
+		return nil, fmt.Errorf("not a regular file ending in the magic: %w", errNotAPack)
 	}
 	count := binary.BigEndian.Uint64(tail[:8])
 	if count == 0 || count > maxPackMembers || int64(count)*packEntry > st.Size()-packTail {
-		return nil, errors.New("bad pack index")
+		return nil, fmt.Errorf("bad index: %w", errNotAPack)
 	}
 	indexLen := int64(count) * packEntry
 	indexAt := st.Size() - packTail - indexLen
@@ -331,7 +376,7 @@ func readPack(path, name string) (*pack, error) {
 		return nil, fmt.Errorf("read pack index: %v", err)
 	}
 	if hex.EncodeToString(h.Sum(nil)) != name {
-		return nil, errors.New("pack name is not its index's digest")
+		return nil, fmt.Errorf("the name is not its index's digest: %w", errNotAPack)
 	}
 	r := bufio.NewReaderSize(io.NewSectionReader(f, indexAt, indexLen), 1<<20)
 	p := &pack{name: name, size: st.Size(), members: make([]entry, count)}
@@ -344,13 +389,13 @@ func readPack(path, name string) (*pack, error) {
 		copy(p.members[i].key[:], e[:sha256.Size])
 		n := binary.BigEndian.Uint64(e[sha256.Size:])
 		if n > uint64(indexAt-off) {
-			return nil, errors.New("bad pack index")
+			return nil, fmt.Errorf("bad index: %w", errNotAPack)
 		}
 		p.members[i].off, p.members[i].size = off, int64(n)
 		off += int64(n)
 	}
 	if off != indexAt {
-		return nil, errors.New("bad pack index")
+		return nil, fmt.Errorf("bad index: %w", errNotAPack)
 	}
 	// The index read twice must be the one hashed.
 	h.Reset()
@@ -401,23 +446,29 @@ func (s *Store) hasLoose(d string) bool {
 }
 
 // keepCopy reports whether the store holds a copy of d (size bytes) that
-// hashes to d, and marks it used now. The caller holds the sweep lock for
-// reading, so that no sweep removes the copy before it is marked.
-func (s *Store) keepCopy(d string, size int64) bool {
+// hashes to d, and marks it used now; in is the pack that holds it ("" for
+// a file of its own). A file of its own that does not hold d is removed:
+// the copy about to be written is then the one read. The caller holds the
+// sweep lock for reading, so that no sweep removes the copy before it is
+// marked.
+func (s *Store) keepCopy(d string, size int64) (held bool, in string) {
 	if p, err := s.Path(d); err == nil {
 		if s.holds(p, d, size, nil) {
 			now := time.Now()
-			return os.Chtimes(p, now, now) == nil
+			return os.Chtimes(p, now, now) == nil, ""
+		}
+		if st, err := os.Lstat(p); err == nil && st.Mode().IsRegular() {
+			os.Remove(p)
 		}
 	}
 	for range 2 {
 		l, ok := s.findPacked(d)
 		if !ok || l.entry().size != size {
-			return false
+			return false, ""
 		}
 		f, ok, err := s.openMember(l)
 		if err != nil {
-			return false
+			return false, ""
 		}
 		if !ok {
 			continue
@@ -426,12 +477,12 @@ func (s *Store) keepCopy(d string, size int64) bool {
 		n, err := io.Copy(h, f)
 		f.Close()
 		if err != nil || n != size || "sha256:"+hex.EncodeToString(h.Sum(nil)) != d {
-			return false
+			return false, ""
 		}
 		now := time.Now()
-		return os.Chtimes(s.packPath(l.p.name), now, now) == nil
+		return os.Chtimes(s.packPath(l.p.name), now, now) == nil, l.p.name
 	}
-	return false
+	return false, ""
 }
 
 // ensurePackDir makes DIR/packs and makes its entry durable, once per
@@ -497,6 +548,11 @@ type packWriter struct {
 	open    bool  // a member is being written
 	keys    map[[sha256.Size]byte]bool
 	err     error
+	// heldIn are the packs, and heldLoose says files of their own, where
+	// members were found: commit makes them durable too (another writer
+	// may not have synced them yet).
+	heldIn    map[string]bool
+	heldLoose bool
 }
 
 // packBuf is how much a packWriter gathers before it writes.
@@ -609,9 +665,17 @@ func (pw *packWriter) add(w *Writer, d string) error {
 	}
 	s := pw.s
 	s.refs.sweep.RLock()
-	held := s.keepCopy(d, w.n)
+	held, in := s.keepCopy(d, w.n)
 	s.refs.sweep.RUnlock()
 	if held {
+		if in == "" {
+			pw.heldLoose = true
+		} else {
+			if pw.heldIn == nil {
+				pw.heldIn = map[string]bool{}
+			}
+			pw.heldIn[in] = true
+		}
 		pw.truncate(w.start)
 		return nil
 	}
@@ -635,6 +699,9 @@ func (pw *packWriter) commit() error {
 	pw.truncate(pw.indexed)
 	if pw.err != nil {
 		return pw.err
+	}
+	if err := pw.syncHeld(); err != nil {
+		return err
 	}
 	count := len(pw.index) / packEntry
 	if count == 0 {
@@ -703,6 +770,39 @@ func (pw *packWriter) commit() error {
 	s.packs.mu.Lock()
 	s.addPackLocked(p, true)
 	s.packs.mu.Unlock()
+	return nil
+}
+
+// syncHeld makes durable the copies members were found in: the packs
+// (synced, as holds syncs a file of its own) and the directory entries of
+// both kinds.
+func (pw *packWriter) syncHeld() error {
+	s := pw.s
+	if pw.heldLoose {
+		if err := s.syncBlobDir(); err != nil {
+			return err
+		}
+	}
+	if len(pw.heldIn) == 0 {
+		return nil
+	}
+	if err := s.ensurePackDir(); err != nil {
+		return err
+	}
+	for name := range pw.heldIn {
+		f, err := openPack(s.packPath(name))
+		if err != nil {
+			return fmt.Errorf("blob store: %w", err)
+		}
+		err = fsync(int(f.Fd()))
+		f.Close()
+		if err != nil {
+			return fmt.Errorf("blob store: sync: %w", err)
+		}
+	}
+	if err := syncDir(s.packDir()); err != nil {
+		return fmt.Errorf("blob store: sync directory: %w", err)
+	}
 	return nil
 }
 

@@ -12,6 +12,8 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -607,5 +609,126 @@ func TestAPackWithItsNameButABadLayoutIsNotAPack(t *testing.T) {
 		if s.Has(digestOf(a)) || s.Has(digestOf(b)) {
 			t.Fatalf("%q %v: a member of a bad pack is found", c.data, c.sizes)
 		}
+	}
+}
+
+// writePack puts a pack of contents, in that order, into dir's packs as
+// another writer would, and returns its name.
+func writePack(t *testing.T, dir string, contents ...[]byte) string {
+	t.Helper()
+	var data, index []byte
+	for _, c := range contents {
+		data = append(data, c...)
+		k := sha256.Sum256(c)
+		index = append(index, k[:]...)
+		index = binary.BigEndian.AppendUint64(index, uint64(len(c)))
+	}
+	f := append(data, index...)
+	f = binary.BigEndian.AppendUint64(f, uint64(len(contents)))
+	f = append(f, packMagic...)
+	sum := sha256.Sum256(index)
+	name := hex.EncodeToString(sum[:])
+	os.MkdirAll(filepath.Join(dir, "packs"), 0o700)
+	if err := os.WriteFile(filepath.Join(dir, "packs", name), f, 0o400); err != nil {
+		t.Fatal(err)
+	}
+	return name
+}
+
+// A member two packs hold is read from the other when one goes, and a
+// pack dropped does not lose what only it held to another's look-up.
+func TestAMemberOfTwoPacksOutlivesOne(t *testing.T) {
+	dir := t.TempDir()
+	s, _ := Open(dir)
+	a, b, c := []byte("only in the first"), []byte("in both"), []byte("only in the second")
+	first := writePack(t, dir, a, b)
+	second := writePack(t, dir, b, c)
+	holdsExactly(t, s, []string{digestOf(a), digestOf(b), digestOf(c)}, [][]byte{a, b, c})
+	// The pack b is read from goes.
+	l, _ := s.findPacked(digestOf(b))
+	gone, only, rest := first, a, c
+	if l.p.name == second {
+		gone, only, rest = second, c, a
+	}
+	if err := os.Remove(filepath.Join(dir, "packs", gone)); err != nil {
+		t.Fatal(err)
+	}
+	holdsExactly(t, s, []string{digestOf(b), digestOf(rest)}, [][]byte{b, rest})
+	if s.Has(digestOf(only)) {
+		t.Fatal("a member of the removed pack is still found")
+	}
+}
+
+// A file of its own that does not hold its digest is replaced by the
+// packed copy a batch writes: the sound copy is the one read.
+func TestACorruptFileGivesWayToAPackedCopy(t *testing.T) {
+	modes(t, func(t *testing.T, s *Store, dir string) {
+		contents := blobContents(packAfter + 5)
+		d := digestOf(contents[packAfter+2])
+		if _, _, err := s.Put(bytes.NewReader(contents[packAfter+2]), d, -1); err != nil {
+			t.Fatal(err)
+		}
+		p, _ := s.Path(d)
+		os.Chmod(p, 0o600)
+		bad := bytes.Clone(contents[packAfter+2])
+		bad[0] ^= 1
+		os.WriteFile(p, bad, 0o600)
+		packBatch(t, s, contents)
+		if err := s.Verify(d); err != nil {
+			t.Fatalf("after the batch: %v", err)
+		}
+		emptyTemp(t, dir)
+	})
+}
+
+// A lease on a packed member that no longer checks is taken all the same,
+// and an upload of the content then stores a sound copy.
+func TestALeaseOnACorruptMemberLetsTheUploadRepairIt(t *testing.T) {
+	dir := t.TempDir()
+	s, _ := Open(dir)
+	good := []byte("the content")
+	bad := []byte("the Content")
+	name := writePack(t, dir, good)
+	raw, _ := os.ReadFile(filepath.Join(dir, "packs", name))
+	copy(raw, bad)
+	os.Chmod(filepath.Join(dir, "packs", name), 0o600)
+	os.WriteFile(filepath.Join(dir, "packs", name), raw, 0o600)
+	d := digestOf(good)
+	if err := s.Lease(d); err != nil {
+		t.Fatalf("Lease: %v", err)
+	}
+	if !s.Leased(d, time.Hour) {
+		t.Fatal("no lease")
+	}
+	if _, _, err := s.Put(bytes.NewReader(good), d, -1); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Verify(d); err != nil {
+		t.Fatalf("after the upload: %v", err)
+	}
+}
+
+// A batch whose every packed member the store held already in a pack
+// syncs that pack and its directory: another writer may not have yet.
+func TestAHeldPackIsSynced(t *testing.T) {
+	dir := t.TempDir()
+	s, _ := Open(dir)
+	contents := blobContents(packAfter + 20)
+	packBatch(t, s, contents)
+	name := packFiles(t, dir)[0]
+	st, _ := os.Stat(filepath.Join(dir, "packs", name))
+	orig := fsync
+	t.Cleanup(func() { fsync = orig })
+	var synced atomic.Int32
+	fsync = func(fd int) error {
+		var fst unix.Stat_t
+		if unix.Fstat(fd, &fst) == nil && fst.Ino == st.Sys().(*syscall.Stat_t).Ino {
+			synced.Add(1)
+		}
+		return orig(fd)
+	}
+	packBatch(t, s, contents)
+	if synced.Load() == 0 {
+		t.Fatal("the pack holding the batch's members was not synced")
 	}
 }
