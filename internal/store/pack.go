@@ -47,7 +47,9 @@ import (
 //
 // Memory: the store keeps every member's digest, pack and place (about
 // 120 bytes a member) once it has looked for a blob that is not a file
-// of its own.
+// of its own. A look-up that misses lists DIR/packs again only when it
+// changed (its times, with a second of margin for coarse ones): a store on
+// a local file system (ext4, xfs), not one whose times are cached (NFS).
 
 const (
 	// packAfter is the number of loose blobs a Batch writes before it
