@@ -166,8 +166,8 @@ func (s *Server) startRecovery(rec journal.Record, job sandbox.Job, containerID 
 		defer s.jobs.Done()
 		rerun := false
 		defer func() {
-			if rerun { // once its slot is free
-				s.enqueue(rec.ID, false)
+			if rerun { // once its slot is free, in its place
+				s.enqueueInOrder(rec)
 			}
 		}()
 		defer func() {

@@ -269,6 +269,33 @@ func (s *Server) enqueue(id string, reservedSlot bool) {
 	s.signal()
 }
 
+// enqueueInOrder queues an accepted job in its acceptance order: ahead of
+// every queued job accepted after it. A recovered job proven never run
+// (broker.ErrNotRun) is queued again only once its recovery ended, after
+// the jobs a restart requeued, and would otherwise run after jobs
+// accepted long after it.
+func (s *Server) enqueueInOrder(rec journal.Record) {
+	s.mu.Lock()
+	queued := slices.Clone(s.queue)
+	s.mu.Unlock()
+	later := map[string]bool{}
+	for _, id := range queued {
+		if q, err := s.cfg.Journal.Get(id); err == nil && journal.AcceptanceOrder(rec, q) < 0 {
+			later[id] = true
+		}
+	}
+	s.mu.Lock()
+	// A job queued since the copy is a new submission: accepted after rec.
+	i := slices.IndexFunc(s.queue, func(id string) bool { return later[id] || !slices.Contains(queued, id) })
+	if i < 0 {
+		i = len(s.queue)
+	}
+	s.queue = slices.Insert(s.queue, i, rec.ID)
+	s.m.queueDepth.Set(float64(len(s.queue)))
+	s.mu.Unlock()
+	s.signal()
+}
+
 func (s *Server) signal() {
 	select {
 	case s.wake <- struct{}{}:
