@@ -537,7 +537,7 @@ func TestFleetLostHostsJobEndsUncertainAndItsLateResultIsNotTaken(t *testing.T) 
 	c := testharness.StartNATS(t, 3)
 	lost := fleetDaemon(t, c, "--fleet-lease", "3s")
 	other := fleetDaemon(t, c, "--fleet-lease", "3s")
-	created := creationsOf(lost, other)
+	createdLost, createdOther := creationsOf(lost), creationsOf(other)
 	lost.start()
 	co := openFleet(t, c, false)
 	r := fleet.NewRunner(co, lost.keys)
@@ -575,8 +575,20 @@ func TestFleetLostHostsJobEndsUncertainAndItsLateResultIsNotTaken(t *testing.T) 
 	if !bytes.Equal(again.Envelope, sr.Envelope) {
 		t.Errorf("the fleet's answer changed after the lost host returned: %s, %v", again.Result.Status, err)
 	}
-	if n := created()[job.ID]; n != 1 {
-		t.Errorf("%d containers created, want 1 (it never runs elsewhere)", n)
+	// It never runs elsewhere. The lost host may make a second container
+	// only if its recovery proved the first never ran the command (killed
+	// between the container's start and the command's, as a loaded CI
+	// machine does): the command still runs once, and its late result is
+	// not taken.
+	if n := createdOther()[job.ID]; n != 0 {
+		t.Errorf("%d containers created on the other host, want none", n)
+	}
+	want := 1
+	if strings.Contains(lost.logs.String(), "the job never ran; queued to run") {
+		want = 2
+	}
+	if n := createdLost()[job.ID]; n != want {
+		t.Errorf("%d containers created on the lost host, want %d", n, want)
 	}
 	lost.stop()
 	other.stop()
