@@ -79,21 +79,14 @@ func (s *Store) Touch(d string) error {
 }
 
 // Lease marks blob d as uploaded now, for a job not yet submitted: Sweep
-// keeps it, referenced or not, for the lease's time to live. A packed
-// blob is copied out to a file of its own first: a lease keeps the bytes
-// it names, never a whole pack.
+// keeps it, referenced or not, for the lease's time to live. It reads no
+// blob (an upload leases before its bytes are proven): a sweep copies a
+// leased packed member out to a file of its own (copyOutLeased), so that a
+// lease keeps the bytes it names, never a whole pack.
 func (s *Store) Lease(d string) error {
 	m := digestRE.FindStringSubmatch(d)
 	if m == nil {
 		return fmt.Errorf("malformed digest %q", d)
-	}
-	if !s.hasLoose(d) {
-		// A packed copy that does not check is not copied out: the lease
-		// is taken all the same, and an upload of d puts a sound copy.
-		if f, err := s.Open(d); err == nil {
-			s.Put(f, d, f.Size())
-			f.Close()
-		}
 	}
 	dir := filepath.Join(s.dir, "leases")
 	if err := os.MkdirAll(dir, 0o700); err != nil {
@@ -117,6 +110,26 @@ func (s *Store) Leased(d string, ttl time.Duration) bool { return s.leased(d, tt
 func (s *Store) leased(d string, ttl time.Duration) bool {
 	st, err := os.Stat(filepath.Join(s.dir, "leases", strings.TrimPrefix(d, "sha256:")))
 	return err == nil && time.Since(st.ModTime()) < ttl
+}
+
+// copyOutLeased copies the leased members of a pack that have no file of
+// their own out to one, before a sweep decides on the pack. One that
+// cannot be copied (it does not check: an upload repairs it) keeps its
+// pack, as does a lease taken after this (removeIfIdle looks again).
+func (s *Store) copyOutLeased(u unit, leases map[string]bool) {
+	if u.pack == nil {
+		return
+	}
+	for _, e := range u.pack.members {
+		d := keyDigest(e.key)
+		if !leases[d] || s.hasLoose(d) {
+			continue
+		}
+		if f, err := s.Open(d); err == nil {
+			s.Put(f, d, f.Size())
+			f.Close()
+		}
+	}
 }
 
 // leaseSet is the digests with a lease younger than ttl.
@@ -380,6 +393,9 @@ func (s *Store) Sweep(p SweepPolicy) (SweepReport, error) {
 	// finds after this, under the sweep lock: MinAge spares it.
 	users := s.usersCutoff()
 	leases := s.leaseSet(p.LeaseTTL)
+	for _, u := range units {
+		s.copyOutLeased(u, leases)
+	}
 	leased := func(u unit) bool {
 		return u.any(func(d string) bool { return leases[d] && (u.pack == nil || !s.hasLoose(d)) })
 	}

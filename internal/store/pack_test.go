@@ -732,3 +732,27 @@ func TestAHeldPackIsSynced(t *testing.T) {
 		t.Fatal("the pack holding the batch's members was not synced")
 	}
 }
+
+// A lease reads no blob (an upload takes it before its bytes are proven):
+// a packed member leased is copied out only by the next sweep.
+func TestALeaseCopiesNothingUntilASweep(t *testing.T) {
+	dir := t.TempDir()
+	s, _ := Open(dir)
+	a, b := []byte("leased member"), []byte("other member")
+	writePack(t, dir, a, b)
+	if err := s.Lease(digestOf(a)); err != nil {
+		t.Fatal(err)
+	}
+	if s.hasLoose(digestOf(a)) {
+		t.Fatal("Lease copied the member out")
+	}
+	old := time.Now().Add(-time.Hour)
+	os.Chtimes(filepath.Join(dir, "packs", packFiles(t, dir)[0]), old, old)
+	if _, err := s.Sweep(SweepPolicy{Referenced: none, LeaseTTL: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	if !s.hasLoose(digestOf(a)) || s.Has(digestOf(b)) || len(packFiles(t, dir)) != 0 {
+		t.Fatal("after the sweep: want the leased member a file of its own and the pack gone")
+	}
+	holdsExactly(t, s, []string{digestOf(a)}, [][]byte{a})
+}
