@@ -459,7 +459,9 @@ func (s *Store) keepCopy(d string, size int64) (held bool, in string) {
 			now := time.Now()
 			return os.Chtimes(p, now, now) == nil, ""
 		}
-		if st, err := os.Lstat(p); err == nil && st.Mode().IsRegular() {
+		// Removed only once it is known not to hold d: an error reading
+		// it (too many open files, I/O) says nothing of its bytes.
+		if got, err := looseDigest(p); err == nil && got != d {
 			os.Remove(p)
 		}
 	}
@@ -485,6 +487,23 @@ func (s *Store) keepCopy(d string, size int64) (held bool, in string) {
 		return os.Chtimes(s.packPath(l.p.name), now, now) == nil, l.p.name
 	}
 	return false, ""
+}
+
+// looseDigest hashes the regular file at p (never through a symlink).
+func looseDigest(p string) (string, error) {
+	f, err := openPack(p)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	if st, err := f.Stat(); err != nil || !st.Mode().IsRegular() {
+		return "", errors.New("not a regular file")
+	}
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return "", err
+	}
+	return "sha256:" + hex.EncodeToString(h.Sum(nil)), nil
 }
 
 // ensurePackDir makes DIR/packs and makes its entry durable, once per

@@ -756,3 +756,36 @@ func TestALeaseCopiesNothingUntilASweep(t *testing.T) {
 	}
 	holdsExactly(t, s, []string{digestOf(a)}, [][]byte{a})
 }
+
+// A file of its own that could not be checked (here its sync fails) but
+// holds its digest is not removed: only a copy known to be wrong is.
+func TestASoundFileIsNotRemovedOnAnError(t *testing.T) {
+	dir := t.TempDir()
+	s, _ := Open(dir)
+	contents := blobContents(packAfter + 5)
+	c := contents[packAfter+2]
+	d := digestOf(c)
+	if _, _, err := s.Put(bytes.NewReader(c), d, -1); err != nil {
+		t.Fatal(err)
+	}
+	orig := fsync
+	t.Cleanup(func() { fsync = orig })
+	fsync = func(fd int) error {
+		var st unix.Stat_t
+		if unix.Fstat(fd, &st) == nil && st.Size == int64(len(c)) {
+			return unix.EIO
+		}
+		return orig(fd)
+	}
+	b := s.NewBatch()
+	for _, x := range contents {
+		w, _ := b.NewWriter(-1)
+		w.Write(x)
+		b.Add(w, "")
+	}
+	b.Commit()
+	fsync = orig
+	if !s.hasLoose(d) {
+		t.Fatal("a sound file of its own was removed after an error")
+	}
+}
