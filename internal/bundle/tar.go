@@ -85,10 +85,11 @@ type countWriter struct {
 }
 
 // hashingWriter is a writer that hashes what it is given (a blob store's
-// writer): the tar is then hashed once, by it.
+// writer): a tar written into a fresh one is hashed once, by it.
 type hashingWriter interface {
 	io.Writer
 	Digest() string
+	Size() int64
 }
 
 func (c *countWriter) Write(p []byte) (int, error) {
@@ -109,7 +110,8 @@ func (c *countWriter) digest() string {
 
 func newTarWriter(w io.Writer) *tarWriter {
 	cw := &countWriter{w: w}
-	if hw, ok := w.(hashingWriter); ok {
+	// Only a writer that holds nothing yet: its digest is then the tar's.
+	if hw, ok := w.(hashingWriter); ok && hw.Size() == 0 {
 		cw.hw = hw
 	} else {
 		cw.h = sha256.New()

@@ -378,3 +378,4 @@ type hashedProgressWriter struct {
 }
 
 func (p *hashedProgressWriter) Digest() string { return p.hw.Digest() }
+func (p *hashedProgressWriter) Size() int64    { return p.hw.Size() }

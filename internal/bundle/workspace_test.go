@@ -252,3 +252,31 @@ func TestLimitsValidate(t *testing.T) {
 		t.Errorf("DefaultLimits: %v", err)
 	}
 }
+
+// A tar written into a store writer that holds bytes already is hashed
+// by the tar writer itself: its digest is the tar's, not the blob's.
+func TestTarDigestIntoAWriterHoldingBytes(t *testing.T) {
+	st, err := store.Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "a"), []byte("a"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var plain bytes.Buffer
+	want, err := WriteDir(context.Background(), dir, &plain, DefaultLimits())
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, _ := st.NewWriter(-1)
+	defer w.Abort()
+	w.Write([]byte("before"))
+	got, err := WriteDir(context.Background(), dir, w, DefaultLimits())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Digest != want.Digest {
+		t.Fatalf("digest %s, want the tar's %s", got.Digest, want.Digest)
+	}
+}
