@@ -580,15 +580,10 @@ type packWriter struct {
 const packBuf = 1 << 20
 
 func (s *Store) newPackWriter() (*packWriter, error) {
-	pw := &packWriter{s: s, fd: -1, keys: map[[sha256.Size]byte]bool{}}
+	pw := &packWriter{s: s, keys: map[[sha256.Size]byte]bool{}}
 	var err error
-	if s.unnamed {
-		pw.fd, err = unix.Open(s.tmp, unix.O_TMPFILE|unix.O_WRONLY|unix.O_CLOEXEC, 0o400)
-	} else {
-		pw.fd, pw.name, err = createTemp(s.tmp)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("blob store: %w", &os.PathError{Op: "create temp", Path: s.tmp, Err: err})
+	if pw.fd, pw.name, err = s.openTemp(); err != nil {
+		return nil, err
 	}
 	pw.buf = make([]byte, 0, packBuf)
 	return pw, nil
@@ -830,14 +825,7 @@ func (pw *packWriter) syncHeld() error {
 // release closes the temp file and removes its name, if it still has
 // one; the pack takes no more writes.
 func (pw *packWriter) release() {
-	if pw.fd >= 0 {
-		unix.Close(pw.fd)
-		pw.fd = -1
-	}
-	if pw.name != "" {
-		os.Remove(pw.name)
-		pw.name = ""
-	}
+	dropTemp(&pw.fd, &pw.name)
 	pw.buf = nil
 	if pw.err == nil {
 		pw.err = errPackClosed

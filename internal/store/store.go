@@ -312,14 +312,8 @@ func (w *Writer) Write(p []byte) (int, error) {
 // createTemp moves the writer's bytes from memory to a new temp file.
 func (w *Writer) createTemp() error {
 	var err error
-	if w.s.unnamed {
-		w.fd, err = unix.Open(w.s.tmp, unix.O_TMPFILE|unix.O_WRONLY|unix.O_CLOEXEC, 0o400)
-	} else {
-		w.fd, w.name, err = createTemp(w.s.tmp)
-	}
-	if err != nil {
-		w.fd = -1
-		return fmt.Errorf("blob store: %w", &os.PathError{Op: "create temp", Path: w.s.tmp, Err: err})
+	if w.fd, w.name, err = w.s.openTemp(); err != nil {
+		return err
 	}
 	if w.mem != nil {
 		_, err = writeFull(w.fd, *w.mem)
@@ -495,13 +489,33 @@ func readFull(fd int, p []byte) (int, error) {
 // release closes the temp file and removes its name, if it still has one.
 func (w *Writer) release() {
 	w.freeMem()
-	if w.fd >= 0 {
-		unix.Close(w.fd)
-		w.fd = -1
+	dropTemp(&w.fd, &w.name)
+}
+
+// openTemp makes a temp file to write a blob (or a pack) in: unnamed
+// where the file system has them, else named (name), which a crash
+// leaves for CleanTemp. fd is -1 on error.
+func (s *Store) openTemp() (fd int, name string, err error) {
+	if s.unnamed {
+		fd, err = unix.Open(s.tmp, unix.O_TMPFILE|unix.O_WRONLY|unix.O_CLOEXEC, 0o400)
+	} else {
+		fd, name, err = createTemp(s.tmp)
 	}
-	if w.name != "" {
-		os.Remove(w.name)
-		w.name = ""
+	if err != nil {
+		return -1, "", fmt.Errorf("blob store: %w", &os.PathError{Op: "create temp", Path: s.tmp, Err: err})
+	}
+	return fd, name, nil
+}
+
+// dropTemp closes a temp file and removes its name, if it still has one.
+func dropTemp(fd *int, name *string) {
+	if *fd >= 0 {
+		unix.Close(*fd)
+		*fd = -1
+	}
+	if *name != "" {
+		os.Remove(*name)
+		*name = ""
 	}
 }
 
