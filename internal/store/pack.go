@@ -750,11 +750,8 @@ func (pw *packWriter) commit() error {
 	if err := s.ensurePackDir(); err != nil {
 		return err
 	}
-	if err := unix.Fchmod(pw.fd, 0o400); err != nil {
-		return fmt.Errorf("blob store: chmod: %w", err)
-	}
-	if err := fsync(pw.fd); err != nil {
-		return fmt.Errorf("blob store: sync: %w", err)
+	if err := sealTemp(pw.fd); err != nil {
+		return err
 	}
 	if pw.name == "" {
 		var err error

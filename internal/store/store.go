@@ -397,11 +397,8 @@ func (w *Writer) settle(d string) (err error) {
 			return err
 		}
 	}
-	if err := unix.Fchmod(w.fd, 0o400); err != nil {
-		return fmt.Errorf("blob store: chmod: %w", err)
-	}
-	if err := fsync(w.fd); err != nil {
-		return fmt.Errorf("blob store: sync: %w", err)
+	if err := sealTemp(w.fd); err != nil {
+		return err
 	}
 	if w.name == "" {
 		err := linkUnnamed(w.fd, dst)
@@ -505,6 +502,18 @@ func (s *Store) openTemp() (fd int, name string, err error) {
 		return -1, "", fmt.Errorf("blob store: %w", &os.PathError{Op: "create temp", Path: s.tmp, Err: err})
 	}
 	return fd, name, nil
+}
+
+// sealTemp makes a written temp file read-only and durable, before it is
+// put in place.
+func sealTemp(fd int) error {
+	if err := unix.Fchmod(fd, 0o400); err != nil {
+		return fmt.Errorf("blob store: chmod: %w", err)
+	}
+	if err := fsync(fd); err != nil {
+		return fmt.Errorf("blob store: sync: %w", err)
+	}
+	return nil
 }
 
 // dropTemp closes a temp file and removes its name, if it still has one.
