@@ -8,7 +8,6 @@ import (
 	"net/http"
 	"strings"
 	"sync"
-
 	"unsafe"
 
 	"golang.org/x/sys/unix"
