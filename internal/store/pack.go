@@ -30,9 +30,9 @@ import (
 // A member the store already holds (a file of its own or in a pack), and
 // checks, is not written again: that copy is marked used instead, as
 // Writer.settle does. A pack is swept as a whole, only when none of its
-// members is referenced, pinned or used too recently; a lease on a member
-// copies it out to a file of its own first (Lease), so that a lease never
-// keeps more than the bytes it names.
+// members is referenced, pinned or used too recently; a sweep copies a
+// leased member out to a file of its own first (copyOutLeased), so that a
+// lease never keeps more than the bytes it names.
 //
 // The file, DIR/packs/<hex>, is
 //
