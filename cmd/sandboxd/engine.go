@@ -158,6 +158,7 @@ func (s *sandboxes) open(ctx context.Context, eo *engineOptions, cfg broker.Conf
 	}
 	cfg.Version = version
 	cfg.CacheDir = filepath.Join(s.state, "checked-volumes")
+	cfg.DigestMemo = digestMemo(s.state)
 	s.broker, err = broker.New(s.engine, s.blobs, cfg)
 	return err
 }

@@ -37,6 +37,10 @@ func stateDir() (string, error) {
 	return filepath.Join(c, "sandboxd"), nil
 }
 
+// digestMemo is where a state directory remembers the digests of the
+// helper and probe binaries across processes (internal/filedigest).
+func digestMemo(state string) string { return filepath.Join(state, "digests") }
+
 // brokerNameOr is $SANDBOXD_BROKER_NAME, else def: separate brokers on one
 // engine (tests, several users) keep separate containers and cache volumes.
 func brokerNameOr(def string) string {

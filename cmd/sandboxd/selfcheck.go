@@ -6,6 +6,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/sandboxd/sandboxd/internal/filedigest"
 	"io"
 	"os"
 	"path/filepath"
@@ -74,7 +75,7 @@ func selfcheckGate(eng selfcheck.Engine, b *broker.Broker, blobs *store.Store, s
 // profile, image, runtime, probe and helper, or a fresh check. A non-nil
 // error means no job may run.
 func runSelfcheck(ctx context.Context, eng selfcheck.Engine, b *broker.Broker, blobs *store.Store, state, imageID, runtime string, force bool) (*selfcheck.Report, error) {
-	probe, err := probeBinary()
+	probe, err := probeBinary(state)
 	if err != nil {
 		return nil, err
 	}
@@ -93,22 +94,23 @@ func runSelfcheck(ctx context.Context, eng selfcheck.Engine, b *broker.Broker, b
 	return selfcheck.Ensure(ctx, o)
 }
 
-// probeBinary reads the static probe: $SANDBOXD_PROBE, or sandboxd-probe
-// next to this executable.
-func probeBinary() ([]byte, error) {
+// probeBinary is the static probe, $SANDBOXD_PROBE or sandboxd-probe next
+// to this executable, known by its digest (remembered in the state
+// directory's digests).
+func probeBinary(state string) (filedigest.File, error) {
 	p := os.Getenv("SANDBOXD_PROBE")
 	if p == "" {
 		exe, err := os.Executable()
 		if err != nil {
-			return nil, err
+			return filedigest.File{}, err
 		}
 		p = filepath.Join(filepath.Dir(exe), "sandboxd-probe")
 	}
-	b, err := os.ReadFile(p)
+	f, err := filedigest.Open(p, digestMemo(state))
 	if err != nil {
-		return nil, fmt.Errorf("read the probe (build it with CGO_ENABLED=0 go build -o DIR/sandboxd-probe ./cmd/sandboxd-probe next to sandboxd, or set SANDBOXD_PROBE): %w", err)
+		return filedigest.File{}, fmt.Errorf("read the probe (build it with CGO_ENABLED=0 go build -o DIR/sandboxd-probe ./cmd/sandboxd-probe next to sandboxd, or set SANDBOXD_PROBE): %w", err)
 	}
-	return b, nil
+	return f, nil
 }
 
 func printSelfcheck(w io.Writer, r *selfcheck.Report, asJSON bool) {

@@ -8,10 +8,10 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/sandboxd/sandboxd/internal/filedigest"
 	"net"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -38,10 +38,29 @@ func probeBinary(t *testing.T) []byte {
 	return b
 }
 
+// probeFile is the probe as the selfcheck takes it: a file known by its
+// digest; with extra bytes, a copy of it with those appended.
+func probeFile(t *testing.T, extra ...byte) filedigest.File {
+	t.Helper()
+	p := filepath.Join(env.Tmp, "sandboxd-probe")
+	if len(extra) > 0 {
+		p = filepath.Join(t.TempDir(), "sandboxd-probe")
+		if err := os.WriteFile(p, append(probeBinary(t), extra...), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	probeInput(t) // builds it
+	f, err := filedigest.Open(p, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
 func selfcheckOptions(t *testing.T, state string) selfcheck.Options {
 	return selfcheck.Options{
 		Broker: env.Broker, Blobs: env.Blobs, Engine: env.Eng, Image: env.Minimal,
-		Probe: probeBinary(t), CandidateUID: env.Cfg.CandidateUID, CandidateGID: env.Cfg.CandidateGID,
+		Probe: probeFile(t), CandidateUID: env.Cfg.CandidateUID, CandidateGID: env.Cfg.CandidateGID,
 		StateDir: state, Runtime: env.Runtime,
 	}
 }
@@ -76,7 +95,7 @@ func TestSelfcheckPassesAndCaches(t *testing.T) {
 		t.Errorf("cache files %v, want exactly one", files)
 	}
 	// A different probe is a different key: the cache does not answer.
-	o.Probe = append(slices.Clone(o.Probe), 0)
+	o.Probe = probeFile(t, 0)
 	third, err := selfcheck.Ensure(context.Background(), o)
 	if err != nil || third.Cached {
 		t.Fatalf("changed probe: cached %v err %v, want a fresh pass", third != nil && third.Cached, err)

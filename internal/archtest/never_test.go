@@ -57,6 +57,8 @@ var neverEdges = []edge{
 	{"internal/junitreport", "internal/evaluate", "the JUnit writer renders an assessment, never runs or reads jobs"},
 	{"internal/junitreport", engineClient, "the JUnit writer never links the engine"},
 	{"internal/progress", "internal/...", "progress is a leaf"},
+	{"internal/filedigest", "internal/...", "file digests are a leaf"},
+	{"internal/filedigest", engineClient, "file digests never link the engine"},
 	// The fleet distributes sealed jobs and their outcomes, never
 	// authority: what judges, signs, checks inputs or runs a job never
 	// reaches it (only the daemon and the CLI join a fleet).

@@ -4,9 +4,7 @@ import (
 	"archive/tar"
 	"bytes"
 	"context"
-	"crypto/sha256"
 	"debug/elf"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -22,6 +20,7 @@ import (
 	"github.com/moby/moby/client"
 
 	"github.com/sandboxd/sandboxd/internal/bundle"
+	"github.com/sandboxd/sandboxd/internal/filedigest"
 	"github.com/sandboxd/sandboxd/internal/store"
 	"github.com/sandboxd/sandboxd/profiles/seccomp"
 	"github.com/sandboxd/sandboxd/sandbox"
@@ -37,8 +36,8 @@ type Broker struct {
 	pool    *pool // nil unless Config.PoolSize > 0
 
 	shimDigest string
-	shimTree   map[string]fileSum // the helper volume's expected tree
-	shimTar    func() []byte      // and its content, made once if ever needed
+	shimTree   map[string]fileSum     // the helper volume's expected tree
+	shimTar    func() ([]byte, error) // and its content, made once if ever needed
 
 	stats Stats
 
@@ -50,17 +49,18 @@ type Broker struct {
 	host   *hostLimits // once the engine told them
 }
 
-// New returns a broker. It reads the helper binary once and has no other
-// side effects; engine state is touched only when a job runs.
+// New returns a broker. It takes the helper binary's digest (read and
+// hashed, or remembered in Config.DigestMemo) and has no other side
+// effects; engine state is touched only when a job runs.
 func New(eng Engine, blobs *store.Store, cfg Config) (*Broker, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	shim, err := os.ReadFile(cfg.ShimPath)
+	shim, err := filedigest.Open(cfg.ShimPath, cfg.DigestMemo)
 	if err != nil {
-		return nil, fmt.Errorf("broker: read helper binary: %w", err)
+		return nil, fmt.Errorf("broker: helper binary: %w", err)
 	}
-	if err := checkStatic(shim); err != nil {
+	if err := checkStaticFile(cfg.ShimPath); err != nil {
 		return nil, fmt.Errorf("broker: helper %s: %w", cfg.ShimPath, err)
 	}
 	log := cfg.Logger
@@ -362,31 +362,53 @@ func (b *Broker) ensureShim(ctx context.Context, image string) (string, error) {
 	name := b.shimVolumeName(b.shimDigest)
 	labels := map[string]string{LabelRole: roleShim, LabelDigest: b.shimDigest, LabelBroker: b.cfg.Name}
 	_, err := b.volumes.ensure(ctx, name, image, labels, b.shimTree, func() (io.ReadCloser, error) {
-		return io.NopCloser(bytes.NewReader(b.shimTar())), nil
+		content, err := b.shimTar()
+		if err != nil {
+			return nil, err
+		}
+		return io.NopCloser(bytes.NewReader(content)), nil
 	})
 	return name, err
 }
 
 // shimVolumeContent returns the helper's digest and the helper volume's
-// expected tree, hashing the binary once per broker (not once per job:
-// hashing it is most of a warm job's CPU in this process), and the
-// volume's tar, made only when a volume is populated (a one-shot process
-// whose helper volume passed its check before never needs it).
-func shimVolumeContent(shim []byte) (string, map[string]fileSum, func() []byte) {
-	sum := sha256.Sum256(shim)
+// expected tree, from the binary's digest taken once per broker (not once
+// per job: hashing it is most of a warm job's CPU in this process), and
+// the volume's tar, read and made only when a volume is populated (a
+// one-shot process whose helper volume passed its check before never needs
+// it). The bytes read then must still have the digest the volume is named
+// by, and be a static executable.
+func shimVolumeContent(shim filedigest.File) (string, map[string]fileSum, func() ([]byte, error)) {
 	tree := map[string]fileSum{
-		"shim":  {mode: 0o755, size: int64(len(shim)), digest: hex.EncodeToString(sum[:])},
+		"shim":  {mode: 0o755, size: shim.Size, digest: strings.TrimPrefix(shim.Digest, "sha256:")},
 		rootKey: volumeRoot(0o755, 0),
 	}
-	content := sync.OnceValue(func() []byte {
+	// Made once, when first needed; a failure is not kept (a transient
+	// read error must not stop every later population).
+	var mu sync.Mutex
+	var made []byte
+	content := func() ([]byte, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if made != nil {
+			return made, nil
+		}
+		bin, err := shim.Read()
+		if err != nil {
+			return nil, fmt.Errorf("helper binary: %w", err)
+		}
+		if err := checkStatic(bytes.NewReader(bin)); err != nil {
+			return nil, fmt.Errorf("helper %s: %w", shim.Path, err)
+		}
 		var buf bytes.Buffer
 		tw := tar.NewWriter(&buf)
-		tw.WriteHeader(&tar.Header{Name: "shim", Mode: 0o755, Size: int64(len(shim)), Typeflag: tar.TypeReg})
-		tw.Write(shim)
+		tw.WriteHeader(&tar.Header{Name: "shim", Mode: 0o755, Size: int64(len(bin)), Typeflag: tar.TypeReg})
+		tw.Write(bin)
 		tw.Close()
-		return buf.Bytes()
-	})
-	return "sha256:" + hex.EncodeToString(sum[:]), tree, content
+		made = buf.Bytes()
+		return made, nil
+	}
+	return shim.Digest, tree, content
 }
 
 // checkInput re-checks an input blob before it reaches a container: it
@@ -433,10 +455,21 @@ func (b *Broker) ensureInput(ctx context.Context, image, digest string) (string,
 	return name, populated, err
 }
 
+// checkStaticFile is checkStatic of the file at path, reading only its
+// headers.
+func checkStaticFile(path string) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	return checkStatic(f)
+}
+
 // checkStatic refuses a helper that needs a dynamic loader: evaluator
 // images need not have one.
-func checkStatic(bin []byte) error {
-	f, err := elf.NewFile(bytes.NewReader(bin))
+func checkStatic(bin io.ReaderAt) error {
+	f, err := elf.NewFile(bin)
 	if err != nil {
 		return fmt.Errorf("not an ELF executable: %w", err)
 	}

@@ -41,6 +41,11 @@ type Config struct {
 	// does not read them back again; empty: each process checks each
 	// volume once.
 	CacheDir string
+	// DigestMemo, if set, is where the helper binary's digest is remembered
+	// across processes (internal/filedigest: only for the very file it was
+	// taken of), so that a new process does not read and hash it before its
+	// first job; empty: each process hashes it once.
+	DigestMemo string
 	// VolumePrefix starts the names of the broker's cache volumes (the
 	// helper and read-only inputs, named by content digest).
 	VolumePrefix string

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"maps"
 	"net/netip"
@@ -860,5 +861,37 @@ func TestPreflightRefusesAJobTheEngineCannotName(t *testing.T) {
 		if err := b.Preflight(context.Background(), job); err != nil {
 			t.Errorf("id %q on an engine without a naming rule: %v", tt.id, err)
 		}
+	}
+}
+
+// The helper volume is filled with the bytes the broker's digest names, or
+// not at all: a helper binary changed on disk after the broker took its
+// digest (an upgrade under a running daemon) is refused, never staged
+// under the old digest's name.
+func TestAHelperChangedOnDiskIsNotStaged(t *testing.T) {
+	b, eng := newFakeBroker(t, 0)
+	if err := os.WriteFile(b.cfg.ShimPath, append(enginefake.ShimBinary(), 0), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	res, err := b.Run(context.Background(), fakeJob(t, "changed-helper"))
+	if err == nil && res.Status == sandbox.StatusSucceeded {
+		t.Fatalf("job ran with a helper changed since its digest was taken: %+v", res)
+	}
+	if msg := fmt.Sprint(err) + res.Cause; !strings.Contains(msg, "changed since its digest was taken") {
+		t.Errorf("error %v, cause %q: want the changed helper named", err, res.Cause)
+	}
+	if n := b.Stats().VolumesPopulated.Load(); n != 0 {
+		t.Errorf("%d volumes populated, want none", n)
+	}
+	l, err := eng.ContainerList(context.Background(), client.ContainerListOptions{All: true})
+	if err != nil || len(l.Items) != 0 {
+		t.Errorf("containers left: %v %v", l.Items, err)
+	}
+	// The bytes the digest names back in place: the refusal was not kept.
+	if err := os.WriteFile(b.cfg.ShimPath, enginefake.ShimBinary(), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if res, err := b.Run(context.Background(), fakeJob(t, "helper-restored")); err != nil || res.Status != sandbox.StatusSucceeded {
+		t.Fatalf("after the helper was restored: %v %+v", err, res)
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/sandboxd/sandboxd/internal/filedigest"
 	"net"
 	"os"
 	"path/filepath"
@@ -53,8 +54,9 @@ type Options struct {
 	// Runtime is the runtime the probe runs under, as the jobs it vouches
 	// for do ("" is sandbox.RuntimeRunc).
 	Runtime string
-	// Probe is the static sandboxd-probe binary.
-	Probe []byte
+	// Probe is the static sandboxd-probe binary, known by its digest (part
+	// of the cache's key) and read only when a check runs.
+	Probe filedigest.File
 	// CandidateUID and CandidateGID are the broker's candidate ids.
 	CandidateUID, CandidateGID int
 	// StateDir holds the cache of passing checks ("" disables the cache).
@@ -148,7 +150,7 @@ func (o Options) validate() error {
 		return errors.New("selfcheck: broker, blob store and engine are required")
 	case !sandbox.ValidDigest(o.Image):
 		return fmt.Errorf("selfcheck: image %q is not a local image ID", o.Image)
-	case len(o.Probe) == 0:
+	case o.Probe.Path == "" || !sandbox.ValidDigest(o.Probe.Digest):
 		return errors.New("selfcheck: no probe binary")
 	case o.CandidateUID <= 0 || o.CandidateGID <= 0:
 		return fmt.Errorf("selfcheck: candidate ids %d/%d must not be root", o.CandidateUID, o.CandidateGID)
@@ -190,7 +192,7 @@ func (o Options) key(ctx context.Context) (Key, error) {
 		ProfileDigest: seccomp.Digest(),
 		Image:         o.Image,
 		Runtime:       o.runtime(),
-		ProbeDigest:   sandbox.DigestBytes(o.Probe),
+		ProbeDigest:   o.Probe.Digest,
 		ShimDigest:    facts.ShimDigest,
 		BrokerVersion: facts.BrokerVersion,
 	}, nil
@@ -259,7 +261,11 @@ const (
 )
 
 func (o Options) run(ctx context.Context, key Key) (*Report, error) {
-	probeTar, err := tarOf(map[string][]byte{"sandboxd-probe": o.Probe}, 0o755)
+	probeBin, err := o.Probe.Read()
+	if err != nil {
+		return nil, fmt.Errorf("selfcheck: probe: %w", err)
+	}
+	probeTar, err := tarOf(map[string][]byte{"sandboxd-probe": probeBin}, 0o755)
 	if err != nil {
 		return nil, err
 	}
