@@ -52,7 +52,6 @@ func (b *bench) ctrEngine(ctx context.Context) (*containerdengine.Engine, error)
 	}
 	cfg := containerdengine.Default()
 	cfg.Docker = eng
-	cfg.HookPath = filepath.Join(b.o.bin, "sandboxd-hook")
 	if b.o.runtime == sandbox.RuntimeRunsc {
 		cfg.RunscPath = filepath.Join(b.o.bin, "sandboxd-runsc")
 	}

@@ -59,12 +59,8 @@ func (o *engineOptions) open(ctx context.Context, docker *client.Client, allowRu
 		if d := os.Getenv("SANDBOXD_CONTAINERD_STATE"); d != "" {
 			cfg.StateDir = d
 		}
-		hook, err := besideExecutable("SANDBOXD_HOOK", "sandboxd-hook", "./cmd/sandboxd-hook")
-		if err != nil {
-			return nil, nil, err
-		}
-		cfg.HookPath = hook
 		if allowRunsc {
+			var err error
 			if cfg.RunscPath, err = besideExecutable("SANDBOXD_RUNSC", "sandboxd-runsc", "scripts/setup"); err != nil {
 				return nil, nil, err
 			}

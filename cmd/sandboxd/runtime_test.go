@@ -95,7 +95,6 @@ func runtimeEnv(t *testing.T, dir string) (docker, containerd *engineTrap) {
 	t.Setenv("SANDBOXD_ENGINE", "")
 	t.Setenv("SANDBOXD_STATE", filepath.Join(dir, "state"))
 	t.Setenv("SANDBOXD_SHIM", shim)
-	t.Setenv("SANDBOXD_HOOK", shim)
 	t.Setenv("SANDBOXD_RUNSC", shim)
 	t.Setenv("SANDBOXD_PROBE", filepath.Join(dir, "no-probe"))
 	t.Setenv("SANDBOXD_BROKER_NAME", "sandboxd-runtime-test")

@@ -99,7 +99,7 @@ func setupScripts() (func() error, error) {
 	if err != nil {
 		return nil, err
 	}
-	ctr, err := testharness.ConnectContainerd(ctx, docker, repo, tmp)
+	ctr, err := testharness.ConnectContainerd(ctx, docker)
 	if err != nil {
 		os.RemoveAll(tmp)
 		if errors.Is(err, testharness.ErrNoEngine) {
@@ -114,7 +114,6 @@ func setupScripts() (func() error, error) {
 		// of this process's): the engine and what it needs, by name.
 		scriptEnv = append(scriptEnv,
 			"SANDBOXD_ENGINE=containerd",
-			"SANDBOXD_HOOK="+os.Getenv("SANDBOXD_HOOK"),
 			"SANDBOXD_CONTAINERD_ADDRESS="+ctr.Address(),
 		)
 		for _, k := range []string{"SANDBOXD_CONTAINERD_STATE", "SANDBOXD_RUNSC"} {

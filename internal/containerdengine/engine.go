@@ -33,9 +33,6 @@ type Config struct {
 	// create options each container's spec is checked against. It must
 	// be private to root.
 	StateDir string
-	// HookPath is the sandboxd-hook binary, run as the prestart hook that
-	// brings up lo in the sandbox's new network namespace.
-	HookPath string
 	// RunscPath, if set, is the binary the runc shim runs for jobs that ask
 	// for the runsc runtime (a wrapper passing --network=none: runsc
 	// refuses to run with its network enabled in a namespace without
@@ -64,8 +61,6 @@ func (c Config) Validate() error {
 		return errors.New("containerd engine: namespace moby is dockerd's; sandboxd never uses it")
 	case !filepath.IsAbs(c.StateDir):
 		return fmt.Errorf("containerd engine: state directory %q is not absolute", c.StateDir)
-	case c.HookPath == "":
-		return errors.New("containerd engine: HookPath is empty (sandboxd-hook brings up lo in each sandbox)")
 	case c.Snapshotter == "":
 		return errors.New("containerd engine: Snapshotter is empty")
 	}
@@ -91,9 +86,6 @@ type Engine struct {
 func New(ctx context.Context, cfg Config) (*Engine, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
-	}
-	if _, err := os.Stat(cfg.HookPath); err != nil {
-		return nil, fmt.Errorf("containerd engine: hook: %w", err)
 	}
 	for _, d := range []string{cfg.StateDir, filepath.Join(cfg.StateDir, "volumes"), filepath.Join(cfg.StateDir, "io")} {
 		if err := os.MkdirAll(d, 0o700); err != nil {

@@ -16,18 +16,13 @@ var (
 	_ broker.NameChecker = (*Engine)(nil)
 )
 
-func validConfig() Config {
-	c := Default()
-	c.HookPath = "/usr/lib/sandboxd/sandboxd-hook"
-	return c
-}
-
-// The default configuration, given the hook, is valid; each field that
-// would put the engine in dockerd's namespace or leave it without its hook
-// or state directory is refused, naming that field.
+// The default configuration is valid as it is (it names no hook: the
+// engine runs none); each field that would put the engine in dockerd's
+// namespace or leave it without its state directory or snapshotter is
+// refused, naming that field.
 func TestConfigValidate(t *testing.T) {
-	if err := validConfig().Validate(); err != nil {
-		t.Fatalf("Default() with a hook: %v", err)
+	if err := Default().Validate(); err != nil {
+		t.Fatalf("Default(): %v", err)
 	}
 	for _, tc := range []struct {
 		name   string
@@ -41,11 +36,10 @@ func TestConfigValidate(t *testing.T) {
 		{"namespace of 64 characters", func(c *Config) { c.Namespace = strings.Repeat("a", 64) }, "namespace"},
 		{"relative state directory", func(c *Config) { c.StateDir = "var/lib/sandboxd" }, "state directory"},
 		{"no state directory", func(c *Config) { c.StateDir = "" }, "state directory"},
-		{"no hook", func(c *Config) { c.HookPath = "" }, "HookPath"},
 		{"no snapshotter", func(c *Config) { c.Snapshotter = "" }, "Snapshotter"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			c := validConfig()
+			c := Default()
 			tc.change(&c)
 			err := c.Validate()
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
@@ -53,7 +47,7 @@ func TestConfigValidate(t *testing.T) {
 			}
 		})
 	}
-	long := validConfig()
+	long := Default()
 	long.Namespace = strings.Repeat("a", 63)
 	if err := long.Validate(); err != nil {
 		t.Errorf("a namespace of 63 characters: %v", err)

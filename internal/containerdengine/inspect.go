@@ -135,7 +135,10 @@ func (e *Engine) inspectOf(s *specs.Spec, labels map[string]string, runtime stri
 	}
 	hasShm := slices.ContainsFunc(s.Mounts, func(m specs.Mount) bool { return m.Destination == "/dev/shm" })
 	hc.NetworkMode = "host"
-	if ns[specs.NetworkNamespace] == "new" && hasLoopbackHook(s, e.cfg.HookPath) {
+	if ns[specs.NetworkNamespace] == "new" {
+		// A new namespace holds only lo, which the runtime brings up: Docker's
+		// none. (Hooks, which could add to it from the host, are refused by
+		// checkSandboxSpec.)
 		hc.NetworkMode = "none"
 	} else if ns[specs.NetworkNamespace] != "" {
 		hc.NetworkMode = container.NetworkMode("container:" + ns[specs.NetworkNamespace])
@@ -269,9 +272,21 @@ func seccompName(s *specs.Spec) string {
 	return fmt.Sprintf("unknown filter of %d bytes", len(b))
 }
 
-func hasLoopbackHook(s *specs.Spec, hook string) bool {
-	return s.Hooks != nil && len(s.Hooks.Prestart) == 1 && s.Hooks.Prestart[0].Path == hook &&
-		slices.Equal(s.Hooks.Prestart[0].Args, []string{filepath.Base(hook), "loopback-up"})
+// hookCount is how many hooks h holds, of every kind the spec names
+// (prestart, createRuntime, createContainer, startContainer, poststart,
+// poststop, and any list a later runtime-spec adds to Hooks).
+func hookCount(h *specs.Hooks) int {
+	if h == nil {
+		return 0
+	}
+	n := 0
+	v := reflect.ValueOf(*h)
+	for i := range v.NumField() {
+		if f := v.Field(i); f.Kind() == reflect.Slice {
+			n += f.Len()
+		}
+	}
+	return n
 }
 
 // checkSandboxSpec checks a container's read-back OCI spec, before its task
@@ -304,8 +319,14 @@ func checkSandboxSpec(e *Engine, s *specs.Spec) error {
 	if len(l.UIDMappings)+len(l.GIDMappings) > 0 {
 		return fail("user namespace mappings", "none", "present")
 	}
-	if !hasLoopbackHook(s, e.cfg.HookPath) || len(s.Hooks.Poststart)+len(s.Hooks.Poststop)+len(s.Hooks.CreateRuntime)+len(s.Hooks.CreateContainer)+len(s.Hooks.StartContainer) > 0 {
-		return fail("hooks", "only the loopback hook", fmt.Sprint(s.Hooks))
+	// No hook of any kind, s.Hooks nil or every list empty: a hook runs on
+	// the host, as root, around the sandbox, and no row bounds what it
+	// does. This fails closed, as intended, on a container made by an older
+	// sandboxd, whose spec carried the prestart hook `sandboxd-hook
+	// loopback-up` (lo is the runtime's to bring up: specFor): such a
+	// container never gets a task or an update from this engine.
+	if n := hookCount(s.Hooks); n > 0 {
+		return fail("hooks", "none", fmt.Sprintf("%d: %+v", n, *s.Hooks))
 	}
 	if !p.NoNewPrivileges {
 		return fail("noNewPrivileges", "true", "false")

@@ -230,11 +230,12 @@ func (e *Engine) specFor(opts client.ContainerCreateOptions, img imageInfo, id s
 		}
 		s.Mounts = append(s.Mounts, specs.Mount{Destination: m.Target, Type: "bind", Source: dir, Options: o})
 	}
-	if hc.NetworkMode == "none" && e.cfg.HookPath != "" {
-		// A new network namespace holds only lo, and it is down: the hook
-		// brings it up, as Docker's none network does.
-		s.Hooks = &specs.Hooks{Prestart: []specs.Hook{{Path: e.cfg.HookPath, Args: []string{filepath.Base(e.cfg.HookPath), "loopback-up"}}}}
-	}
+	// No hooks (s.Hooks stays nil): a hook runs on the host, as root,
+	// outside every row of the table. The new network namespace (network
+	// none) holds only lo, and the runtime brings it up itself, as Docker's
+	// none network has it: runc's libcontainer adds a loopback network to a
+	// spec that asks a new network namespace without a path, and gVisor's
+	// netstack has its own lo.
 	return s, nil
 }
 

@@ -20,7 +20,7 @@ import (
 
 func testEngine() *Engine {
 	return &Engine{
-		cfg:      Config{Namespace: "sandboxd", StateDir: "/var/lib/sandboxd/containerd", HookPath: "/usr/lib/sandboxd/sandboxd-hook", Snapshotter: "overlayfs"},
+		cfg:      Config{Namespace: "sandboxd", StateDir: "/var/lib/sandboxd/containerd", Snapshotter: "overlayfs"},
 		runtimes: map[string]string{"runc": "runc", "runsc": "/usr/lib/sandboxd/sandboxd-runsc"},
 	}
 }
@@ -139,8 +139,8 @@ func TestWeakenedSpecIsRefused(t *testing.T) {
 		{"namespaces", func(s *specs.Spec) {
 			s.Linux.Namespaces = append(s.Linux.Namespaces, specs.LinuxNamespace{Type: specs.UserNamespace})
 		}},
-		{"hooks", func(s *specs.Spec) { s.Hooks = nil }},
-		{"hooks", func(s *specs.Spec) { s.Hooks.Poststart = []specs.Hook{{Path: "/bin/sh"}} }},
+		{"hooks", func(s *specs.Spec) { s.Hooks = &specs.Hooks{Prestart: []specs.Hook{{Path: "/bin/sh"}}} }},
+		{"hooks", func(s *specs.Spec) { s.Hooks = &specs.Hooks{Poststart: []specs.Hook{{Path: "/bin/sh"}}} }},
 		{"noNewPrivileges", func(s *specs.Spec) { s.Process.NoNewPrivileges = false }},
 		{"terminal", func(s *specs.Spec) { s.Process.Terminal = true }},
 		{"capabilities", func(s *specs.Spec) {
@@ -187,6 +187,55 @@ func TestWeakenedSpecIsRefused(t *testing.T) {
 			var se *broker.SettingError
 			if !errors.As(err, &se) || se.Setting != "oci."+tc.row {
 				t.Fatalf("got %v, want a SettingError naming oci.%s", err, tc.row)
+			}
+		})
+	}
+}
+
+// A spec passes the hooks row only without a hook: Hooks nil, or every
+// list of it empty. One hook in any of its lists (each field of
+// specs.Hooks, so a list a later runtime-spec adds is covered too) is
+// refused naming oci.hooks, since a hook runs on the host as root; so is
+// the loopback hook an older sandboxd put in its specs, which fails
+// closed. Inspect reports network none for the new network namespace
+// whatever the hooks: the row, not inspect, refuses them.
+func TestSpecWithAnyHookIsRefused(t *testing.T) {
+	e := testEngine()
+	refused := func(t *testing.T, h *specs.Hooks) {
+		t.Helper()
+		s := sandboxSpec(t)
+		s.Hooks = h
+		var se *broker.SettingError
+		if err := checkSandboxSpec(e, s); !errors.As(err, &se) || se.Setting != "oci.hooks" {
+			t.Errorf("hooks %+v: got %v, want a SettingError naming oci.hooks", *h, err)
+		}
+		if got := e.inspectOf(s, nil, "runc").HostConfig.NetworkMode; got != "none" {
+			t.Errorf("hooks %+v: inspect reports network %q, want none", *h, got)
+		}
+	}
+	kinds := reflect.TypeOf(specs.Hooks{})
+	if kinds.NumField() < 6 {
+		t.Fatalf("specs.Hooks has %d fields, want at least the 6 hook lists", kinds.NumField())
+	}
+	empty := &specs.Hooks{}
+	for i := range kinds.NumField() {
+		f := kinds.Field(i)
+		t.Run(f.Name, func(t *testing.T) {
+			h := &specs.Hooks{}
+			reflect.ValueOf(h).Elem().Field(i).Set(reflect.ValueOf([]specs.Hook{{Path: "/bin/true", Args: []string{"true"}}}))
+			refused(t, h)
+		})
+		reflect.ValueOf(empty).Elem().Field(i).Set(reflect.ValueOf([]specs.Hook{}))
+	}
+	t.Run("an older sandboxd's loopback hook", func(t *testing.T) {
+		refused(t, &specs.Hooks{Prestart: []specs.Hook{{Path: "/usr/lib/sandboxd/sandboxd-hook", Args: []string{"sandboxd-hook", "loopback-up"}}}})
+	})
+	for name, h := range map[string]*specs.Hooks{"no hooks": nil, "every list empty": empty} {
+		t.Run(name, func(t *testing.T) {
+			s := sandboxSpec(t)
+			s.Hooks = h
+			if err := checkSandboxSpec(e, s); err != nil {
+				t.Errorf("got %v, want the spec passing", err)
 			}
 		})
 	}

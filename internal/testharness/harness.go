@@ -345,7 +345,7 @@ func (e *Env) PutTree(t testing.TB, files map[string]string) string {
 // connectContainerd switches the suites to the containerd engine when
 // SANDBOXD_ENGINE=containerd (ConnectContainerd).
 func (e *Env) connectContainerd(ctx context.Context) error {
-	ctr, err := ConnectContainerd(ctx, e.Docker, e.Repo, e.Tmp)
+	ctr, err := ConnectContainerd(ctx, e.Docker)
 	if err != nil || ctr == nil {
 		return err
 	}
@@ -354,12 +354,11 @@ func (e *Env) connectContainerd(ctx context.Context) error {
 }
 
 // ConnectContainerd returns the containerd engine when
-// SANDBOXD_ENGINE=containerd, nil on Docker: its hook is built from repo
-// into dir and named in $SANDBOXD_HOOK (commands and daemons the tests
-// start inherit it), its state lives in $SANDBOXD_CONTAINERD_STATE if set,
-// and it imports images from docker by ID. When containerd does not answer
-// it returns ErrNoEngine, or an error under CI=true.
-func ConnectContainerd(ctx context.Context, docker *client.Client, repo, dir string) (*containerdengine.Engine, error) {
+// SANDBOXD_ENGINE=containerd, nil on Docker: its state lives in
+// $SANDBOXD_CONTAINERD_STATE if set, and it imports images from docker by
+// ID. When containerd does not answer it returns ErrNoEngine, or an error
+// under CI=true.
+func ConnectContainerd(ctx context.Context, docker *client.Client) (*containerdengine.Engine, error) {
 	switch os.Getenv("SANDBOXD_ENGINE") {
 	case "", "docker":
 		return nil, nil
@@ -367,12 +366,7 @@ func ConnectContainerd(ctx context.Context, docker *client.Client, repo, dir str
 	default:
 		return nil, fmt.Errorf("SANDBOXD_ENGINE=%q is not docker or containerd", os.Getenv("SANDBOXD_ENGINE"))
 	}
-	hook := filepath.Join(dir, "sandboxd-hook")
-	if err := GoBuild(repo, "./cmd/sandboxd-hook", hook); err != nil {
-		return nil, err
-	}
 	cfg := containerdengine.Default()
-	cfg.HookPath = hook
 	cfg.Docker = docker
 	cfg.Address = os.Getenv("SANDBOXD_CONTAINERD_ADDRESS")
 	if d := os.Getenv("SANDBOXD_CONTAINERD_STATE"); d != "" {
@@ -387,7 +381,6 @@ func ConnectContainerd(ctx context.Context, docker *client.Client, repo, dir str
 		fmt.Fprintln(os.Stderr, "SANDBOXD_ENGINE=containerd but containerd does not answer; engine tests are skipped:", err)
 		return nil, ErrNoEngine
 	}
-	os.Setenv("SANDBOXD_HOOK", hook)
 	fmt.Fprintf(os.Stderr, "harness: engine containerd at %s, namespace %s\n", ctr.Address(), ctr.Namespace())
 	return ctr, nil
 }
@@ -430,7 +423,6 @@ func (e *Env) ContainerdWithRunsc(t testing.TB, path string) *containerdengine.E
 	}
 	cfg := containerdengine.Default()
 	cfg.Address, cfg.Namespace, cfg.Docker = e.Ctr.Address(), e.Ctr.Namespace(), e.Docker
-	cfg.HookPath = os.Getenv("SANDBOXD_HOOK")
 	if d := os.Getenv("SANDBOXD_CONTAINERD_STATE"); d != "" {
 		cfg.StateDir = d
 	}
