@@ -9,7 +9,8 @@ import (
 	"os"
 	"path"
 	"syscall"
-	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // testHookOpened, if set, runs after a file's content is opened and before
@@ -19,20 +20,30 @@ var testHookOpened func(name string)
 // fileID is what identifies a file's state: it must be the same when the
 // tree is listed, when the file is opened, after it is read and at its path
 // afterwards, or the file changed while it was being read.
+//
+// Every field is the kernel's own (stat(2)), so that an identity taken from
+// an fs.FileInfo and one from a stat of a descriptor compare exactly.
 type fileID struct {
-	dev, ino uint64
-	size     int64
-	mtime    time.Time
-	ctime    syscall.Timespec
-	mode     fs.FileMode
+	dev, ino     uint64
+	size         int64
+	mtime, ctime unix.Timespec
+	mode         uint32 // type and permission bits
 }
 
 func idOf(fi fs.FileInfo) fileID {
-	id := fileID{size: fi.Size(), mtime: fi.ModTime(), mode: fi.Mode()}
-	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
-		id.dev, id.ino, id.ctime = uint64(st.Dev), st.Ino, st.Ctim
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	if !ok {
+		// Never on Linux; an identity that matches nothing fails closed.
+		return fileID{size: -1}
 	}
-	return id
+	return fileID{
+		dev: uint64(st.Dev), ino: st.Ino, size: st.Size,
+		mtime: unix.Timespec(st.Mtim), ctime: unix.Timespec(st.Ctim), mode: st.Mode,
+	}
+}
+
+func idOfStat(st *unix.Stat_t) fileID {
+	return fileID{dev: st.Dev, ino: st.Ino, size: st.Size, mtime: st.Mtim, ctime: st.Ctim, mode: st.Mode}
 }
 
 // dirScan is the first pass over a directory: it lists and checks every
@@ -44,6 +55,7 @@ type dirScan struct {
 	skip    map[string]bool
 	entries []entry
 	dirs    map[string]fileID // every directory listed, to re-check after writing
+	handles *dirHandles       // the entries read their files through it
 	count   int64
 	bytes   int64
 }
@@ -61,6 +73,7 @@ func scanDir(ctx context.Context, dir string, lim TreeLimits, skip ...string) (e
 		return nil, nil, nil, fmt.Errorf("open tree: %w", err)
 	}
 	s := &dirScan{ctx: ctx, root: root, lim: lim, skip: map[string]bool{}, dirs: map[string]fileID{}}
+	s.handles = &dirHandles{root: root, listed: s.dirs}
 	for _, n := range skip {
 		s.skip[n] = true
 	}
@@ -77,7 +90,7 @@ func scanDir(ctx context.Context, dir string, lim TreeLimits, skip ...string) (e
 		}
 		return nil
 	}
-	return s.entries, recheck, func() { root.Close() }, nil
+	return s.entries, recheck, func() { s.handles.close(); root.Close() }, nil
 }
 
 func dirOrDot(name string) string {
@@ -205,26 +218,77 @@ func (s *dirScan) addFile(name, src string, fi fs.FileInfo) error {
 	}
 	s.bytes += fi.Size()
 	id := idOf(fi)
-	root := s.root
+	h := s.handles
 	s.entries = append(s.entries, entry{
 		name: name,
 		exec: fi.Mode()&0o100 != 0,
 		size: fi.Size(),
 		content: func(w io.Writer) error {
-			return copyChecked(root, src, id, w)
+			return h.copyChecked(src, id, w)
 		},
 	})
 	return nil
 }
 
-// copyChecked copies the file at name, which was listed as id, refusing it
-// if it is not that same file, unchanged, before, during and after reading.
-func copyChecked(root *os.Root, name string, id fileID, w io.Writer) error {
-	// O_NONBLOCK: should a FIFO have replaced the file, opening must not hang.
-	f, err := root.OpenFile(name, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
+// dirHandles opens the files of a tree relative to their directory, kept
+// open while the files of that directory are read (the canonical order
+// keeps them together), rather than walking every file's whole path again
+// for its open and for its check after reading (two walks of os.Root, each
+// an open and a close per path component, for every file). A directory is
+// opened through the root (never outside it, whatever its path's links)
+// and must be the one listed (device and inode); its later state is the
+// tree's recheck.
+type dirHandles struct {
+	root   *os.Root
+	listed map[string]fileID // the directories as listed; nil: not checked
+	name   string            // the directory open in f
+	f      *os.File
+}
+
+// dir returns a descriptor of the directory dir ("" is the root).
+func (h *dirHandles) dir(dir string) (int, error) {
+	if h.f != nil && h.name == dir {
+		return int(h.f.Fd()), nil
+	}
+	h.close()
+	f, err := h.root.Open(dirOrDot(dir))
+	if err != nil {
+		return -1, fmt.Errorf("directory %q: %w: %w", dirOrDot(dir), ErrChanged, err)
+	}
+	fi, err := f.Stat()
+	want, listed := h.listed[dir]
+	if err != nil || !fi.IsDir() || (h.listed != nil && (!listed || !sameFile(want, idOf(fi)))) {
+		f.Close()
+		return -1, fmt.Errorf("directory %q: %w", dirOrDot(dir), ErrChanged)
+	}
+	h.f, h.name = f, dir
+	return int(f.Fd()), nil
+}
+
+func (h *dirHandles) close() {
+	if h.f != nil {
+		h.f.Close()
+		h.f = nil
+	}
+}
+
+// copyChecked copies the file at name (a path in the tree), which was
+// listed as id, refusing it if it is not that same file, unchanged,
+// before, during and after reading.
+func (h *dirHandles) copyChecked(name string, id fileID, w io.Writer) error {
+	dirfd, err := h.dir(path.Dir("/" + name)[1:])
+	if err != nil {
+		return err
+	}
+	base := path.Base(name)
+	// O_NONBLOCK: should a FIFO have replaced the file, opening must not
+	// hang. O_NOFOLLOW: the last component is never followed; the
+	// directory is the listed one.
+	fd, err := unix.Openat(dirfd, base, unix.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return fmt.Errorf("%q: %w: %w", name, ErrChanged, err)
 	}
+	f := os.NewFile(uintptr(fd), name)
 	defer f.Close()
 	if fi, err := f.Stat(); err != nil || !sameState(id, idOf(fi)) {
 		return fmt.Errorf("%q differs from when it was listed: %w", name, ErrChanged)
@@ -246,14 +310,20 @@ func copyChecked(root *os.Root, name string, id fileID, w io.Writer) error {
 	if fi, err := f.Stat(); err != nil || !sameState(id, idOf(fi)) {
 		return fmt.Errorf("%q was modified while read: %w", name, ErrChanged)
 	}
-	if fi, err := root.Lstat(name); err != nil || !sameState(id, idOf(fi)) {
+	var st unix.Stat_t
+	if err := unix.Fstatat(dirfd, base, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil || !sameState(id, idOfStat(&st)) {
 		return fmt.Errorf("%q was replaced while read: %w", name, ErrChanged)
 	}
 	return nil
 }
 
+// copyChecked is dirHandles.copyChecked of one file of root.
+func copyChecked(root *os.Root, name string, id fileID, w io.Writer) error {
+	h := &dirHandles{root: root}
+	defer h.close()
+	return h.copyChecked(name, id, w)
+}
+
 func sameFile(a, b fileID) bool { return a.dev == b.dev && a.ino == b.ino }
 
-func sameState(a, b fileID) bool {
-	return sameFile(a, b) && a.size == b.size && a.mtime.Equal(b.mtime) && a.ctime == b.ctime && a.mode == b.mode
-}
+func sameState(a, b fileID) bool { return a == b }

@@ -55,29 +55,14 @@ func TestChangedWhileRead(t *testing.T) {
 			}
 		}},
 	}
-	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			dir := t.TempDir()
-			buildTree(t, dir, []node{{path: "victim.txt", data: "same size?\n"}})
-			fired := false
-			testHookOpened = func(name string) {
-				if name == "victim.txt" && !fired {
-					fired = true
-					tc.change(t, filepath.Join(dir, name))
-				}
-			}
-			defer func() { testHookOpened = nil }()
-			st, err := store.Open(t.TempDir())
-			if err != nil {
-				t.Fatal(err)
-			}
-			_, err = Ingest(context.Background(), st, dir, Options{})
-			if !fired {
-				t.Fatal("the hook did not run")
-			}
-			checkRefused(t, err, ErrChanged)
-			storeIsEmpty(t, st)
-		})
+	// The victim at the top and deeper, among files of other directories
+	// (each file is opened relative to its directory's descriptor).
+	for _, victim := range []string{"victim.txt", "d/e/victim.txt"} {
+		for _, tc := range cases {
+			t.Run(victim+"/"+tc.name, func(t *testing.T) {
+				changedWhileRead(t, victim, tc.change)
+			})
+		}
 	}
 	t.Run("unchanged is accepted", func(t *testing.T) {
 		dir := t.TempDir()
@@ -88,6 +73,29 @@ func TestChangedWhileRead(t *testing.T) {
 			t.Errorf("got %v, want success", err)
 		}
 	})
+}
+
+func changedWhileRead(t *testing.T, victim string, change func(t *testing.T, p string)) {
+	dir := t.TempDir()
+	buildTree(t, dir, []node{{path: "a/before.txt", data: "x"}, {path: victim, data: "same size?\n"}, {path: "z/after.txt", data: "y"}})
+	fired := false
+	testHookOpened = func(name string) {
+		if name == victim && !fired {
+			fired = true
+			change(t, filepath.Join(dir, name))
+		}
+	}
+	defer func() { testHookOpened = nil }()
+	st, err := store.Open(t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = Ingest(context.Background(), st, dir, Options{})
+	if !fired {
+		t.Fatal("the hook did not run")
+	}
+	checkRefused(t, err, ErrChanged)
+	storeIsEmpty(t, st)
 }
 
 // TestTarMatchesDir: a tar of the golden tree, in any order, with "./"
@@ -278,5 +286,52 @@ func TestTarDigestIntoAWriterHoldingBytes(t *testing.T) {
 	}
 	if got.Digest != want.Digest {
 		t.Fatalf("digest %s, want the tar's %s", got.Digest, want.Digest)
+	}
+}
+
+// A directory swapped for another (or for a link out of the tree) after it
+// was listed and before its files are read is refused. Two checks stand in
+// the way, each enough here: the directory opened to read its files must
+// be the one listed (device and inode), and each file read must be the one
+// listed (its identity, size and times; a file moved keeps its inode but
+// not its change time).
+func TestDirectorySwappedBeforeItsFilesAreRead(t *testing.T) {
+	outside := t.TempDir()
+	buildTree(t, outside, []node{{path: "victim.txt", data: "other text\n"}})
+	swaps := map[string]func(t *testing.T, d string){
+		"another directory": func(t *testing.T, d string) {
+			os.Rename(d, d+".old")
+			buildTree(t, d, []node{{path: "victim.txt", data: "other text\n"}})
+		},
+		"a link out of the tree": func(t *testing.T, d string) {
+			os.Rename(d, d+".old")
+			if err := os.Symlink(outside, d); err != nil {
+				t.Fatal(err)
+			}
+		},
+	}
+	for name, swap := range swaps {
+		t.Run(name, func(t *testing.T) {
+			dir := t.TempDir()
+			buildTree(t, dir, []node{{path: "a/before.txt", data: "x"}, {path: "d/e/victim.txt", data: "same size?\n"}})
+			fired := false
+			testHookOpened = func(name string) {
+				if name == "a/before.txt" && !fired {
+					fired = true
+					swap(t, filepath.Join(dir, "d", "e"))
+				}
+			}
+			defer func() { testHookOpened = nil }()
+			st, err := store.Open(t.TempDir())
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, err = Ingest(context.Background(), st, dir, Options{})
+			if !fired {
+				t.Fatal("the hook did not run")
+			}
+			checkRefused(t, err, ErrChanged)
+			storeIsEmpty(t, st)
+		})
 	}
 }
