@@ -562,10 +562,12 @@ func TestFleetLostHostsJobEndsUncertainAndItsLateResultIsNotTaken(t *testing.T) 
 		t.Errorf("ended by %s (%s), want %s naming the lost host", end.EndedBy, sr.Result.Cause, other.name)
 	}
 	// The lost host comes back: it recovers its job, and its late result
-	// is not taken.
+	// is not taken; or, if its recovery proved the job never ran (killed
+	// between the container's start and the command's, as a loaded CI
+	// machine does), it does not run it again, the fleet having ended it.
 	lost.start()
 	deadline := time.Now().Add(time.Minute)
-	for !strings.Contains(lost.logs.String(), "late result not taken") {
+	for !strings.Contains(lost.logs.String(), "late result not taken") && !strings.Contains(lost.logs.String(), notRunAgain) {
 		if time.Now().After(deadline) {
 			t.Fatal("the returned host never logged its late result")
 		}
@@ -575,20 +577,73 @@ func TestFleetLostHostsJobEndsUncertainAndItsLateResultIsNotTaken(t *testing.T) 
 	if !bytes.Equal(again.Envelope, sr.Envelope) {
 		t.Errorf("the fleet's answer changed after the lost host returned: %s, %v", again.Result.Status, err)
 	}
-	// It never runs elsewhere. The lost host may make a second container
-	// only if its recovery proved the first never ran the command (killed
-	// between the container's start and the command's, as a loaded CI
-	// machine does): the command still runs once, and its late result is
-	// not taken.
+	// It never runs elsewhere, nor again on the lost host.
 	if n := createdOther()[job.ID]; n != 0 {
 		t.Errorf("%d containers created on the other host, want none", n)
 	}
-	want := 1
-	if strings.Contains(lost.logs.String(), "the job never ran; queued to run") {
-		want = 2
+	if n := createdLost()[job.ID]; n != 1 {
+		t.Errorf("%d containers created on the lost host, want 1", n)
 	}
-	if n := createdLost()[job.ID]; n != want {
-		t.Errorf("%d containers created on the lost host, want %d", n, want)
+	lost.stop()
+	other.stop()
+}
+
+// notRunAgain is what a host says of a job its restart proved never ran
+// and the fleet ended meanwhile.
+const notRunAgain = "not run: the fleet ended it while this host was away"
+
+// TestFleetJobEndedWhileItsHostWasAwayIsNotRunThere: a host killed after
+// creating a job's container and before starting it is lost; another host
+// ends the job uncertain. When the lost host returns, its recovery proves
+// the job never ran and would run it for the first time: it reads the
+// fleet's record first, and does not (the fleet would refuse its result,
+// and the work is wasted). Its own record of the job ends uncertain too.
+func TestFleetJobEndedWhileItsHostWasAwayIsNotRunThere(t *testing.T) {
+	c := testharness.StartNATS(t, 3)
+	lost := fleetDaemon(t, c, "--fleet-lease", "3s")
+	other := fleetDaemon(t, c, "--fleet-lease", "3s")
+	createdLost, createdOther := creationsOf(lost), creationsOf(other)
+	job := env.NewJob(t, testharness.Sh("echo ran"), nil)
+	lost.start("SANDBOXD_TEST_FAULT=created:" + job.ID)
+	co := openFleet(t, c, false) // the host made the fleet's buckets
+	r := fleet.NewRunner(co, lost.keys)
+	ctx := ctxFor(t, 3*time.Minute)
+	if _, err := r.Submit(ctx, job); err != nil {
+		t.Fatal(err)
+	}
+	lost.waitExit(time.Minute)
+	other.start()
+	sr, err := r.Wait(ctx, job)
+	if !errors.Is(err, sandbox.ErrUncertain) || sr.Result.Status != sandbox.StatusUncertain {
+		t.Fatalf("a lost host's job: got %s, %v; want uncertain", sr.Result.Status, err)
+	}
+	if end := endedRecord(t, co, job.ID); end.EndedBy != other.name {
+		t.Errorf("ended by %s, want %s", end.EndedBy, other.name)
+	}
+	lost.start()
+	deadline := time.Now().Add(time.Minute)
+	for !strings.Contains(lost.logs.String(), notRunAgain) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the returned host did not say it leaves the job alone; its log:\n%s", lost.logs.String())
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	own, err := lost.client.Wait(ctx, job)
+	if (err != nil && !errors.Is(err, sandbox.ErrUncertain)) || own.Result.Status != sandbox.StatusUncertain || !strings.Contains(own.Result.Cause, "the fleet ended it") {
+		t.Errorf("the returned host's own record: %s (%s), %v; want uncertain, naming the fleet's end", own.Result.Status, own.Result.Cause, err)
+	}
+	if strings.Contains(lost.stdout(ctx, own.Result), "ran") {
+		t.Error("the job's command ran on the returned host")
+	}
+	again, err := r.Result(ctx, job)
+	if !bytes.Equal(again.Envelope, sr.Envelope) {
+		t.Errorf("the fleet's answer changed after the lost host returned: %s, %v", again.Result.Status, err)
+	}
+	if n := createdLost()[job.ID]; n != 1 {
+		t.Errorf("%d containers created on the lost host, want 1 (the one made before it was killed)", n)
+	}
+	if n := createdOther()[job.ID]; n != 0 {
+		t.Errorf("%d containers created on the other host, want none", n)
 	}
 	lost.stop()
 	other.stop()

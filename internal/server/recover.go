@@ -11,6 +11,7 @@ import (
 	"github.com/sandboxd/sandboxd/internal/broker"
 	"github.com/sandboxd/sandboxd/internal/journal"
 	"github.com/sandboxd/sandboxd/sandbox"
+	"github.com/sandboxd/sandboxd/sandbox/fleet"
 )
 
 // recover reads the journal and settles every job a previous process left
@@ -115,6 +116,7 @@ func (s *Server) recover(ctx context.Context) error {
 	for _, rec := range requeue {
 		s.m.reconcile.WithLabelValues("requeued").Inc()
 		s.log.Info("requeued accepted job", "job_id", rec.ID)
+		s.markRequeued(rec.ID)
 		s.enqueue(rec.ID, false)
 	}
 	return nil
@@ -167,6 +169,7 @@ func (s *Server) startRecovery(rec journal.Record, job sandbox.Job, containerID 
 		rerun := false
 		defer func() {
 			if rerun { // once its slot is free, in its place
+				s.markRequeued(rec.ID)
 				s.enqueueInOrder(rec)
 			}
 		}()
@@ -273,4 +276,56 @@ func (s *Server) reap(ctx context.Context) error {
 		s.cfg.Broker.RemoveJobContainer(c.ID)
 	}
 	return nil
+}
+
+// markRequeued notes a job a restart queued again, proven never run here.
+func (s *Server) markRequeued(id string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.requeued == nil {
+		s.requeued = map[string]bool{}
+	}
+	s.requeued[id] = true
+}
+
+// takeRequeued reports whether id was queued again by a restart, once.
+func (s *Server) takeRequeued(id string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	was := s.requeued[id]
+	delete(s.requeued, id)
+	return was
+}
+
+// endedByTheFleet reports whether the fleet no longer has this host run a
+// job a restart queued again: while this host was away, another saw its
+// lease lapse and ended the job uncertain (or the fleet holds another job
+// under its id). Running it would be wasted work whose result the fleet
+// refuses. A fleet that cannot be read, or still has the job claimed by
+// this host, lets it run, as before: a claim of this host's must not be
+// lost to a read that failed.
+func (s *Server) endedByTheFleet(ctx context.Context, rec journal.Record) (string, bool) {
+	if s.cfg.Fleet == nil {
+		return "", false
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	co, err := s.cfg.Fleet.Coordinator.Tenant(ctx, rec.Tenant)
+	var fr fleet.Record
+	if err == nil {
+		fr, err = co.Record(ctx, rec.ID)
+	}
+	if err != nil {
+		s.log.Warn("fleet: read the record of a job queued again; it runs", "job_id", rec.ID, "error", err)
+		return "", false
+	}
+	switch {
+	case fr.Digest != rec.Digest:
+		return fmt.Sprintf("the fleet's job %s is another (%s) than the one this host accepted; it never ran here and is not run", rec.ID, fr.Digest), true
+	case fr.State == fleet.StateEnded:
+		return fmt.Sprintf("the fleet ended it (%s, by host %s) while this host was away; it never ran here and is not run again", fr.Status, fr.EndedBy), true
+	case fr.State == fleet.StateClaimed && fr.Host != s.cfg.Name:
+		return fmt.Sprintf("host %s holds it in the fleet; it never ran here and is not run", fr.Host), true
+	}
+	return "", false
 }

@@ -78,10 +78,14 @@ type Server struct {
 	draining bool
 	// pending are the jobs whose results the journal has not taken yet.
 	pending unrecorded
-	uploads uploadQuota
-	pins    jobPins
-	gc      gcStats
-	gcMu    sync.Mutex // one collection at a time
+	// requeued are the jobs a restart queued again, each proven never run
+	// here (accepted, never dispatched; or dispatched and never started):
+	// on a fleet host, the fleet may have ended one meanwhile (runJob).
+	requeued map[string]bool
+	uploads  uploadQuota
+	pins     jobPins
+	gc       gcStats
+	gcMu     sync.Mutex // one collection at a time
 
 	fleet *fleetAgent // nil unless Config.Fleet
 
@@ -451,6 +455,13 @@ func (s *Server) runJob(id string) {
 	if rec.CancelRequested {
 		s.finishUnrun(log, rec, job, sandbox.StatusCancelled, "cancelled before it was dispatched")
 		return
+	}
+	if s.takeRequeued(id) {
+		if cause, ended := s.endedByTheFleet(jctx, rec); ended {
+			log.Info("not run: the fleet ended it while this host was away", "why", cause)
+			s.finishUnrun(log, rec, job, sandbox.StatusUncertain, cause)
+			return
+		}
 	}
 	if p, ok := s.cfg.Broker.(Prechecker); ok {
 		// Before the dispatch is journaled: a check that fails (or a
