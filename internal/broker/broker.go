@@ -60,6 +60,8 @@ func New(eng Engine, blobs *store.Store, cfg Config) (*Broker, error) {
 	if err != nil {
 		return nil, fmt.Errorf("broker: helper binary: %w", err)
 	}
+	// An early word on a wrong helper; the bytes staged are checked again
+	// when they are read (shimVolumeContent).
 	if err := checkStaticFile(cfg.ShimPath); err != nil {
 		return nil, fmt.Errorf("broker: helper %s: %w", cfg.ShimPath, err)
 	}
@@ -394,6 +396,12 @@ func shimVolumeContent(shim filedigest.File) (string, map[string]fileSum, func()
 			return made, nil
 		}
 		bin, err := shim.Read()
+		if errors.Is(err, filedigest.ErrChanged) {
+			// A daemon reads the helper only when it first fills its
+			// volume: replaced since it started, it must be restarted to
+			// use (and name) the new one.
+			return nil, fmt.Errorf("helper binary: %w (restart sandboxd to take the new helper)", err)
+		}
 		if err != nil {
 			return nil, fmt.Errorf("helper binary: %w", err)
 		}

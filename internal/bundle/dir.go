@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"os"
 	"path"
+	"sync"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -43,7 +44,7 @@ func idOf(fi fs.FileInfo) fileID {
 }
 
 func idOfStat(st *unix.Stat_t) fileID {
-	return fileID{dev: st.Dev, ino: st.Ino, size: st.Size, mtime: st.Mtim, ctime: st.Ctim, mode: st.Mode}
+	return fileID{dev: uint64(st.Dev), ino: uint64(st.Ino), size: st.Size, mtime: st.Mtim, ctime: st.Ctim, mode: uint32(st.Mode)}
 }
 
 // dirScan is the first pass over a directory: it lists and checks every
@@ -239,6 +240,7 @@ func (s *dirScan) addFile(name, src string, fi fs.FileInfo) error {
 // and must be the one listed (device and inode); its later state is the
 // tree's recheck.
 type dirHandles struct {
+	mu     sync.Mutex // one file at a time: the entries share the open directory
 	root   *os.Root
 	listed map[string]fileID // the directories as listed; nil: not checked
 	name   string            // the directory open in f
@@ -276,6 +278,8 @@ func (h *dirHandles) close() {
 // listed as id, refusing it if it is not that same file, unchanged,
 // before, during and after reading.
 func (h *dirHandles) copyChecked(name string, id fileID, w io.Writer) error {
+	h.mu.Lock()
+	defer h.mu.Unlock()
 	dirfd, err := h.dir(path.Dir("/" + name)[1:])
 	if err != nil {
 		return err

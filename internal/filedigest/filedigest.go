@@ -119,6 +119,9 @@ func (id identity) settledBy(t time.Time) bool {
 	return id.MtimeNS < limit && id.CtimeNS < limit
 }
 
+// maxRecord bounds a record's size (one is ~300 bytes).
+const maxRecord = 4 << 10
+
 // record is one remembered digest.
 type record struct {
 	Path     string   `json:"path"`
@@ -143,8 +146,18 @@ func recordPath(memo, path string) (rec, abs string) {
 // recall returns the digest rec remembers for the file at abs, if that
 // file is the one it was taken of.
 func recall(rec, abs string, id identity) (string, bool) {
-	b, err := os.ReadFile(rec)
+	// A record is small and a regular file: anything else (a FIFO, a
+	// link, a huge file) is no record, and never blocks or fills memory.
+	f, err := os.OpenFile(rec, os.O_RDONLY|syscall.O_NOFOLLOW|syscall.O_NONBLOCK, 0)
 	if err != nil {
+		return "", false
+	}
+	defer f.Close()
+	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() {
+		return "", false
+	}
+	b, err := io.ReadAll(io.LimitReader(f, maxRecord+1))
+	if err != nil || len(b) > maxRecord {
 		return "", false
 	}
 	var r record

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -151,6 +152,41 @@ func TestABadMemoIsIgnored(t *testing.T) {
 		if f, err := Open(p, memo); err != nil || f.Digest != digestOf([]byte("x")) {
 			t.Fatalf("memo %q: got %q %v", junk, f.Digest, err)
 		}
+	}
+	// A FIFO in a record's place neither blocks nor answers; nor does a
+	// record too large to be one.
+	os.Remove(rec)
+	if err := syscall.Mkfifo(rec, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		if f, err := Open(p, memo); err != nil || f.Digest != digestOf([]byte("x")) {
+			t.Errorf("FIFO record: got %q %v", f.Digest, err)
+		}
+	}()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Open blocked on a FIFO in a record's place")
+	}
+	os.Remove(rec)
+	if _, err := Open(p, memo); err != nil { // writes a good record
+		t.Fatal(err)
+	}
+	good, _ := os.ReadFile(rec)
+	var r record
+	json.Unmarshal(good, &r)
+	r.Digest = digestOf([]byte("padded"))
+	big, _ := json.Marshal(r)
+	big = append(big, make([]byte, maxRecord)...) // trailing spaces: still valid JSON
+	for i := len(big) - maxRecord; i < len(big); i++ {
+		big[i] = ' '
+	}
+	os.WriteFile(rec, big, 0o600)
+	if f, err := Open(p, memo); err != nil || f.Digest != digestOf([]byte("x")) {
+		t.Fatalf("oversized record: got %q %v", f.Digest, err)
 	}
 	if f, err := Open(p, filepath.Join(dir, "bin", "not-a-dir")); err != nil || f.Digest != digestOf([]byte("x")) {
 		t.Fatalf("unwritable memo: got %q %v", f.Digest, err)
