@@ -78,11 +78,18 @@ func TestChangedWhileRead(t *testing.T) {
 func changedWhileRead(t *testing.T, victim string, change func(t *testing.T, p string)) {
 	dir := t.TempDir()
 	buildTree(t, dir, []node{{path: "a/before.txt", data: "x"}, {path: victim, data: "same size?\n"}, {path: "z/after.txt", data: "y"}})
+	refusedIfChangedAt(t, dir, victim, func() { change(t, filepath.Join(dir, victim)) })
+}
+
+// refusedIfChangedAt ingests dir, running change once when the file at is
+// opened, and wants ErrChanged with nothing stored.
+func refusedIfChangedAt(t *testing.T, dir, at string, change func()) {
+	t.Helper()
 	fired := false
 	testHookOpened = func(name string) {
-		if name == victim && !fired {
+		if name == at && !fired {
 			fired = true
-			change(t, filepath.Join(dir, name))
+			change()
 		}
 	}
 	defer func() { testHookOpened = nil }()
@@ -314,24 +321,7 @@ func TestDirectorySwappedBeforeItsFilesAreRead(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			dir := t.TempDir()
 			buildTree(t, dir, []node{{path: "a/before.txt", data: "x"}, {path: "d/e/victim.txt", data: "same size?\n"}})
-			fired := false
-			testHookOpened = func(name string) {
-				if name == "a/before.txt" && !fired {
-					fired = true
-					swap(t, filepath.Join(dir, "d", "e"))
-				}
-			}
-			defer func() { testHookOpened = nil }()
-			st, err := store.Open(t.TempDir())
-			if err != nil {
-				t.Fatal(err)
-			}
-			_, err = Ingest(context.Background(), st, dir, Options{})
-			if !fired {
-				t.Fatal("the hook did not run")
-			}
-			checkRefused(t, err, ErrChanged)
-			storeIsEmpty(t, st)
+			refusedIfChangedAt(t, dir, "a/before.txt", func() { swap(t, filepath.Join(dir, "d", "e")) })
 		})
 	}
 }
