@@ -267,7 +267,16 @@ func (b *bench) removeLeftoversOf(name string) {
 // removeCtrLeftovers is removeLeftovers for the containerd side.
 func (b *bench) removeCtrLeftovers(ctx context.Context) {
 	if b.ceng == nil {
-		return
+		// A containerd daemon ran without the library engine (item 2
+		// alone): its cache volumes are removed through an engine opened
+		// now.
+		if b.dc == nil && (b.o.fleetEngine != "containerd" || len(b.fleetNames) == 0) {
+			return
+		}
+		if _, err := b.ctrEngine(ctx); err != nil {
+			fmt.Println("cleanup: containerd:", err)
+			return
+		}
 	}
 	names := []string{b.ctrName()}
 	if b.o.fleetEngine == "containerd" {
