@@ -299,11 +299,12 @@ func (s *Server) takeRequeued(id string) bool {
 
 // endedByTheFleet reports whether the fleet no longer has this host run a
 // job a restart queued again: while this host was away, another saw its
-// lease lapse and ended the job uncertain (or the fleet holds another job
-// under its id). Running it would be wasted work whose result the fleet
-// refuses. A fleet that cannot be read, or still has the job claimed by
-// this host, lets it run, as before: a claim of this host's must not be
-// lost to a read that failed.
+// lease lapse and ended the job uncertain, or the record is not this
+// host's claim (another host's, or queued: another host may take it, and
+// the job would run twice), or the fleet holds another job under its id.
+// Only a record claimed by this host lets it run, or a fleet that cannot
+// be read, as before: a claim of this host's must not be lost to a read
+// that failed.
 func (s *Server) endedByTheFleet(ctx context.Context, rec journal.Record) (string, bool) {
 	if s.cfg.Fleet == nil {
 		return "", false
@@ -324,8 +325,8 @@ func (s *Server) endedByTheFleet(ctx context.Context, rec journal.Record) (strin
 		return fmt.Sprintf("the fleet's job %s is another (%s) than the one this host accepted; it never ran here and is not run", rec.ID, fr.Digest), true
 	case fr.State == fleet.StateEnded:
 		return fmt.Sprintf("the fleet ended it (%s, by host %s) while this host was away; it never ran here and is not run again", fr.Status, fr.EndedBy), true
-	case fr.State == fleet.StateClaimed && fr.Host != s.cfg.Name:
-		return fmt.Sprintf("host %s holds it in the fleet; it never ran here and is not run", fr.Host), true
+	case fr.State != fleet.StateClaimed || fr.Host != s.cfg.Name:
+		return fmt.Sprintf("the fleet has it %s (host %q), not claimed by this host; it never ran here and is not run", fr.State, fr.Host), true
 	}
 	return "", false
 }

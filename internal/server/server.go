@@ -447,6 +447,9 @@ func (s *Server) runJob(id string) {
 		s.dispatchLater(log, id, fmt.Errorf("read journal: %w", err))
 		return
 	}
+	// Taken here, whatever ends the job below: a mark left behind would
+	// outlive it.
+	requeued := s.takeRequeued(id)
 	job, err := rec.DecodeJob()
 	if err != nil {
 		s.undecodable(log, rec, err)
@@ -456,7 +459,7 @@ func (s *Server) runJob(id string) {
 		s.finishUnrun(log, rec, job, sandbox.StatusCancelled, "cancelled before it was dispatched")
 		return
 	}
-	if s.takeRequeued(id) {
+	if requeued {
 		if cause, ended := s.endedByTheFleet(jctx, rec); ended {
 			log.Info("not run: the fleet ended it while this host was away", "why", cause)
 			s.finishUnrun(log, rec, job, sandbox.StatusUncertain, cause)

@@ -1,0 +1,46 @@
+package server
+
+import (
+	"context"
+	"log/slog"
+	"testing"
+
+	"github.com/sandboxd/sandboxd/internal/journal"
+	"github.com/sandboxd/sandboxd/sandbox/fleet"
+)
+
+// A job a restart queued again runs only if the fleet still has it
+// claimed by this host (or cannot be read): ended, another host's, queued
+// (another host may take it: it would run twice) or another job under its
+// id, it does not.
+func TestARequeuedJobRunsOnlyIfThisHostStillHoldsItsClaim(t *testing.T) {
+	const digest = "sha256:1111111111111111111111111111111111111111111111111111111111111111"
+	cases := []struct {
+		name    string
+		rec     *fleet.Record // nil: the fleet has no record
+		wantRun bool
+	}{
+		{"claimed by this host", &fleet.Record{ID: "j", Digest: digest, State: fleet.StateClaimed, Host: "h1"}, true},
+		{"no record (unreadable)", nil, true},
+		{"ended", &fleet.Record{ID: "j", Digest: digest, State: fleet.StateEnded, Host: "h2", EndedBy: "h2"}, false},
+		{"claimed by another host", &fleet.Record{ID: "j", Digest: digest, State: fleet.StateClaimed, Host: "h2"}, false},
+		{"queued", &fleet.Record{ID: "j", Digest: digest, State: fleet.StateQueued}, false},
+		{"another job under its id", &fleet.Record{ID: "j", Digest: "sha256:" + digest[9:] + "2", State: fleet.StateClaimed, Host: "h1"}, false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			ff := newFakeFleet()
+			if tc.rec != nil {
+				ff.records["j"] = *tc.rec
+			}
+			s := &Server{cfg: Config{Name: "h1", Fleet: &FleetConfig{Coordinator: ff}}, log: slog.New(slog.DiscardHandler)}
+			cause, ended := s.endedByTheFleet(context.Background(), journal.Record{ID: "j", Digest: digest})
+			if ended == tc.wantRun {
+				t.Fatalf("ended %v (%q), want it to run: %v", ended, cause, tc.wantRun)
+			}
+			if ended && cause == "" {
+				t.Error("no cause given")
+			}
+		})
+	}
+}
