@@ -477,10 +477,9 @@ func (s *Store) keepCopy(d string, size int64) (held bool, in string) {
 		if !ok {
 			continue
 		}
-		h := sha256.New()
-		n, err := io.Copy(h, f)
+		got, n, err := hashOf(f)
 		f.Close()
-		if err != nil || n != size || "sha256:"+hex.EncodeToString(h.Sum(nil)) != d {
+		if err != nil || n != size || got != d {
 			return false, ""
 		}
 		now := time.Now()
@@ -499,11 +498,8 @@ func looseDigest(p string) (string, error) {
 	if st, err := f.Stat(); err != nil || !st.Mode().IsRegular() {
 		return "", errors.New("not a regular file")
 	}
-	h := sha256.New()
-	if _, err := io.Copy(h, f); err != nil {
-		return "", err
-	}
-	return "sha256:" + hex.EncodeToString(h.Sum(nil)), nil
+	got, _, err := hashOf(f)
+	return got, err
 }
 
 // ensurePackDir makes DIR/packs and makes its entry durable, once per

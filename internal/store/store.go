@@ -564,11 +564,18 @@ func (s *Store) ContentDigest(d string) (string, error) {
 		return "", err
 	}
 	defer f.Close()
+	got, _, err := hashOf(f)
+	return got, err
+}
+
+// hashOf hashes what r holds: its digest and its size.
+func hashOf(r io.Reader) (string, int64, error) {
 	h := sha256.New()
-	if _, err := io.Copy(h, f); err != nil {
-		return "", err
+	n, err := io.Copy(h, r)
+	if err != nil {
+		return "", n, err
 	}
-	return "sha256:" + hex.EncodeToString(h.Sum(nil)), nil
+	return "sha256:" + hex.EncodeToString(h.Sum(nil)), n, nil
 }
 
 // syncBlobDir makes the names of the blobs put into place durable.
