@@ -6,11 +6,10 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"os"
 	"runtime/debug"
 
+	"github.com/sandboxd/sandboxd/internal/filedigest"
 	"github.com/sandboxd/sandboxd/profiles/seccomp"
-	"github.com/sandboxd/sandboxd/sandbox"
 )
 
 // version and commit are set at link time (scripts/setup passes
@@ -57,9 +56,9 @@ func currentVersion() versionInfo {
 	}
 	p, err := shimPath()
 	if err == nil {
-		var b []byte
-		if b, err = os.ReadFile(p); err == nil {
-			v.ShimDigest, v.ShimPath = sandbox.DigestBytes(b), p
+		var f filedigest.File
+		if f, err = filedigest.Open(p, ""); err == nil {
+			v.ShimDigest, v.ShimPath = f.Digest, p
 		}
 	}
 	if err != nil {
