@@ -330,7 +330,11 @@ func toStore(st *store.Store, opt Options, write func(w io.Writer) (Summary, err
 		return &progressWriter{w: w, report: opt.Progress}
 	}
 	if st == nil {
-		sum, err := write(counted(io.Discard))
+		sink := writeBehind(newHashOnly())
+		sum, err := write(counted(sink))
+		if cerr := sink.close(); err == nil && cerr != nil {
+			err = cerr
+		}
 		if err != nil {
 			return Summary{}, err
 		}
@@ -344,7 +348,13 @@ func toStore(st *store.Store, opt Options, write func(w io.Writer) (Summary, err
 		return Summary{}, err
 	}
 	defer bw.Abort()
-	sum, err := write(counted(bw))
+	// The store's writer hashes and writes on another goroutine than
+	// the one reading the tree; it is done (close) before bw is aborted.
+	sink := writeBehind(bw)
+	sum, err := write(counted(sink))
+	if cerr := sink.close(); err == nil && cerr != nil {
+		err = fmt.Errorf("store workspace: %w", cerr)
+	}
 	if err != nil {
 		return Summary{}, err
 	}
