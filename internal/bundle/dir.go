@@ -245,6 +245,7 @@ type dirHandles struct {
 	listed map[string]fileID // the directories as listed; nil: not checked
 	name   string            // the directory open in f
 	f      *os.File
+	buf    []byte // files are read through it
 }
 
 // dir returns a descriptor of the directory dir ("" is the root).
@@ -292,29 +293,38 @@ func (h *dirHandles) copyChecked(name string, id fileID, w io.Writer) error {
 	if err != nil {
 		return fmt.Errorf("%q: %w: %w", name, ErrChanged, err)
 	}
-	f := os.NewFile(uintptr(fd), name)
-	defer f.Close()
-	if fi, err := f.Stat(); err != nil || !sameState(id, idOf(fi)) {
+	// The descriptor is used as it is (no os.File: that would ask the
+	// kernel three more times per file whether it can be polled).
+	defer unix.Close(fd)
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil || !sameState(id, idOfStat(&st)) {
 		return fmt.Errorf("%q differs from when it was listed: %w", name, ErrChanged)
 	}
 	if testHookOpened != nil {
 		testHookOpened(name)
 	}
-	n, err := io.CopyN(w, f, id.size)
-	if err == io.EOF {
-		return fmt.Errorf("%q shrank to %d bytes while read: %w", name, n, ErrChanged)
+	if want := int(min(id.size+1, 256<<10)); len(h.buf) < want {
+		h.buf = make([]byte, want)
 	}
-	if err != nil {
-		return fmt.Errorf("%q: %w", name, err)
+	for left := id.size; left > 0; {
+		n, err := readFd(fd, h.buf[:min(left, int64(len(h.buf)))])
+		if err != nil {
+			return fmt.Errorf("%q: %w", name, err)
+		}
+		if n == 0 {
+			return fmt.Errorf("%q shrank to %d bytes while read: %w", name, id.size-left, ErrChanged)
+		}
+		if _, err := w.Write(h.buf[:n]); err != nil {
+			return fmt.Errorf("%q: %w", name, err)
+		}
+		left -= int64(n)
 	}
-	var one [1]byte
-	if m, _ := f.Read(one[:]); m > 0 {
+	if m, _ := readFd(fd, h.buf[:1]); m > 0 {
 		return fmt.Errorf("%q grew while read: %w", name, ErrChanged)
 	}
-	if fi, err := f.Stat(); err != nil || !sameState(id, idOf(fi)) {
+	if err := unix.Fstat(fd, &st); err != nil || !sameState(id, idOfStat(&st)) {
 		return fmt.Errorf("%q was modified while read: %w", name, ErrChanged)
 	}
-	var st unix.Stat_t
 	if err := unix.Fstatat(dirfd, base, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil || !sameState(id, idOfStat(&st)) {
 		return fmt.Errorf("%q was replaced while read: %w", name, ErrChanged)
 	}
@@ -326,6 +336,17 @@ func copyChecked(root *os.Root, name string, id fileID, w io.Writer) error {
 	h := &dirHandles{root: root}
 	defer h.close()
 	return h.copyChecked(name, id, w)
+}
+
+// readFd is read(2) of fd into p, tried again when interrupted.
+func readFd(fd int, p []byte) (int, error) {
+	for {
+		n, err := unix.Read(fd, p)
+		if err == unix.EINTR {
+			continue
+		}
+		return max(n, 0), err
+	}
 }
 
 func sameFile(a, b fileID) bool { return a.dev == b.dev && a.ino == b.ino }
