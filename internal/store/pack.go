@@ -449,13 +449,18 @@ func (s *Store) hasLoose(d string) bool {
 
 // keepCopy reports whether the store holds a copy of d (size bytes) that
 // hashes to d, and marks it used now; in is the pack that holds it ("" for
-// a file of its own). A file of its own that does not hold d is removed:
-// the copy about to be written is then the one read. The caller holds the
-// sweep lock for reading, so that no sweep removes the copy before it is
-// marked.
-func (s *Store) keepCopy(d string, size int64) (held bool, in string) {
+// a file of its own). mine, if not nil, are the bytes about to be stored
+// (which hash to d): a copy is then compared with them rather than hashed.
+// A file of its own that does not hold d is removed: the copy about to be
+// written is then the one read. The caller holds the sweep lock for
+// reading, so that no sweep removes the copy before it is marked.
+func (s *Store) keepCopy(d string, size int64, mine []byte) (held bool, in string) {
+	var mem *[]byte
+	if mine != nil {
+		mem = &mine
+	}
 	if p, err := s.Path(d); err == nil {
-		if s.holds(p, d, size, nil) {
+		if s.holds(p, d, size, mem) {
 			now := time.Now()
 			return os.Chtimes(p, now, now) == nil, ""
 		}
@@ -477,9 +482,15 @@ func (s *Store) keepCopy(d string, size int64) (held bool, in string) {
 		if !ok {
 			continue
 		}
-		got, n, err := hashOf(f)
+		var same bool
+		if mine != nil {
+			same = sameBytes(f, mine)
+		} else {
+			got, n, err := hashOf(f)
+			same = err == nil && n == size && got == d
+		}
 		f.Close()
-		if err != nil || n != size || got != d {
+		if !same {
 			return false, ""
 		}
 		now := time.Now()
@@ -677,7 +688,11 @@ func (pw *packWriter) add(w *Writer, d string) error {
 	}
 	s := pw.s
 	s.refs.sweep.RLock()
-	held, in := s.keepCopy(d, w.n)
+	var mine []byte // the member's bytes, if they are all still in buf
+	if w.start >= pw.off {
+		mine = pw.buf[w.start-pw.off : w.start-pw.off+w.n]
+	}
+	held, in := s.keepCopy(d, w.n, mine)
 	s.refs.sweep.RUnlock()
 	if held {
 		if in == "" {

@@ -438,12 +438,7 @@ func (s *Store) holds(dst, d string, size int64, mem *[]byte) bool {
 	}
 	var same bool
 	if mem != nil {
-		buf := getBuf()
-		defer putBuf(buf)
-		// One byte more than expected, to see a file that grew.
-		b := (*buf)[:size+1]
-		n, err := readFull(fd, b)
-		same = err == nil && bytes.Equal(b[:n], *mem)
+		same = sameBytes(fdReader(fd), *mem)
 	} else {
 		h := sha256.New()
 		buf := make([]byte, min(size+1, 256<<10))
@@ -462,6 +457,47 @@ func (s *Store) holds(dst, d string, size int64, mem *[]byte) bool {
 		same = total == size && "sha256:"+hex.EncodeToString(h.Sum(nil)) == d
 	}
 	return same && fsync(fd) == nil
+}
+
+// sameBytes reports whether r gives exactly want and then ends: the copy
+// the store holds is compared with the bytes about to be stored (whose
+// digest is known) rather than hashed.
+func sameBytes(r io.Reader, want []byte) bool {
+	buf := getBuf()
+	defer putBuf(buf)
+	// One byte more than is left, to see a copy that is longer.
+	b := (*buf)[:cap(*buf)]
+	for {
+		n, err := io.ReadFull(r, b[:min(len(b), len(want)+1)])
+		if n > len(want) || !bytes.Equal(b[:n], want[:n]) {
+			return false
+		}
+		want = want[n:]
+		switch {
+		case err == io.EOF || err == io.ErrUnexpectedEOF:
+			return len(want) == 0
+		case err != nil:
+			return false
+		}
+	}
+}
+
+// fdReader reads a descriptor, tried again when interrupted.
+type fdReader int
+
+func (r fdReader) Read(p []byte) (int, error) {
+	for {
+		n, err := unix.Read(int(r), p)
+		switch {
+		case err == unix.EINTR:
+			continue
+		case err != nil:
+			return 0, err
+		case n == 0 && len(p) > 0:
+			return 0, io.EOF
+		}
+		return n, nil
+	}
 }
 
 // readFull reads into p until it is full or the file ends.

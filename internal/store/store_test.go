@@ -8,9 +8,11 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
+	"testing/iotest"
 
 	"golang.org/x/sys/unix"
 )
@@ -369,4 +371,37 @@ func TestCommitModes(t *testing.T) {
 func digestOf(b []byte) string {
 	h := sha256.Sum256(b)
 	return "sha256:" + hex.EncodeToString(h[:])
+}
+
+// sameBytes is what trusts a held copy instead of hashing it: exactly the
+// bytes, no fewer, no more, across reads of any size.
+func TestSameBytes(t *testing.T) {
+	big := bytes.Repeat([]byte("0123456789abcdef"), 3*memSize/16+5) // several reads
+	flipped := slices.Clone(big)
+	flipped[len(flipped)-1] ^= 1
+	for _, c := range []struct {
+		name      string
+		held, new []byte
+		same      bool
+	}{
+		{"empty", []byte{}, []byte{}, true},
+		{"equal", []byte("abc"), []byte("abc"), true},
+		{"equal, several reads", big, slices.Clone(big), true},
+		{"held longer", []byte("abcd"), []byte("abc"), false},
+		{"held shorter", []byte("ab"), []byte("abc"), false},
+		{"held empty", []byte{}, []byte("abc"), false},
+		{"differs", []byte("abd"), []byte("abc"), false},
+		{"differs in the last read's last byte", flipped, big, false},
+		{"held longer by a read", append(slices.Clone(big), big...), big, false},
+	} {
+		if got := sameBytes(iotest.OneByteReader(bytes.NewReader(c.held)), c.new); got != c.same {
+			t.Errorf("%s, one byte a read: %v, want %v", c.name, got, c.same)
+		}
+		if got := sameBytes(bytes.NewReader(c.held), c.new); got != c.same {
+			t.Errorf("%s: %v, want %v", c.name, got, c.same)
+		}
+	}
+	if sameBytes(iotest.ErrReader(errors.New("I/O error")), []byte{}) {
+		t.Error("a read error was taken for an empty copy")
+	}
 }
