@@ -80,11 +80,11 @@ func (e *Engine) ContainerAttach(ctx context.Context, id string, opts client.Con
 		tails = append(tails, t)
 	}
 	pr, pw := io.Pipe()
-	mux := &muxWriter{w: pw}
+	var mux sync.Mutex // the two outputs' frames, one at a time
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	for i, typ := range []stdcopy.StdType{stdcopy.Stdout, stdcopy.Stderr} {
-		w := newFrameWriter(mux, typ)
+		w := newFrameWriter(&mux, pw, typ)
 		wg.Go(func() { tails[i].follow(w, stop) })
 	}
 	go func() {
@@ -134,34 +134,34 @@ func (e *Engine) ContainerAttach(ctx context.Context, id string, opts client.Con
 
 // frameWriter frames what it is given as Docker's multiplexed stream
 // does: one byte of stream type, three zero bytes, the length (big endian).
+// The header and the bytes are two writes (no copy of the bytes), made
+// under mu, which the writers of one stream share.
 type frameWriter struct {
+	mu  *sync.Mutex
 	w   io.Writer
 	typ stdcopy.StdType
+	hdr [8]byte
 }
 
-func newFrameWriter(w io.Writer, typ stdcopy.StdType) io.Writer { return &frameWriter{w: w, typ: typ} }
+func newFrameWriter(mu *sync.Mutex, w io.Writer, typ stdcopy.StdType) io.Writer {
+	return &frameWriter{mu: mu, w: w, typ: typ}
+}
 
 func (f *frameWriter) Write(p []byte) (int, error) {
-	buf := make([]byte, 8+len(p))
-	buf[0] = byte(f.typ)
-	binary.BigEndian.PutUint32(buf[4:8], uint32(len(p)))
-	copy(buf[8:], p)
-	if _, err := f.w.Write(buf); err != nil {
+	if len(p) == 0 {
+		return 0, nil
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.hdr[0] = byte(f.typ)
+	binary.BigEndian.PutUint32(f.hdr[4:8], uint32(len(p)))
+	if _, err := f.w.Write(f.hdr[:]); err != nil {
+		return 0, err
+	}
+	if _, err := f.w.Write(p); err != nil {
 		return 0, err
 	}
 	return len(p), nil
-}
-
-// muxWriter serialises the frames of both outputs.
-type muxWriter struct {
-	mu sync.Mutex
-	w  io.Writer
-}
-
-func (m *muxWriter) Write(p []byte) (int, error) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	return m.w.Write(p)
 }
 
 // tail follows a file the shim writes until the shim closes it.
@@ -311,6 +311,7 @@ func (e *Engine) ContainerLogs(ctx context.Context, id string, opts client.Conta
 	pr, pw := io.Pipe()
 	go func() {
 		var err error
+		var mu sync.Mutex
 		for _, s := range []struct {
 			name string
 			typ  stdcopy.StdType
@@ -319,7 +320,7 @@ func (e *Engine) ContainerLogs(ctx context.Context, id string, opts client.Conta
 			if !s.want || err != nil {
 				continue
 			}
-			err = copyTail(newFrameWriter(pw, s.typ), filepath.Join(dir, s.name), limit)
+			err = copyTail(newFrameWriter(&mu, pw, s.typ), filepath.Join(dir, s.name), limit)
 		}
 		pw.CloseWithError(err)
 	}()
