@@ -681,7 +681,7 @@ func (r *run) sendInput(w io.Writer, in sandbox.Input) error {
 		return fmt.Errorf("input %s: %w", in.Name, err)
 	}
 	h := newHasher()
-	n, err := io.Copy(io.MultiWriter(w, h), f)
+	n, err := copyHashed(w, f, h)
 	if err != nil {
 		return fmt.Errorf("input %s: send: %w", in.Name, err)
 	}

@@ -1,0 +1,56 @@
+package broker
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"errors"
+	"io"
+	"math/rand/v2"
+	"testing"
+	"testing/iotest"
+)
+
+func TestCopyHashedGivesTheHashWhatItCopies(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	for _, size := range []int{0, 1, copyChunk - 1, copyChunk, 2*copyChunk + 5, 5*copyChunk + 3} {
+		src := make([]byte, size)
+		for i := range src {
+			src[i] = byte(rng.UintN(256))
+		}
+		for _, r := range []io.Reader{bytes.NewReader(src), iotest.HalfReader(bytes.NewReader(src)), iotest.DataErrReader(bytes.NewReader(src))} {
+			var dst bytes.Buffer
+			h := sha256.New()
+			n, err := copyHashed(&dst, r, h)
+			if err != nil || n != int64(size) || !bytes.Equal(dst.Bytes(), src) {
+				t.Fatalf("%d bytes: copied %d, %v; the copy is equal: %v", size, n, err, bytes.Equal(dst.Bytes(), src))
+			}
+			if want := sha256.Sum256(src); !bytes.Equal(h.Sum(nil), want[:]) {
+				t.Fatalf("%d bytes: the hash is not of what was copied", size)
+			}
+		}
+	}
+}
+
+type failAfter struct{ left int }
+
+func (f *failAfter) Write(p []byte) (int, error) {
+	if len(p) > f.left {
+		n := f.left
+		f.left = 0
+		return n, errors.New("stdin closed")
+	}
+	f.left -= len(p)
+	return len(p), nil
+}
+
+func TestCopyHashedStopsAtAnError(t *testing.T) {
+	src := bytes.Repeat([]byte{7}, 4*copyChunk)
+	n, err := copyHashed(&failAfter{left: copyChunk + 10}, bytes.NewReader(src), sha256.New())
+	if err == nil || err.Error() != "stdin closed" || n != copyChunk+10 {
+		t.Fatalf("copied %d, %v; want %d and the writer's error", n, err, copyChunk+10)
+	}
+	n, err = copyHashed(io.Discard, iotest.TimeoutReader(bytes.NewReader(src)), sha256.New())
+	if !errors.Is(err, iotest.ErrTimeout) || n != copyChunk {
+		t.Fatalf("copied %d, %v; want one chunk and the reader's error", n, err)
+	}
+}
