@@ -40,6 +40,7 @@ type fakeFleet struct {
 	onUpdate func(rec fleet.Record) error
 	onPut    func(digest string) error
 	onHeld   func()
+	onRecord func(id string) error
 }
 
 var _ fleet.Coordinator = (*fakeFleet)(nil)
@@ -205,6 +206,11 @@ func (ff *fakeFleet) Claim(_ context.Context, job sandbox.Job, host string) (fle
 
 func (ff *fakeFleet) Record(_ context.Context, id string) (fleet.Record, error) {
 	ff.log("Record %s", id)
+	if ff.onRecord != nil {
+		if err := ff.onRecord(id); err != nil {
+			return fleet.Record{}, err
+		}
+	}
 	ff.mu.Lock()
 	defer ff.mu.Unlock()
 	rec, ok := ff.records[id]

@@ -288,6 +288,10 @@ func (s *Server) markRequeued(id string) {
 	s.requeued[id] = true
 }
 
+// requeuedReadWait bounds the read of a requeued job's fleet record, and
+// is how long a fleet that did not answer one is not asked again.
+const requeuedReadWait = 10 * time.Second
+
 // takeRequeued reports whether id was queued again by a restart, once.
 func (s *Server) takeRequeued(id string) bool {
 	s.mu.Lock()
@@ -305,11 +309,20 @@ func (s *Server) takeRequeued(id string) bool {
 // Only a record claimed by this host lets it run, or a fleet that cannot
 // be read, as before: a claim of this host's must not be lost to a read
 // that failed.
+//
+// A fleet that did not answer is not asked again for requeuedReadWait:
+// the requeued jobs after it would each wait that long, and then run all
+// the same (a restart with many of them and no quorum would start them
+// one wait at a time).
 func (s *Server) endedByTheFleet(ctx context.Context, rec journal.Record) (string, bool) {
 	if s.cfg.Fleet == nil {
 		return "", false
 	}
-	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	if at := s.fleetSilentAt.Load(); at != 0 && time.Since(time.Unix(0, at)) < requeuedReadWait {
+		s.log.Warn("fleet: not asked about a job queued again, since it did not answer a moment ago; it runs", "job_id", rec.ID)
+		return "", false
+	}
+	ctx, cancel := context.WithTimeout(ctx, requeuedReadWait)
 	defer cancel()
 	co, err := s.cfg.Fleet.Coordinator.Tenant(ctx, rec.Tenant)
 	var fr fleet.Record
@@ -317,9 +330,13 @@ func (s *Server) endedByTheFleet(ctx context.Context, rec journal.Record) (strin
 		fr, err = co.Record(ctx, rec.ID)
 	}
 	if err != nil {
+		if errors.Is(err, fleet.ErrUnavailable) || errors.Is(err, context.DeadlineExceeded) {
+			s.fleetSilentAt.Store(time.Now().UnixNano())
+		}
 		s.log.Warn("fleet: read the record of a job queued again; it runs", "job_id", rec.ID, "error", err)
 		return "", false
 	}
+	s.fleetSilentAt.Store(0)
 	switch {
 	case fr.Digest != rec.Digest:
 		return fmt.Sprintf("the fleet's job %s is another (%s) than the one this host accepted; it never ran here and is not run", rec.ID, fr.Digest), true

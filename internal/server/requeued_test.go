@@ -2,8 +2,10 @@ package server
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"testing"
+	"time"
 
 	"github.com/sandboxd/sandboxd/internal/journal"
 	"github.com/sandboxd/sandboxd/sandbox/fleet"
@@ -42,5 +44,43 @@ func TestARequeuedJobRunsOnlyIfThisHostStillHoldsItsClaim(t *testing.T) {
 				t.Error("no cause given")
 			}
 		})
+	}
+}
+
+// A fleet that did not answer the read of one requeued job is not asked
+// about the next ones for a while (each would wait, then run anyway);
+// asked again after it, and answering, it decides again.
+func TestASilentFleetIsNotAskedAboutEveryRequeuedJob(t *testing.T) {
+	const digest = "sha256:1111111111111111111111111111111111111111111111111111111111111111"
+	ff := newFakeFleet()
+	silent := true
+	ff.onRecord = func(string) error {
+		if silent {
+			return fmt.Errorf("no quorum: %w", fleet.ErrUnavailable)
+		}
+		return nil
+	}
+	for _, id := range []string{"j1", "j2", "j3"} {
+		ff.records[id] = fleet.Record{ID: id, Digest: digest, State: fleet.StateEnded, EndedBy: "h2"}
+	}
+	s := &Server{cfg: Config{Name: "h1", Fleet: &FleetConfig{Coordinator: ff}}, log: slog.New(slog.DiscardHandler)}
+	ended := func(id string) bool {
+		_, ended := s.endedByTheFleet(context.Background(), journal.Record{ID: id, Digest: digest})
+		return ended
+	}
+	if ended("j1") || ended("j2") {
+		t.Fatal("a job ended on a fleet that did not answer")
+	}
+	if n := len(ff.callsAbout("j1")) + len(ff.callsAbout("j2")); n != 1 {
+		t.Fatalf("the fleet was asked %d times about two requeued jobs, right after it did not answer; want once", n)
+	}
+	// Later, it answers again.
+	silent = false
+	s.fleetSilentAt.Store(time.Now().Add(-requeuedReadWait - time.Second).UnixNano())
+	if !ended("j3") {
+		t.Fatal("once the fleet answers again, a job it ended still runs here")
+	}
+	if s.fleetSilentAt.Load() != 0 {
+		t.Error("an answer did not end the silence")
 	}
 }

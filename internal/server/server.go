@@ -82,10 +82,13 @@ type Server struct {
 	// here (accepted, never dispatched; or dispatched and never started):
 	// on a fleet host, the fleet may have ended one meanwhile (runJob).
 	requeued map[string]bool
-	uploads  uploadQuota
-	pins     jobPins
-	gc       gcStats
-	gcMu     sync.Mutex // one collection at a time
+	// fleetSilentAt is when the fleet last failed to answer the read of a
+	// requeued job's record (unix nanoseconds; 0: it answered since).
+	fleetSilentAt atomic.Int64
+	uploads       uploadQuota
+	pins          jobPins
+	gc            gcStats
+	gcMu          sync.Mutex // one collection at a time
 
 	fleet *fleetAgent // nil unless Config.Fleet
 
