@@ -1,6 +1,7 @@
 package bundle
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"math/rand/v2"
@@ -47,6 +48,24 @@ func BenchmarkIngest5000Files(b *testing.B) {
 	b.SetBytes(files * size)
 	for b.Loop() {
 		if _, err := Ingest(context.Background(), st, ws, Options{}); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// Checking item 3's workspace as a stored tar, as the broker does for a
+// job's input before and while it is staged.
+func BenchmarkCheckTar5000Files(b *testing.B) {
+	const files, size = 5000, 100 << 20 / 5000
+	ws := benchTree(b, files, size)
+	var tarball bytes.Buffer
+	sum, err := WriteDir(context.Background(), ws, &tarball, DefaultLimits())
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.SetBytes(int64(tarball.Len()))
+	for b.Loop() {
+		if _, err := CheckTar(context.Background(), bytes.NewReader(tarball.Bytes()), DefaultLimits(), sum.Digest); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -2,6 +2,7 @@ package bundle
 
 import (
 	"archive/tar"
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -171,12 +172,13 @@ func (t *tarWriter) close() (Summary, error) {
 }
 
 // budgetReader fails with ErrTooLarge once more than max bytes are read,
-// and hashes what passes through.
+// and hashes what passes through (and gives it to keep, if set).
 type budgetReader struct {
-	r   io.Reader
-	h   hash.Hash
-	n   int64
-	max int64
+	r    io.Reader
+	h    hash.Hash
+	n    int64
+	max  int64
+	keep *sameAsRead
 }
 
 func (b *budgetReader) Read(p []byte) (int, error) {
@@ -194,6 +196,9 @@ func (b *budgetReader) Read(p []byte) (int, error) {
 	n, err := b.r.Read(p)
 	if b.h != nil {
 		b.h.Write(p[:n])
+	}
+	if b.keep != nil {
+		b.keep.read(p[:n])
 	}
 	b.n += int64(n)
 	return n, err
@@ -242,8 +247,13 @@ func checkTar(ctx context.Context, r io.Reader, lim TreeLimits, want string, onD
 		return Summary{}, fmt.Errorf("claimed digest %q is malformed: %w", want, ErrDigestMismatch)
 	}
 	in := &budgetReader{r: r, h: sha256.New(), max: lim.rawTarBudget()}
+	// The canonical form is rendered as the stream is read and compared
+	// with it byte for byte: equal, the stream is canonical, and its hash
+	// is the canonical tar's.
+	same := &sameAsRead{in: in}
+	in.keep = same
 	tr := tar.NewReader(in)
-	out := newTarWriter(io.Discard)
+	out := newTarWriter(same)
 	var entries int64
 	for {
 		if err := ctx.Err(); err != nil {
@@ -304,11 +314,78 @@ func checkTar(ctx context.Context, r io.Reader, lim TreeLimits, want string, onD
 	if err != nil {
 		return Summary{}, err
 	}
-	if got := "sha256:" + hex.EncodeToString(in.h.Sum(nil)); got != sum.Digest {
-		return Summary{}, fmt.Errorf("stream hashes to %s, its canonical form to %s: %w", got, sum.Digest, ErrNotCanonical)
+	if err := same.end(); err != nil {
+		return Summary{}, err
 	}
 	if want != "" && want != sum.Digest {
 		return Summary{}, fmt.Errorf("claimed %s, content is %s: %w", want, sum.Digest, ErrDigestMismatch)
 	}
 	return sum, nil
+}
+
+// sameAsRead compares what a canonical tar writer writes with what was
+// read of a stream, in order: the reader is always ahead (a header or a
+// chunk of content is written once it was read), so the writer's bytes
+// are matched against those read and not yet matched. It is a
+// hashingWriter whose digest is the stream's: the two are the same bytes
+// unless end says otherwise.
+type sameAsRead struct {
+	in      *budgetReader
+	pending []byte // read, not yet written
+	written int64
+	differs string // why not, once the two part
+}
+
+// maxPending bounds what is kept of the stream ahead of the writer: the
+// writer trails by a header and a copy buffer; farther, the stream has
+// bytes its canonical form has not (padding, junk after the end).
+const maxPending = 4 << 20
+
+func (s *sameAsRead) read(p []byte) {
+	if s.differs != "" {
+		return
+	}
+	if len(s.pending)+len(p) > maxPending {
+		s.differs = fmt.Sprintf("more than %d bytes past byte %d that its canonical form does not have", maxPending, s.written)
+		s.pending = nil
+		return
+	}
+	s.pending = append(s.pending, p...)
+}
+
+func (s *sameAsRead) Write(p []byte) (int, error) {
+	if s.differs == "" {
+		switch {
+		case len(p) > len(s.pending):
+			s.differs = fmt.Sprintf("its canonical form goes on past byte %d", s.written+int64(len(s.pending)))
+		case !bytes.Equal(p, s.pending[:len(p)]):
+			s.differs = fmt.Sprintf("it differs from its canonical form within bytes %d to %d", s.written, s.written+int64(len(p)))
+		default:
+			// Move what is left to the front once the matched part is the
+			// larger: the buffer stays about one read long.
+			rest := s.pending[len(p):]
+			if len(rest) < len(p) {
+				s.pending = append(s.pending[:0], rest...)
+			} else {
+				s.pending = rest
+			}
+		}
+	}
+	s.written += int64(len(p))
+	return len(p), nil
+}
+
+func (s *sameAsRead) Size() int64    { return s.written }
+func (s *sameAsRead) Digest() string { return "sha256:" + hex.EncodeToString(s.in.h.Sum(nil)) }
+
+// end reports whether the stream, read to its end, was exactly its
+// canonical form.
+func (s *sameAsRead) end() error {
+	if s.differs == "" && len(s.pending) > 0 {
+		s.differs = fmt.Sprintf("%d bytes follow its canonical form", len(s.pending))
+	}
+	if s.differs != "" {
+		return fmt.Errorf("the stream is not canonical: %s: %w", s.differs, ErrNotCanonical)
+	}
+	return nil
 }

@@ -2,12 +2,15 @@ package bundle
 
 import (
 	"archive/tar"
+	"bufio"
 	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
 	"testing"
+	"testing/iotest"
 	"time"
 
 	"github.com/sandboxd/sandboxd/internal/store"
@@ -245,6 +248,37 @@ func TestCheckTar(t *testing.T) {
 	}
 	t.Run("trailing bytes", func(t *testing.T) {
 		b := append(bytes.Clone(canon.Bytes()), make([]byte, 512)...)
+		_, err := CheckTar(context.Background(), bytes.NewReader(b), DefaultLimits(), "")
+		checkRefused(t, err, ErrNotCanonical)
+	})
+	// The stream is compared with its canonical form as both go: files
+	// larger than any read, read a byte at a time or in large pieces, and
+	// more trailing bytes than the comparison keeps.
+	big := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(big, "d"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for i, n := range []int{3<<20 + 7, 0, 1, 9 << 20} {
+		if err := os.WriteFile(filepath.Join(big, "d", fmt.Sprintf("f%d", i)), bytes.Repeat([]byte{byte(i + 1)}, n), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var bigTar bytes.Buffer
+	bigSum, err := WriteDir(context.Background(), big, &bigTar, DefaultLimits())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range []io.Reader{
+		bytes.NewReader(bigTar.Bytes()),
+		iotest.HalfReader(bytes.NewReader(bigTar.Bytes())),
+		bufio.NewReaderSize(bytes.NewReader(bigTar.Bytes()), 8<<20),
+	} {
+		if got, err := CheckTar(context.Background(), r, DefaultLimits(), bigSum.Digest); err != nil || got != bigSum {
+			t.Fatalf("a canonical stream of large files (%T): got %+v, %v; want %+v", r, got, err, bigSum)
+		}
+	}
+	t.Run("more trailing bytes than are kept", func(t *testing.T) {
+		b := append(bytes.Clone(bigTar.Bytes()), make([]byte, maxPending+1)...)
 		_, err := CheckTar(context.Background(), bytes.NewReader(b), DefaultLimits(), "")
 		checkRefused(t, err, ErrNotCanonical)
 	})
