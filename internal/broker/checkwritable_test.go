@@ -3,11 +3,12 @@ package broker
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"io"
 	"os"
 	"path/filepath"
 	"strings"
-	"sync/atomic"
+	"sync"
 	"testing"
 	"time"
 
@@ -17,33 +18,62 @@ import (
 	"github.com/sandboxd/sandboxd/sandbox"
 )
 
-// countingReader counts what a fake helper read of its stdin.
-type countingReader struct {
-	r io.Reader
-	n *atomic.Int64
+// recordingReader keeps what a fake helper read of its stdin.
+type recordingReader struct {
+	r   io.Reader
+	mu  *sync.Mutex
+	got *bytes.Buffer
 }
 
-func (c countingReader) Read(p []byte) (int, error) {
+func (c recordingReader) Read(p []byte) (int, error) {
 	n, err := c.r.Read(p)
-	c.n.Add(int64(n))
+	c.mu.Lock()
+	c.got.Write(p[:n])
+	c.mu.Unlock()
 	return n, err
 }
 
-// A writable input is re-checked while its sandbox starts: one that no
-// longer holds its digest ends the job in an error naming the input, and
-// the helper is sent nothing, not even its config frame.
-func TestAWritableInputFailingItsCheckSendsNothing(t *testing.T) {
+// afterInput is what followed the one input on a helper's stdin: the
+// config frame, the input's length and that many bytes, then this.
+func afterInput(t *testing.T, stdin []byte) []byte {
+	t.Helper()
+	br := bytes.NewReader(stdin)
+	if typ, _, err := shim.NewFrameReader(br).Next(); err != nil || typ != shim.FrameConfig {
+		t.Fatalf("stdin does not start with the config frame: %v", err)
+	}
+	rest := stdin[len(stdin)-br.Len():]
+	if len(rest) < 8 {
+		t.Fatalf("no input header on stdin (%d bytes after the config)", len(rest))
+	}
+	n := int(binary.BigEndian.Uint64(rest[:8]))
+	if len(rest) < 8+n {
+		return nil // the input cut short
+	}
+	return rest[8+n:]
+}
+
+// A writable input is checked over the very bytes sent to the helper:
+// intact, the go-ahead follows it; one that no longer holds its digest
+// ends the job in an error naming the input, and the helper never gets
+// the go-ahead (without which it runs nothing).
+func TestAWritableInputFailingItsCheckGetsNoGoAhead(t *testing.T) {
 	b, eng := newFakeBroker(t, 0)
-	var read atomic.Int64
+	var mu sync.Mutex
+	var stdin bytes.Buffer
 	helper := enginefake.Helper("hi", shim.Status{}, nil)
-	// The fake helper reads its whole stdin (config frame and inputs)
-	// before it answers.
-	eng.Program = func(c *enginefake.Container, stdin io.Reader, out, errw io.Writer) int {
-		all, err := io.ReadAll(countingReader{stdin, &read})
+	// The fake helper reads its whole stdin (config frame, the input and
+	// what follows) before it answers.
+	eng.Program = func(c *enginefake.Container, in io.Reader, out, errw io.Writer) int {
+		all, err := io.ReadAll(recordingReader{in, &mu, &stdin})
 		if err != nil {
 			return 1
 		}
 		return helper(c, bytes.NewReader(all), out, errw)
+	}
+	read := func() []byte {
+		mu.Lock()
+		defer mu.Unlock()
+		return bytes.Clone(stdin.Bytes())
 	}
 	ws := t.TempDir()
 	if err := os.WriteFile(filepath.Join(ws, "main.go"), []byte("package main // "+strings.Repeat("x", 600)), 0o644); err != nil {
@@ -59,6 +89,9 @@ func TestAWritableInputFailingItsCheckSendsNothing(t *testing.T) {
 	if res, _ := runJob(t, b, job); res.Status != sandbox.StatusSucceeded {
 		t.Fatalf("with the input intact: %s (%s), want succeeded", res.Status, res.Cause)
 	}
+	if rest := afterInput(t, read()); !bytes.Equal(rest, []byte{shim.GoAhead}) {
+		t.Fatalf("after the intact input came %q, want the go-ahead alone", rest)
+	}
 	p, _ := b.blobs.Path(sum.Digest)
 	raw, _ := os.ReadFile(p)
 	raw[1030] ^= 1 // a byte of the file's content
@@ -66,7 +99,9 @@ func TestAWritableInputFailingItsCheckSendsNothing(t *testing.T) {
 	if err := os.WriteFile(p, raw, 0o600); err != nil {
 		t.Fatal(err)
 	}
-	read.Store(0)
+	mu.Lock()
+	stdin.Reset()
+	mu.Unlock()
 	job = fakeJob(t, "job-tampered-2", func(j *sandbox.Job) {
 		j.Inputs = []sandbox.Input{{Name: "ws", Digest: sum.Digest, Path: sandbox.WorkPath, Writable: true}}
 	})
@@ -81,8 +116,8 @@ func TestAWritableInputFailingItsCheckSendsNothing(t *testing.T) {
 	if res.Status != sandbox.StatusError || !strings.Contains(res.Cause, "input ws") || !strings.Contains(res.Cause, "digest") {
 		t.Fatalf("got %s (%s), want an error naming the input and its digest", res.Status, res.Cause)
 	}
-	if n := read.Load(); n != 0 {
-		t.Fatalf("the helper read %d bytes of stdin, want none", n)
+	if rest := afterInput(t, read()); len(rest) != 0 {
+		t.Fatalf("after the tampered input came %q, want nothing (no go-ahead)", rest)
 	}
 	if left := eng.Containers(); len(left) != 0 {
 		t.Fatalf("containers left: %v", left)

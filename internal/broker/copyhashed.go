@@ -6,16 +6,24 @@ import "io"
 const copyChunk = 1 << 20
 
 // copyHashed copies r to w as io.Copy does, and writes what it copies to
-// h (a hash) on a goroutine of its own: the hash of one chunk runs while
-// the chunk is written and the next one read. When it returns without an
-// error, h was given exactly what w was, in order; h is never touched
-// after it returns.
+// h (a hash, or a checker of the stream) on a goroutine of its own: h
+// takes one chunk while the chunk is written to w and the next one read.
+// When it returns without an error, h was given exactly what w was, in
+// order. An error of h's stops the copy and is returned; h is never
+// touched after copyHashed returns.
 func copyHashed(w io.Writer, r io.Reader, h io.Writer) (int64, error) {
 	todo := make(chan []byte, 2)
 	hashed := make(chan struct{}, 2)
+	failed := make(chan struct{})
+	var herr error // set before failed is closed
 	go func() {
 		for p := range todo {
-			h.Write(p)
+			if herr == nil {
+				if _, err := h.Write(p); err != nil {
+					herr = err
+					close(failed)
+				}
+			}
 			hashed <- struct{}{}
 		}
 		close(hashed)
@@ -28,9 +36,17 @@ func copyHashed(w io.Writer, r io.Reader, h io.Writer) (int64, error) {
 	)
 	for i := 0; ; i ^= 1 {
 		if inFlight == 2 {
-			// bufs[i] went to the hash before the other one: done first.
+			// bufs[i] went to h before the other one: done first.
 			<-hashed
 			inFlight--
+		}
+		select {
+		case <-failed:
+			err = herr
+		default:
+		}
+		if err != nil {
+			break
 		}
 		n, rerr := r.Read(bufs[i])
 		if n > 0 {
@@ -56,6 +72,9 @@ func copyHashed(w io.Writer, r io.Reader, h io.Writer) (int64, error) {
 	}
 	close(todo)
 	for range hashed {
+	}
+	if err == nil && herr != nil {
+		err = herr // h failed on the last chunk
 	}
 	return total, err
 }

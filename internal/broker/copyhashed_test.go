@@ -54,3 +54,17 @@ func TestCopyHashedStopsAtAnError(t *testing.T) {
 		t.Fatalf("copied %d, %v; want one chunk and the reader's error", n, err)
 	}
 }
+
+// A check that ended (it failed part way) stops the copy: the rest of a
+// large input is not sent.
+func TestCopyHashedStopsWhenTheHashSideFails(t *testing.T) {
+	src := bytes.Repeat([]byte{7}, 16*copyChunk)
+	var dst bytes.Buffer
+	n, err := copyHashed(&dst, bytes.NewReader(src), &failAfter{left: copyChunk + 10})
+	if err == nil || err.Error() != "stdin closed" {
+		t.Fatalf("copied %d, %v; want the hash side's error", n, err)
+	}
+	if n > 4*copyChunk || int64(dst.Len()) != n {
+		t.Fatalf("copied %d bytes (%d written) after the hash side failed in the second chunk; want at most a few chunks", n, dst.Len())
+	}
+}

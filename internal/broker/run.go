@@ -22,6 +22,7 @@ import (
 	"github.com/moby/moby/api/types/mount"
 	"github.com/moby/moby/client"
 
+	"github.com/sandboxd/sandboxd/internal/bundle"
 	"github.com/sandboxd/sandboxd/internal/shim"
 	"github.com/sandboxd/sandboxd/profiles/seccomp"
 	"github.com/sandboxd/sandboxd/sandbox"
@@ -99,11 +100,6 @@ func (r *run) execute(ctx context.Context) error {
 		hardDeadline time.Time
 		att          client.HijackedResponse
 	)
-	var checked <-chan error
-	// The checks stop if the job ends before its stdin is written; when
-	// it is written, they ended before (writeStdin waits for them).
-	checkCtx, stopChecks := context.WithCancel(ctx)
-	defer stopChecks()
 	for attempt := 1; ; attempt++ {
 		// Staging: the read-only inputs' cache volumes, then the writable
 		// inputs streamed to the helper (writeStdin counts their bytes).
@@ -113,9 +109,6 @@ func (r *run) execute(ctx context.Context) error {
 			return err
 		}
 		writable = w
-		if checked == nil {
-			checked = r.checkWritable(checkCtx, writable)
-		}
 		// The hard deadline covers staging and collection too; the helper
 		// enforces the wall time on the command itself.
 		hardDeadline = time.Now().Add(j.Limits.WallTime() + b.grace(j, inputBytes))
@@ -137,10 +130,7 @@ func (r *run) execute(ctx context.Context) error {
 
 	stdinErr := make(chan error, 1)
 	go func() {
-		err := <-checked
-		if err == nil {
-			err = r.writeStdin(att.Conn, writable)
-		}
+		err := r.writeStdin(att.Conn, writable)
 		if err != nil {
 			r.kill() // a half-staged job must not run
 		}
@@ -394,8 +384,8 @@ func (r *run) prepareInputs(ctx context.Context) ([]sandbox.Input, int64, error)
 	var writable []sandbox.Input
 	for i, in := range j.Inputs {
 		if in.Writable {
-			// Checked while the sandbox starts (checkWritable); its size
-			// sets the deadline now.
+			// Checked as it is sent (sendInput); its size sets the
+			// deadline now.
 			writable = append(writable, in)
 			n, err := b.blobs.Size(in.Digest)
 			if err != nil {
@@ -425,40 +415,6 @@ func (r *run) prepareInputs(ctx context.Context) ([]sandbox.Input, int64, error)
 		total += n
 	}
 	return writable, total, nil
-}
-
-// checkWritable re-checks the writable inputs (checkInput), all at once,
-// while the job's sandbox is made and started: nothing is sent to the
-// helper, which waits for its config frame, before every check passed
-// (writeStdin). The first failure in job order, or nil, is sent on the
-// channel returned.
-func (r *run) checkWritable(ctx context.Context, writable []sandbox.Input) <-chan error {
-	done := make(chan error, 1)
-	errs := make([]error, len(writable))
-	var wg sync.WaitGroup
-	for i, in := range writable {
-		wg.Go(func() {
-			defer func() {
-				if p := recover(); p != nil {
-					errs[i] = fmt.Errorf("broker panic: %v", p)
-				}
-			}()
-			if _, err := r.b.checkInput(ctx, in.Digest, r.job.Limits.DiskBytes); err != nil {
-				errs[i] = fmt.Errorf("input %s: %w", in.Name, err)
-			}
-		})
-	}
-	go func() {
-		wg.Wait()
-		for _, err := range errs {
-			if err != nil {
-				done <- err
-				return
-			}
-		}
-		done <- nil
-	}()
-	return done
 }
 
 // decide sets the result's status from what was observed, in order of
@@ -636,8 +592,10 @@ func (r *run) helperConfig(writable []sandbox.Input) shim.Config {
 
 func under(p, dir string) bool { return p == dir || strings.HasPrefix(p, dir+"/") }
 
-// writeStdin sends the config frame and the writable inputs, re-hashing
-// each input as it streams: a blob that changed on disk aborts the job.
+// writeStdin sends the config frame and the writable inputs, checking
+// each input as it streams (sendInput), then the go-ahead: an input that
+// fails its check (a blob that changed on disk, a tar the rules refuse)
+// aborts the job before the helper runs anything.
 func (r *run) writeStdin(w io.Writer, writable []sandbox.Input) error {
 	cfg, err := json.Marshal(r.helperConfig(writable))
 	if err != nil {
@@ -653,6 +611,12 @@ func (r *run) writeStdin(w io.Writer, writable []sandbox.Input) error {
 	for _, in := range writable {
 		if err := r.sendInput(w, in); err != nil {
 			return err
+		}
+	}
+	if len(writable) > 0 {
+		// Every byte sent was checked: the helper may run the command.
+		if _, err := w.Write([]byte{shim.GoAhead}); err != nil {
+			return fmt.Errorf("send the go-ahead: %w", err)
 		}
 	}
 	r.hooks.progress("running", staged.n, -1)
@@ -680,17 +644,37 @@ func (r *run) sendInput(w io.Writer, in sandbox.Input) error {
 	if err := shim.WriteInputHeader(w, f.Size()); err != nil {
 		return fmt.Errorf("input %s: %w", in.Name, err)
 	}
-	h := newHasher()
-	n, err := copyHashed(w, f, h)
-	if err != nil {
-		return fmt.Errorf("input %s: send: %w", in.Name, err)
-	}
+	// The bytes sent are the bytes checked: the blob's digest and the tar
+	// rules (checkInput's), over the stream as it goes. The helper
+	// extracts it meanwhile, and runs nothing before the go-ahead that
+	// follows the last input checked (writeStdin).
+	pr, pw := io.Pipe()
+	checked := make(chan error, 1)
+	go func() {
+		lim := bundle.DefaultLimits()
+		lim.MaxBytes = r.job.Limits.DiskBytes
+		_, err := bundle.CheckTar(context.Background(), pr, lim, in.Digest)
+		pr.CloseWithError(errCheckEnded) // a check that stopped early stops the copy
+		checked <- err
+	}()
+	n, err := copyHashed(w, f, pw)
+	pw.CloseWithError(err) // nil: the end of the stream
+	cerr := <-checked
 	r.b.stats.BytesStaged.Add(n)
-	if n != f.Size() || h.digest() != in.Digest {
-		return fmt.Errorf("input %s: blob changed on disk (read %d bytes hashing to %s, want %s)", in.Name, n, h.digest(), in.Digest)
+	switch {
+	case err != nil && !errors.Is(err, errCheckEnded):
+		return fmt.Errorf("input %s: send: %w", in.Name, err)
+	case cerr != nil:
+		return fmt.Errorf("input %s: %w", in.Name, cerr)
+	case n != f.Size():
+		return fmt.Errorf("input %s: blob changed on disk (read %d bytes, want %d)", in.Name, n, f.Size())
 	}
 	return nil
 }
+
+// errCheckEnded is what a copy into an input's check meets once the
+// check has ended (early: it failed).
+var errCheckEnded = errors.New("the input's check ended")
 
 // cappedBuffer keeps the first max bytes written to it.
 type cappedBuffer struct {

@@ -8,8 +8,16 @@ import (
 )
 
 // FrameConfig is the type of the first (and only) frame on the helper's
-// stdin; the input tars follow it, each after WriteInputHeader.
+// stdin; the input tars follow it, each after WriteInputHeader, then
+// GoAhead.
 const FrameConfig byte = 'c'
+
+// GoAhead is the byte that follows the last input tar on the helper's
+// stdin (when the job has writable inputs): the broker sends it once
+// every input it sent passed its check (the digest and the tar rules,
+// over the very bytes sent). Without it, the stage fails and nothing of
+// the candidate runs.
+const GoAhead byte = 'g'
 
 // Frame types on the helper's stdout.
 const (

@@ -19,7 +19,8 @@ import (
 )
 
 // stageMain runs as the candidate user and extracts the writable inputs
-// from stdin: for each input path in order, an 8-byte length and a tar.
+// from stdin: for each input path in order, an 8-byte length and a tar;
+// then the broker's go-ahead (shim.GoAhead), without which it fails.
 func stageMain() int {
 	cfg, err := childConfig()
 	if err != nil {
@@ -53,6 +54,15 @@ func stageMain() int {
 		}
 		// Consume any padding the tar reader left unread.
 		io.Copy(io.Discard, lr)
+	}
+	// The broker checks each input as it sends it: only once all of them
+	// passed does the go-ahead follow. Extracted but not confirmed, the
+	// inputs are never run on.
+	if len(cfg.Inputs) > 0 {
+		if b, err := in.ReadByte(); err != nil || b != shim.GoAhead {
+			fmt.Fprintln(os.Stderr, "sandboxd-shim stage: the broker did not confirm the inputs it sent (no go-ahead); nothing runs")
+			return 1
+		}
 	}
 	for _, d := range cfg.MakeDirs {
 		if err := os.MkdirAll(d, 0o755); err != nil {

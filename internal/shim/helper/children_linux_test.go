@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"reflect"
 	"strings"
@@ -457,6 +458,50 @@ func TestExtractRefuses(t *testing.T) {
 			}
 			if _, err := os.Lstat(filepath.Join(root, "escape")); err == nil {
 				t.Errorf("a file was written outside the destination")
+			}
+		})
+	}
+}
+
+// The stage child extracts the inputs it is sent and succeeds only on
+// the broker's go-ahead after the last one: without it (the broker's
+// check failed, it closed stdin) or with another byte there, it fails,
+// and the helper runs nothing.
+func TestStageRunsOnOnlyAfterTheGoAhead(t *testing.T) {
+	var tarball bytes.Buffer
+	tw := tar.NewWriter(&tarball)
+	tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: "main.go", Mode: 0o644, Size: 5, Format: tar.FormatPAX})
+	tw.Write([]byte("hello"))
+	tw.Close()
+	for _, c := range []struct {
+		name  string
+		after []byte
+		ok    bool
+	}{
+		{"go-ahead", []byte{shim.GoAhead}, true},
+		{"none", nil, false},
+		{"another byte", []byte{'x'}, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			ws := filepath.Join(t.TempDir(), "ws")
+			cfg, _ := json.Marshal(&shim.Config{Inputs: []string{ws}})
+			var stdin bytes.Buffer
+			shim.WriteInputHeader(&stdin, int64(tarball.Len()))
+			stdin.Write(tarball.Bytes())
+			stdin.Write(c.after)
+			cmd := exec.Command(os.Args[0], "stage")
+			cmd.Stdin = &stdin
+			var stderr bytes.Buffer
+			cmd.Stderr = &stderr
+			err := runChild(cmd, cfg)
+			if got, _ := os.ReadFile(filepath.Join(ws, "main.go")); string(got) != "hello" {
+				t.Fatalf("the input was not extracted: %q", got)
+			}
+			if c.ok && err != nil {
+				t.Fatalf("with the go-ahead: %v (%s)", err, stderr.String())
+			}
+			if !c.ok && (err == nil || !strings.Contains(stderr.String(), "no go-ahead")) {
+				t.Fatalf("without the go-ahead: %v (%s), want a failure naming it", err, stderr.String())
 			}
 		})
 	}
