@@ -284,12 +284,13 @@ func TestBatchDuplicates(t *testing.T) {
 		if len(ents) != 3 {
 			t.Fatalf("%d blobs, want 3", len(ents))
 		}
-		// Tampered copies: same size other bytes, and another size.
+		// Tampered copies: same size other bytes (the last one: the whole
+		// copy is checked), and another size.
 		for _, c := range [][]byte{small, large} {
 			p, _ := s.Path(digestOf(c))
 			os.Chmod(p, 0o600)
 			bad := bytes.Clone(c)
-			bad[0] ^= 1
+			bad[len(bad)-1] ^= 1
 			os.WriteFile(p, bad, 0o600)
 		}
 		p, _ := s.Path(digestOf([]byte("new")))
