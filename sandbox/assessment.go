@@ -106,7 +106,7 @@ func (a *Assessment) Validate() error {
 	if a.Instance != "" && !ValidInstance(a.Instance) {
 		return fieldErr("assessment.instance", "%q is not an instance id", a.Instance)
 	}
-	if !jobIDRE.MatchString(a.CandidateJob) || !jobIDRE.MatchString(a.GraderJob) {
+	if !validJobID(a.CandidateJob) || !validJobID(a.GraderJob) {
 		return fieldErr("assessment.grader_job", "malformed job id")
 	}
 	if a.SupervisorRevision == "" {

@@ -14,9 +14,9 @@ const AnnotationInstance = "instance"
 // owner/name as owner__name for this very reason) and keeps every id safe
 // as a file name, a URL path segment, a shell word and a log value
 // without quoting: no '/', '#', space or anything outside ASCII.
-var instanceRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
+var instanceRE = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]*$`) // and at most MaxInstanceBytes (see jobIDRE)
 
 // ValidInstance reports whether s can name an instance: 1 to
 // MaxInstanceBytes ASCII letters, digits, '.', '_' and '-', starting with
 // a letter or digit.
-func ValidInstance(s string) bool { return instanceRE.MatchString(s) }
+func ValidInstance(s string) bool { return len(s) <= MaxInstanceBytes && instanceRE.MatchString(s) }

@@ -157,11 +157,18 @@ func (l Limits) Validate(prefix string) error {
 	return nil
 }
 
+// The grammars below bound their length apart: a counted repetition
+// ({0,127}) compiles into that many copies of its class, which every
+// process (a one-shot sandboxd exec among them) paid at its start.
 var (
-	jobIDRE     = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$`)
-	inputNameRE = regexp.MustCompile(`^[a-z0-9][a-z0-9-]{0,63}$`)
-	envKeyRE    = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]{0,127}$`)
+	jobIDRE     = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._-]*$`) // at most 128 bytes
+	inputNameRE = regexp.MustCompile(`^[a-z0-9][a-z0-9-]*$`)         // at most 64
+	envKeyRE    = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)     // at most 128
 )
+
+func validJobID(s string) bool     { return len(s) <= 128 && jobIDRE.MatchString(s) }
+func validInputName(s string) bool { return len(s) <= 64 && inputNameRE.MatchString(s) }
+func validEnvKey(s string) bool    { return len(s) <= 128 && envKeyRE.MatchString(s) }
 
 const (
 	maxArgs     = 4096
@@ -183,7 +190,7 @@ func (j *Job) Validate() error {
 	if j.Schema != JobSchema {
 		return fieldErr("job.schema", "unknown schema %q (want %q)", j.Schema, JobSchema)
 	}
-	if !jobIDRE.MatchString(j.ID) {
+	if !validJobID(j.ID) {
 		return fieldErr("job.id", "%q is not 1-128 characters of [A-Za-z0-9._-] starting with a letter or digit", j.ID)
 	}
 	if j.Digest != "" && !ValidDigest(j.Digest) {
@@ -225,7 +232,7 @@ func (j *Job) Validate() error {
 		return fieldErr("job.env", "%d bytes (at most %d)", envBytes, maxEnvBytes)
 	}
 	for k, v := range j.Env {
-		if !envKeyRE.MatchString(k) {
+		if !validEnvKey(k) {
 			return fieldErr("job.env", "bad variable name %q", k)
 		}
 		if k == "HOSTNAME" {
@@ -291,7 +298,7 @@ func (j *Job) validateInputs() error {
 	paths := map[string]bool{}
 	for i, in := range j.Inputs {
 		f := fmt.Sprintf("job.inputs[%d]", i)
-		if !inputNameRE.MatchString(in.Name) {
+		if !validInputName(in.Name) {
 			return fieldErr(f+".name", "%q is not 1-64 of [a-z0-9-]", in.Name)
 		}
 		if names[in.Name] {

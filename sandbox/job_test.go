@@ -153,3 +153,31 @@ func TestCanonicalJSON(t *testing.T) {
 		}
 	}
 }
+
+// The grammars bound their lengths apart from their patterns (a counted
+// repetition costs every process its compilation): the longest name is
+// taken, one byte more is not, whatever the bytes.
+func TestNameGrammarsBoundTheirLength(t *testing.T) {
+	for _, c := range []struct {
+		name  string
+		valid func(string) bool
+		max   int
+	}{
+		{"job id", validJobID, 128},
+		{"input name", validInputName, 64},
+		{"environment key", validEnvKey, 128},
+		{"instance", ValidInstance, MaxInstanceBytes},
+	} {
+		if !c.valid("a" + strings.Repeat("b", c.max-1)) {
+			t.Errorf("%s of %d bytes refused", c.name, c.max)
+		}
+		if c.valid("a" + strings.Repeat("b", c.max)) {
+			t.Errorf("%s of %d bytes taken", c.name, c.max+1)
+		}
+		for _, bad := range []string{"", "-a", "a/b", "a b", "a\n", "é"} {
+			if c.valid(bad) {
+				t.Errorf("%s %q taken", c.name, bad)
+			}
+		}
+	}
+}

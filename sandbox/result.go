@@ -170,7 +170,7 @@ func (r *Result) Validate() error {
 	if r.Schema != ResultSchema {
 		return fieldErr("result.schema", "unknown schema %q (want %q)", r.Schema, ResultSchema)
 	}
-	if !jobIDRE.MatchString(r.JobID) {
+	if !validJobID(r.JobID) {
 		return fieldErr("result.job_id", "malformed job id %q", r.JobID)
 	}
 	if !ValidDigest(r.JobDigest) {

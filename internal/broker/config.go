@@ -87,7 +87,7 @@ func Default() Config {
 // Validate checks the configuration.
 func (c Config) Validate() error {
 	switch {
-	case !volumePrefixRE.MatchString(c.Name):
+	case !validVolumePrefix(c.Name):
 		return fmt.Errorf("broker config: Name %q is not [a-zA-Z0-9][a-zA-Z0-9_.-]{0,63}", c.Name)
 	case c.ShimPath == "":
 		return errors.New("broker config: ShimPath is empty")
@@ -101,7 +101,7 @@ func (c Config) Validate() error {
 		return fmt.Errorf("broker config: EngineTimeout %v is under 1s", c.EngineTimeout)
 	case c.NProc < 64:
 		return fmt.Errorf("broker config: NProc %d is under 64", c.NProc)
-	case !volumePrefixRE.MatchString(c.VolumePrefix):
+	case !validVolumePrefix(c.VolumePrefix):
 		return fmt.Errorf("broker config: VolumePrefix %q is not [a-zA-Z0-9][a-zA-Z0-9_.-]{0,63}", c.VolumePrefix)
 	case c.PoolSize < 0 || c.PoolSize > 64:
 		return fmt.Errorf("broker config: PoolSize %d is not within 0..64", c.PoolSize)
@@ -113,4 +113,8 @@ func (c Config) Validate() error {
 	return nil
 }
 
-var volumePrefixRE = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9_.-]{0,63}$`)
+// volumePrefixRE, at most 64 bytes (validVolumePrefix): a counted
+// repetition would compile into 63 copies of its class at every start.
+var volumePrefixRE = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9_.-]*$`)
+
+func validVolumePrefix(s string) bool { return len(s) <= 64 && volumePrefixRE.MatchString(s) }

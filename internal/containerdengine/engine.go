@@ -50,12 +50,12 @@ func Default() Config {
 	return Config{Namespace: "sandboxd", StateDir: "/var/lib/sandboxd/containerd", Snapshotter: "overlayfs"}
 }
 
-var namespaceRE = regexp.MustCompile(`^[a-z0-9][a-z0-9_.-]{0,62}$`)
+var namespaceRE = regexp.MustCompile(`^[a-z0-9][a-z0-9_.-]*$`) // at most 63 bytes (see volumeNameRE)
 
 // Validate checks the configuration.
 func (c Config) Validate() error {
 	switch {
-	case !namespaceRE.MatchString(c.Namespace):
+	case len(c.Namespace) > 63 || !namespaceRE.MatchString(c.Namespace):
 		return fmt.Errorf("containerd engine: namespace %q is not [a-z0-9][a-z0-9_.-]{0,62}", c.Namespace)
 	case c.Namespace == "moby":
 		return errors.New("containerd engine: namespace moby is dockerd's; sandboxd never uses it")

@@ -23,10 +23,12 @@ import (
 // with its labels beside its data. A container mounts one by bind mount
 // (read-only for the sandbox); nothing else of the host is ever mounted.
 
-var volumeNameRE = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9_.-]{0,200}$`)
+// volumeNameRE, at most 201 bytes: as a counted repetition ({0,200}) it
+// compiled into 200 copies of its class, 2 ms of every process's start.
+var volumeNameRE = regexp.MustCompile(`^[a-zA-Z0-9][a-zA-Z0-9_.-]*$`)
 
 func (e *Engine) volumeDir(name string) (string, error) {
-	if !volumeNameRE.MatchString(name) {
+	if len(name) > 201 || !volumeNameRE.MatchString(name) {
 		return "", fmt.Errorf("volume name %q: %w", name, errdefs.ErrInvalidArgument)
 	}
 	return filepath.Join(e.cfg.StateDir, "volumes", name), nil

@@ -92,3 +92,16 @@ func TestMatchLabels(t *testing.T) {
 		}
 	}
 }
+
+// A volume's name is at most 201 bytes of its grammar.
+func TestVolumeNamesBoundTheirLength(t *testing.T) {
+	e := &Engine{cfg: Config{StateDir: t.TempDir()}}
+	if _, err := e.volumeDir("v" + strings.Repeat("x", 200)); err != nil {
+		t.Errorf("a name of 201 bytes: %v", err)
+	}
+	for _, bad := range []string{"v" + strings.Repeat("x", 201), "", ".v", "v/x", "v x"} {
+		if _, err := e.volumeDir(bad); err == nil {
+			t.Errorf("name %q taken", bad)
+		}
+	}
+}
