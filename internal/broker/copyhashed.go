@@ -34,7 +34,7 @@ func copyHashed(w io.Writer, r io.Reader, h io.Writer) (int64, error) {
 		inFlight int
 		err      error
 	)
-	for i := 0; ; i ^= 1 {
+	for i := 0; ; {
 		if inFlight == 2 {
 			// bufs[i] went to h before the other one: done first.
 			<-hashed
@@ -53,6 +53,7 @@ func copyHashed(w io.Writer, r io.Reader, h io.Writer) (int64, error) {
 			todo <- bufs[i][:n]
 			inFlight++
 			m, werr := w.Write(bufs[i][:n])
+			i ^= 1 // the other buffer next: this one is h's until hashed
 			total += int64(m)
 			if werr == nil && m != n {
 				werr = io.ErrShortWrite

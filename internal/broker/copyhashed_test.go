@@ -8,6 +8,7 @@ import (
 	"math/rand/v2"
 	"testing"
 	"testing/iotest"
+	"time"
 )
 
 func TestCopyHashedGivesTheHashWhatItCopies(t *testing.T) {
@@ -66,5 +67,47 @@ func TestCopyHashedStopsWhenTheHashSideFails(t *testing.T) {
 	}
 	if n > 4*copyChunk || int64(dst.Len()) != n {
 		t.Fatalf("copied %d bytes (%d written) after the hash side failed in the second chunk; want at most a few chunks", n, dst.Len())
+	}
+}
+
+// zeroEveryOther returns (0, nil) every other call, as io.Reader allows.
+type zeroEveryOther struct {
+	r    io.Reader
+	zero bool
+}
+
+func (z *zeroEveryOther) Read(p []byte) (int, error) {
+	z.zero = !z.zero
+	if z.zero {
+		return 0, nil
+	}
+	return z.r.Read(p)
+}
+
+// slowHash takes its time with each chunk, so that a buffer still being
+// hashed would be overwritten by a copy that reused it too early.
+type slowHash struct{ h io.Writer }
+
+func (s slowHash) Write(p []byte) (int, error) {
+	time.Sleep(2 * time.Millisecond)
+	return s.h.Write(p)
+}
+
+// A read that returns nothing does not hand over a buffer: the hash gets
+// exactly the bytes sent, however the reader paces them.
+func TestCopyHashedWithEmptyReads(t *testing.T) {
+	rng := rand.New(rand.NewPCG(5, 6)) // no two chunks alike
+	src := make([]byte, 8*copyChunk+3)
+	for i := range src {
+		src[i] = byte(rng.UintN(256))
+	}
+	var dst bytes.Buffer
+	h := sha256.New()
+	r := &zeroEveryOther{r: iotest.HalfReader(bytes.NewReader(src)), zero: true} // data first
+	if _, err := copyHashed(&dst, r, slowHash{h}); err != nil {
+		t.Fatal(err)
+	}
+	if want := sha256.Sum256(src); !bytes.Equal(dst.Bytes(), src) || !bytes.Equal(h.Sum(nil), want[:]) {
+		t.Fatal("the hash is not of the bytes copied")
 	}
 }
