@@ -478,6 +478,10 @@ func TestBundleCachedAndCheckedByDigest(t *testing.T) {
 	}
 }
 
+// A blob that no longer holds its digest is never mounted read-only (no
+// volume is made of it) and never run on writable: the helper may have
+// extracted its bytes, but the broker's check over them fails and the
+// helper never gets the go-ahead, so the command never starts.
 func TestTamperedInputIsNeverMounted(t *testing.T) {
 	t.Parallel()
 	digest := putTree(t, map[string]string{"tests/": "", "tests/a_test.go": "package a // " + t.Name()})

@@ -60,15 +60,22 @@ func TestAWritableInputFailingItsCheckGetsNoGoAhead(t *testing.T) {
 	b, eng := newFakeBroker(t, 0)
 	var mu sync.Mutex
 	var stdin bytes.Buffer
-	helper := enginefake.Helper("hi", shim.Status{}, nil)
-	// The fake helper reads its whole stdin (config frame, the input and
-	// what follows) before it answers.
+	// The fake helper says hello (no input comes before it), reads its
+	// whole stdin (config frame, the input and what follows), then
+	// answers with the rest of its stream.
 	eng.Program = func(c *enginefake.Container, in io.Reader, out, errw io.Writer) int {
-		all, err := io.ReadAll(recordingReader{in, &mu, &stdin})
-		if err != nil {
+		stream := enginefake.Stream(enginefake.Nonce(c), "hi", shim.Status{})
+		hello := enginefake.HelloFrame(enginefake.Nonce(c))
+		if _, err := out.Write(hello); err != nil {
 			return 1
 		}
-		return helper(c, bytes.NewReader(all), out, errw)
+		if _, err := io.ReadAll(recordingReader{in, &mu, &stdin}); err != nil {
+			return 1
+		}
+		if _, err := out.Write(stream[len(hello):]); err != nil {
+			return 1
+		}
+		return 0
 	}
 	read := func() []byte {
 		mu.Lock()
@@ -121,5 +128,47 @@ func TestAWritableInputFailingItsCheckGetsNoGoAhead(t *testing.T) {
 	}
 	if left := eng.Containers(); len(left) != 0 {
 		t.Fatalf("containers left: %v", left)
+	}
+}
+
+// A helper that does not say this version's hello (a sandboxd-shim of
+// another release, which might run on an input before the go-ahead) is
+// sent its config and no input.
+func TestAHelperOfAnotherVersionIsSentNoInput(t *testing.T) {
+	b, eng := newFakeBroker(t, 0)
+	var mu sync.Mutex
+	var stdin bytes.Buffer
+	eng.Program = func(c *enginefake.Container, in io.Reader, out, errw io.Writer) int {
+		old := strings.Replace(string(enginefake.HelloFrame(enginefake.Nonce(c))), shim.Hello, "sandboxd-shim/2 ", 1)
+		if _, err := out.Write([]byte(old)); err != nil {
+			return 1
+		}
+		io.ReadAll(recordingReader{in, &mu, &stdin})
+		return 0
+	}
+	ws := t.TempDir()
+	if err := os.WriteFile(filepath.Join(ws, "main.go"), []byte("package main"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	sum, err := bundle.Ingest(context.Background(), b.blobs, ws, bundle.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	job := fakeJob(t, "job-old-helper", func(j *sandbox.Job) {
+		j.Inputs = []sandbox.Input{{Name: "ws", Digest: sum.Digest, Path: sandbox.WorkPath, Writable: true}}
+	})
+	res, _ := runJob(t, b, job)
+	if res.Status != sandbox.StatusError {
+		t.Fatalf("got %s (%s), want an error", res.Status, res.Cause)
+	}
+	mu.Lock()
+	got := bytes.Clone(stdin.Bytes())
+	mu.Unlock()
+	br := bytes.NewReader(got)
+	if typ, _, err := shim.NewFrameReader(br).Next(); err != nil || typ != shim.FrameConfig {
+		t.Fatalf("stdin does not start with the config frame: %v", err)
+	}
+	if br.Len() != 0 {
+		t.Fatalf("%d bytes after the config frame, want none (no input)", br.Len())
 	}
 }

@@ -46,7 +46,11 @@ type collector struct {
 	dropped   int
 	limits    []string
 
-	hello       bool
+	hello bool
+	// heard is closed once the stream's first frame was judged, or the
+	// stream failed before: hello then says whether the helper said it.
+	heard       chan struct{}
+	heardDone   bool
 	starting    bool   // the helper said the command starts (FrameStarting)
 	nonce       string // the stream's nonce, from the container's labels
 	summary     *shim.CollectSummary
@@ -76,6 +80,7 @@ func newCollector(r *run) *collector {
 		artifacts: []sandbox.Artifact{},
 		batch:     r.b.blobs.NewBatch(),
 		step:      r.hooks.OnCollect,
+		heard:     make(chan struct{}),
 	}
 }
 
@@ -102,6 +107,7 @@ func (c *collector) consume(r io.Reader) error {
 
 func (c *collector) consumeFrames(r io.Reader) error {
 	err := c.frames(shim.NewFrameReader(shim.NewUnstuffReader(r)))
+	c.judged() // no hello by now: none comes
 	if err != nil {
 		c.abortFile()
 		// Drain so the container is not blocked on a full pipe: it exits,
@@ -109,6 +115,14 @@ func (c *collector) consumeFrames(r io.Reader) error {
 		io.Copy(io.Discard, r)
 	}
 	return err
+}
+
+// judged closes heard, once.
+func (c *collector) judged() {
+	if !c.heardDone {
+		c.heardDone = true
+		close(c.heard)
+	}
 }
 
 func (c *collector) frames(fr *shim.FrameReader) error {
@@ -138,6 +152,7 @@ func (c *collector) frame(typ byte, p []byte) error {
 			return fmt.Errorf("stream does not start with the helper's hello: %w", errProtocol)
 		}
 		c.hello = true
+		c.judged()
 		return nil
 	}
 	if c.cur != nil && typ != shim.FrameFileData && typ != shim.FrameFileEnd {

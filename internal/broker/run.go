@@ -128,9 +128,11 @@ func (r *run) execute(ctx context.Context) error {
 	// The deadline is enforced from outside: kill the container.
 	defer r.killAt(ctx, hardDeadline)()
 
+	col := newCollector(r)
+	defer col.abort()
 	stdinErr := make(chan error, 1)
 	go func() {
-		err := r.writeStdin(att.Conn, writable)
+		err := r.writeStdin(ctx, att.Conn, writable, col)
 		if err != nil {
 			r.kill() // a half-staged job must not run
 		}
@@ -144,8 +146,6 @@ func (r *run) execute(ctx context.Context) error {
 		_, err := stdcopy.StdCopy(pw, helperErr, att.Reader)
 		pw.CloseWithError(err)
 	}()
-	col := newCollector(r)
-	defer col.abort()
 	streamErr := col.consume(pr)
 	pr.CloseWithError(errors.New("stream consumer finished"))
 
@@ -595,8 +595,9 @@ func under(p, dir string) bool { return p == dir || strings.HasPrefix(p, dir+"/"
 // writeStdin sends the config frame and the writable inputs, checking
 // each input as it streams (sendInput), then the go-ahead: an input that
 // fails its check (a blob that changed on disk, a tar the rules refuse)
-// aborts the job before the helper runs anything.
-func (r *run) writeStdin(w io.Writer, writable []sandbox.Input) error {
+// aborts the job before anything runs on it (the helper may have
+// extracted what it was sent: it runs nothing before the go-ahead).
+func (r *run) writeStdin(ctx context.Context, w io.Writer, writable []sandbox.Input, col *collector) error {
 	cfg, err := json.Marshal(r.helperConfig(writable))
 	if err != nil {
 		return err
@@ -604,12 +605,21 @@ func (r *run) writeStdin(w io.Writer, writable []sandbox.Input) error {
 	if err := shim.WriteFrame(w, shim.FrameConfig, cfg); err != nil {
 		return fmt.Errorf("send config: %w", err)
 	}
+	if len(writable) > 0 {
+		// No input goes to a helper that has not said hello: one of
+		// another version (a sandboxd-shim left from another release)
+		// might run on inputs before the go-ahead.
+		<-col.heard
+		if !col.hello {
+			return fmt.Errorf("the helper did not say %q (a sandboxd-shim of another version?): no input was sent", strings.TrimSpace(shim.Hello))
+		}
+	}
 	staged := &stagedCounter{hooks: r.hooks}
 	if r.hooks.OnProgress != nil {
 		w = io.MultiWriter(w, staged)
 	}
 	for _, in := range writable {
-		if err := r.sendInput(w, in); err != nil {
+		if err := r.sendInput(ctx, w, in); err != nil {
 			return err
 		}
 	}
@@ -635,7 +645,7 @@ func (c *stagedCounter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
-func (r *run) sendInput(w io.Writer, in sandbox.Input) error {
+func (r *run) sendInput(ctx context.Context, w io.Writer, in sandbox.Input) error {
 	f, err := r.b.blobs.Open(in.Digest)
 	if err != nil {
 		return fmt.Errorf("input %s: %w", in.Name, err)
@@ -646,26 +656,41 @@ func (r *run) sendInput(w io.Writer, in sandbox.Input) error {
 	}
 	// The bytes sent are the bytes checked: the blob's digest and the tar
 	// rules (checkInput's), over the stream as it goes. The helper
-	// extracts it meanwhile, and runs nothing before the go-ahead that
-	// follows the last input checked (writeStdin).
+	// extracts it meanwhile (as the candidate's uid, into the job's
+	// tmpfs; a check that fails stops the stream within a few MiB), and
+	// runs nothing on it before the go-ahead that follows the last input
+	// checked (writeStdin).
 	pr, pw := io.Pipe()
 	checked := make(chan error, 1)
 	go func() {
+		var err error
+		defer func() {
+			if p := recover(); p != nil {
+				err = fmt.Errorf("broker panic: %v", p)
+			}
+			pr.CloseWithError(errCheckEnded) // a check that stopped early stops the copy
+			checked <- err
+		}()
 		lim := bundle.DefaultLimits()
 		lim.MaxBytes = r.job.Limits.DiskBytes
-		_, err := bundle.CheckTar(context.Background(), pr, lim, in.Digest)
-		pr.CloseWithError(errCheckEnded) // a check that stopped early stops the copy
-		checked <- err
+		_, err = bundle.CheckTar(ctx, pr, lim, in.Digest)
 	}()
 	n, err := copyHashed(w, f, pw)
 	pw.CloseWithError(err) // nil: the end of the stream
 	cerr := <-checked
 	r.b.stats.BytesStaged.Add(n)
 	switch {
+	case cerr != nil && (err == nil || errors.Is(err, errCheckEnded) || !errors.Is(cerr, err)):
+		// The check's own verdict (not the send's failure passed on to
+		// it): the input is at fault, whatever happened to the send.
+		if err != nil && !errors.Is(err, errCheckEnded) {
+			return fmt.Errorf("input %s: %w (and its send failed: %v)", in.Name, cerr, err)
+		}
+		return fmt.Errorf("input %s: %w", in.Name, cerr)
 	case err != nil && !errors.Is(err, errCheckEnded):
 		return fmt.Errorf("input %s: send: %w", in.Name, err)
-	case cerr != nil:
-		return fmt.Errorf("input %s: %w", in.Name, cerr)
+	case err != nil:
+		return fmt.Errorf("input %s: its check ended before the input was sent, and passed", in.Name)
 	case n != f.Size():
 		return fmt.Errorf("input %s: blob changed on disk (read %d bytes, want %d)", in.Name, n, f.Size())
 	}

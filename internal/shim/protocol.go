@@ -38,8 +38,10 @@ const (
 // nonce. A stream that does not start with exactly that (e.g. a log whose
 // beginning was rotated away, or a forged stream a candidate wrote into
 // its output hoping a rotation lands on it) is not the helper's. Version 2
-// is byte-stuffed (see StuffWriter).
-const Hello = "sandboxd-shim/2 "
+// is byte-stuffed (see StuffWriter); version 3 runs nothing on writable
+// inputs before the broker's GoAhead, and the broker sends no input before
+// it read this hello: a helper of another version is sent none.
+const Hello = "sandboxd-shim/3 "
 
 // NonceEnv names the environment variable that gives the helper its
 // stream nonce. The container's environment is readable only by root

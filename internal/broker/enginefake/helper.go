@@ -24,14 +24,22 @@ func ShimBinary() []byte {
 	return h
 }
 
+// HelloFrame is the first frame of a helper's stream (stuffed), with which
+// Stream begins.
+func HelloFrame(nonce string) []byte {
+	var b strings.Builder
+	shim.WriteFrame(shim.NewStuffWriter(&b), shim.FrameHello, []byte(shim.Hello+nonce))
+	return []byte(b.String())
+}
+
 // Stream is a whole helper stream: the hello with the container's nonce,
 // the command's start, stdout, an empty collection and the status. Tests build recovered logs
 // from it. It is stuffed, as the helper writes it.
 func Stream(nonce string, stdout string, st shim.Status) []byte {
 	var b strings.Builder
+	b.Write(HelloFrame(nonce))
 	w := shim.NewStuffWriter(&b)
 	frame := func(typ byte, p []byte) { shim.WriteFrame(w, typ, p) }
-	frame(shim.FrameHello, []byte(shim.Hello+nonce))
 	frame(shim.FrameStarting, nil)
 	if stdout != "" {
 		frame(shim.FrameStdout, []byte(stdout))
