@@ -109,9 +109,10 @@ func (b *behindWriter) close() error {
 // Size is what the inner writer held when wrapped and what was accepted since.
 func (b *behindWriter) Size() int64 { return b.base + b.n }
 
-// Digest is the inner writer's, once everything accepted reached it. After
-// an error of the inner writer it is not the digest of what was accepted:
-// callers check close first (toStore does).
+// Digest is the inner writer's, once everything accepted reached it: it
+// closes the writer (no Write after it). After an error of the inner
+// writer it is not the digest of what was accepted: callers check close
+// first (toStore does).
 func (b *behindWriter) Digest() string {
 	b.close()
 	return b.w.Digest()

@@ -331,6 +331,7 @@ func toStore(st *store.Store, opt Options, write func(w io.Writer) (Summary, err
 	}
 	if st == nil {
 		sink := writeBehind(newHashOnly())
+		defer sink.close()
 		sum, err := write(counted(sink))
 		if cerr := sink.close(); err == nil && cerr != nil {
 			err = cerr
@@ -351,6 +352,7 @@ func toStore(st *store.Store, opt Options, write func(w io.Writer) (Summary, err
 	// The store's writer hashes and writes on another goroutine than
 	// the one reading the tree; it is done (close) before bw is aborted.
 	sink := writeBehind(bw)
+	defer sink.close() // before bw.Abort, even if write panics
 	sum, err := write(counted(sink))
 	if cerr := sink.close(); err == nil && cerr != nil {
 		err = fmt.Errorf("store workspace: %w", cerr)

@@ -288,6 +288,18 @@ func (s *Server) markRequeued(id string) {
 	s.requeued[id] = true
 }
 
+func (s *Server) fleetSilentSince() time.Time {
+	s.fleetSilentMu.Lock()
+	defer s.fleetSilentMu.Unlock()
+	return s.fleetSilent
+}
+
+func (s *Server) setFleetSilent(at time.Time) {
+	s.fleetSilentMu.Lock()
+	s.fleetSilent = at
+	s.fleetSilentMu.Unlock()
+}
+
 // requeuedReadWait bounds the read of a requeued job's fleet record, and
 // is how long a fleet that did not answer one is not asked again.
 const requeuedReadWait = 10 * time.Second
@@ -318,7 +330,7 @@ func (s *Server) endedByTheFleet(ctx context.Context, rec journal.Record) (strin
 	if s.cfg.Fleet == nil {
 		return "", false
 	}
-	if at := s.fleetSilentAt.Load(); at != 0 && time.Since(time.Unix(0, at)) < requeuedReadWait {
+	if at := s.fleetSilentSince(); !at.IsZero() && time.Since(at) < requeuedReadWait {
 		s.log.Warn("fleet: not asked about a job queued again, since it did not answer a moment ago; it runs", "job_id", rec.ID)
 		return "", false
 	}
@@ -331,12 +343,12 @@ func (s *Server) endedByTheFleet(ctx context.Context, rec journal.Record) (strin
 	}
 	if err != nil {
 		if errors.Is(err, fleet.ErrUnavailable) || errors.Is(err, context.DeadlineExceeded) {
-			s.fleetSilentAt.Store(time.Now().UnixNano())
+			s.setFleetSilent(time.Now())
 		}
 		s.log.Warn("fleet: read the record of a job queued again; it runs", "job_id", rec.ID, "error", err)
 		return "", false
 	}
-	s.fleetSilentAt.Store(0)
+	s.setFleetSilent(time.Time{})
 	switch {
 	case fr.Digest != rec.Digest:
 		return fmt.Sprintf("the fleet's job %s is another (%s) than the one this host accepted; it never ran here and is not run", rec.ID, fr.Digest), true

@@ -76,11 +76,11 @@ func TestASilentFleetIsNotAskedAboutEveryRequeuedJob(t *testing.T) {
 	}
 	// Later, it answers again.
 	silent = false
-	s.fleetSilentAt.Store(time.Now().Add(-requeuedReadWait - time.Second).UnixNano())
+	s.setFleetSilent(time.Now().Add(-requeuedReadWait - time.Second))
 	if !ended("j3") {
 		t.Fatal("once the fleet answers again, a job it ended still runs here")
 	}
-	if s.fleetSilentAt.Load() != 0 {
+	if !s.fleetSilentSince().IsZero() {
 		t.Error("an answer did not end the silence")
 	}
 }

@@ -82,9 +82,11 @@ type Server struct {
 	// here (accepted, never dispatched; or dispatched and never started):
 	// on a fleet host, the fleet may have ended one meanwhile (runJob).
 	requeued map[string]bool
-	// fleetSilentAt is when the fleet last failed to answer the read of a
-	// requeued job's record (unix nanoseconds; 0: it answered since).
-	fleetSilentAt atomic.Int64
+	// fleetSilent is when the fleet last failed to answer the read of a
+	// requeued job's record (zero: it answered since); a time with its
+	// monotonic reading, under fleetSilentMu.
+	fleetSilent   time.Time
+	fleetSilentMu sync.Mutex
 	uploads       uploadQuota
 	pins          jobPins
 	gc            gcStats

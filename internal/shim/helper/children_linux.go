@@ -127,7 +127,12 @@ func extract(dst string, r io.Reader) error {
 // widenPipe makes the pipe at fd (stdin or stdout, from the engine's
 // shim) hold 1 MiB instead of 64 KiB, if it is a pipe and the kernel lets
 // it: the helper's 1 MiB reads and writes then pass in one call, not
-// sixteen handovers with the shim. Nothing depends on it.
+// sixteen handovers with the shim. Nothing depends on it. The pages count
+// against the pipe's creator (the shim's user, root without a user
+// namespace) while the stage or the collection lasts; past the kernel's
+// soft limit (pipe-user-pages-soft, 64 MiB by default), new pipes of
+// unprivileged processes of that user get two pages, which costs speed,
+// never correctness.
 func widenPipe(fd int) {
 	var st unix.Stat_t
 	if unix.Fstat(fd, &st) == nil && st.Mode&unix.S_IFMT == unix.S_IFIFO {
