@@ -482,22 +482,15 @@ func sameBytes(r io.Reader, want []byte) bool {
 	}
 }
 
-// fdReader reads a descriptor, tried again when interrupted.
+// fdReader is readFull of a descriptor as an io.Reader.
 type fdReader int
 
 func (r fdReader) Read(p []byte) (int, error) {
-	for {
-		n, err := unix.Read(int(r), p)
-		switch {
-		case err == unix.EINTR:
-			continue
-		case err != nil:
-			return 0, err
-		case n == 0 && len(p) > 0:
-			return 0, io.EOF
-		}
-		return n, nil
+	n, err := readFull(int(r), p)
+	if n == 0 && err == nil && len(p) > 0 {
+		return 0, io.EOF
 	}
+	return n, err
 }
 
 // readFull reads into p until it is full or the file ends.
