@@ -33,6 +33,24 @@ func (c recordingReader) Read(p []byte) (int, error) {
 	return n, err
 }
 
+// writableInput ingests a workspace of one file, main.go, into b's store
+// and returns its digest and a job option giving it as the writable input
+// "ws" at the work path.
+func writableInput(t *testing.T, b *Broker, content string) (string, func(*sandbox.Job)) {
+	t.Helper()
+	ws := t.TempDir()
+	if err := os.WriteFile(filepath.Join(ws, "main.go"), []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	sum, err := bundle.Ingest(context.Background(), b.blobs, ws, bundle.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sum.Digest, func(j *sandbox.Job) {
+		j.Inputs = []sandbox.Input{{Name: "ws", Digest: sum.Digest, Path: sandbox.WorkPath, Writable: true}}
+	}
+}
+
 // afterInput is what followed the one input on a helper's stdin: the
 // config frame, the input's length and that many bytes, then this.
 func afterInput(t *testing.T, stdin []byte) []byte {
@@ -82,24 +100,15 @@ func TestAWritableInputFailingItsCheckGetsNoGoAhead(t *testing.T) {
 		defer mu.Unlock()
 		return bytes.Clone(stdin.Bytes())
 	}
-	ws := t.TempDir()
-	if err := os.WriteFile(filepath.Join(ws, "main.go"), []byte("package main // "+strings.Repeat("x", 600)), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	sum, err := bundle.Ingest(context.Background(), b.blobs, ws, bundle.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	job := fakeJob(t, "job-tampered", func(j *sandbox.Job) {
-		j.Inputs = []sandbox.Input{{Name: "ws", Digest: sum.Digest, Path: sandbox.WorkPath, Writable: true}}
-	})
+	digest, withInput := writableInput(t, b, "package main // "+strings.Repeat("x", 600))
+	job := fakeJob(t, "job-tampered", withInput)
 	if res, _ := runJob(t, b, job); res.Status != sandbox.StatusSucceeded {
 		t.Fatalf("with the input intact: %s (%s), want succeeded", res.Status, res.Cause)
 	}
 	if rest := afterInput(t, read()); !bytes.Equal(rest, []byte{shim.GoAhead}) {
 		t.Fatalf("after the intact input came %q, want the go-ahead alone", rest)
 	}
-	p, _ := b.blobs.Path(sum.Digest)
+	p, _ := b.blobs.Path(digest)
 	raw, _ := os.ReadFile(p)
 	raw[1030] ^= 1 // a byte of the file's content
 	os.Chmod(p, 0o600)
@@ -109,9 +118,7 @@ func TestAWritableInputFailingItsCheckGetsNoGoAhead(t *testing.T) {
 	mu.Lock()
 	stdin.Reset()
 	mu.Unlock()
-	job = fakeJob(t, "job-tampered-2", func(j *sandbox.Job) {
-		j.Inputs = []sandbox.Input{{Name: "ws", Digest: sum.Digest, Path: sandbox.WorkPath, Writable: true}}
-	})
+	job = fakeJob(t, "job-tampered-2", withInput)
 	done := make(chan sandbox.Result, 1)
 	go func() { res, _ := runJob(t, b, job); done <- res }()
 	var res sandbox.Result
@@ -146,17 +153,8 @@ func TestAHelperOfAnotherVersionIsSentNoInput(t *testing.T) {
 		io.ReadAll(recordingReader{in, &mu, &stdin})
 		return 0
 	}
-	ws := t.TempDir()
-	if err := os.WriteFile(filepath.Join(ws, "main.go"), []byte("package main"), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	sum, err := bundle.Ingest(context.Background(), b.blobs, ws, bundle.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	job := fakeJob(t, "job-old-helper", func(j *sandbox.Job) {
-		j.Inputs = []sandbox.Input{{Name: "ws", Digest: sum.Digest, Path: sandbox.WorkPath, Writable: true}}
-	})
+	_, withInput := writableInput(t, b, "package main")
+	job := fakeJob(t, "job-old-helper", withInput)
 	res, _ := runJob(t, b, job)
 	if res.Status != sandbox.StatusError {
 		t.Fatalf("got %s (%s), want an error", res.Status, res.Cause)
