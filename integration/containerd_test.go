@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/containerd/errdefs"
 	"github.com/moby/moby/api/types/container"
 	"github.com/moby/moby/client"
 
@@ -92,4 +93,97 @@ func TestContainerdUpdateIsChecked(t *testing.T) {
 	if err != nil || in.Container.HostConfig.MemorySwap != in.Container.HostConfig.Memory {
 		t.Errorf("after the refused update: swap %d memory %d (%v), want them equal", in.Container.HostConfig.MemorySwap, in.Container.HostConfig.Memory, err)
 	}
+}
+
+// A process killed while containerd creates its container's task leaves
+// that create running inside containerd: its bundle directory exists
+// until the shim has started and been cleaned up again. The restarted
+// daemon proves the job never ran (its container never started), removes
+// the container and creates it again under the same ID, and the new
+// task's create met the old one's bundle: "failed to start shim: mkdir
+// …: file exists", the job ended in error (CI, TestFleetSoak on
+// containerd, twice in one run). Here the kill is an attach cancelled
+// after a delay, swept across the time a whole attach takes; each time
+// the container is removed at once and made again, and its task must be
+// created.
+func TestATaskCreateCutShortDoesNotBlockTheNext(t *testing.T) {
+	if env.Ctr == nil {
+		t.Skip("a containerd engine test (SANDBOXD_ENGINE=containerd)")
+	}
+	t.Parallel()
+	ctx, cancelAll := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancelAll()
+	opts := jobContainerOptions(t, newJob(t, sh("exit 0"), nil))
+	name := opts.Name
+	remove := func() {
+		if _, err := env.Eng.ContainerRemove(context.Background(), name, client.ContainerRemoveOptions{Force: true}); err != nil && !errdefs.IsNotFound(err) {
+			t.Errorf("remove %s: %v", name, err)
+		}
+	}
+	t.Cleanup(remove)
+	attach := func(ctx context.Context) error {
+		a, err := env.Eng.ContainerAttach(ctx, name, client.ContainerAttachOptions{Stream: true, Stdin: true, Stdout: true, Stderr: true})
+		if err == nil {
+			a.Close()
+		}
+		return err
+	}
+	// The cuts fall across one whole attach, as long as it takes here.
+	if _, err := env.Eng.ContainerCreate(ctx, opts); err != nil {
+		t.Fatalf("create: %v", err)
+	}
+	began := time.Now()
+	if err := attach(ctx); err != nil {
+		t.Fatalf("attach: %v", err)
+	}
+	whole := time.Since(began)
+	remove()
+	for i := range 10 {
+		cut := whole * time.Duration(i) / 10
+		if _, err := env.Eng.ContainerCreate(ctx, opts); err != nil {
+			t.Fatalf("create: %v", err)
+		}
+		cctx, cancel := context.WithTimeout(ctx, cut)
+		attach(cctx)
+		cancel()
+		remove()
+		if _, err := env.Eng.ContainerCreate(ctx, opts); err != nil {
+			t.Fatalf("create again after a create cut at %v of %v: %v", cut, whole, err)
+		}
+		if err := attach(ctx); err != nil {
+			t.Errorf("attach after a task create cut at %v of %v: %v", cut, whole, err)
+		}
+		remove()
+	}
+}
+
+// jobContainerOptions are the options the broker creates j's container
+// with; the job itself is not run (its create is refused).
+func jobContainerOptions(t *testing.T, j sandbox.Job) client.ContainerCreateOptions {
+	t.Helper()
+	cap := &capturingEngine{Engine: env.Eng}
+	b, err := broker.New(cap, env.Blobs, env.Cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := b.Run(context.Background(), j)
+	if cap.opts.Name == "" {
+		t.Fatalf("no job container created: %s (%s), %v", res.Status, res.Cause, err)
+	}
+	return cap.opts
+}
+
+// capturingEngine keeps the options of the first job container the
+// broker creates and refuses to create it.
+type capturingEngine struct {
+	broker.Engine
+	opts client.ContainerCreateOptions
+}
+
+func (c *capturingEngine) ContainerCreate(ctx context.Context, o client.ContainerCreateOptions) (client.ContainerCreateResult, error) {
+	if o.Config != nil && o.Config.Labels[broker.LabelRole] == "job" {
+		c.opts = o
+		return client.ContainerCreateResult{}, errors.New("not created: the test wanted its options only")
+	}
+	return c.Engine.ContainerCreate(ctx, o)
 }

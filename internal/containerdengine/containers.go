@@ -407,12 +407,66 @@ func (e *Engine) newTask(ctx context.Context, info containers.Container, stdin b
 		}
 		req.Rootfs = append(req.Rootfs, &types.Mount{Type: m.Type, Source: m.Source, Target: m.Target, Options: m.Options})
 	}
-	_, err = e.c.TaskService().Create(ctx, req)
-	err = ctrderrdefs.FromGRPC(err)
-	if errdefs.IsAlreadyExists(err) {
-		return fmt.Errorf("container %s already has a task: %w", info.ID, errdefs.ErrConflict)
+	return e.createTask(ctx, info.ID, req)
+}
+
+// taskCreateWait bounds how long a task's create waits for the create of
+// an earlier container of the same ID to end.
+const taskCreateWait = 30 * time.Second
+
+// createTask creates a container's task. A process killed while
+// containerd created its task (a daemon killed while it started a job)
+// leaves that create under way inside containerd, which ends it and
+// removes its bundle directory once it sees its caller gone: within
+// 150 ms here, longer under load. Until then a create of the same ID (the
+// restarted daemon removes the container it proved never ran and creates
+// it again, under the same ID) fails on that directory; it is tried again
+// until the earlier create ended, for taskCreateWait at most. Should the
+// earlier create have made its task before it saw its caller gone, that
+// task is not this container's (it is of the removed one, which never
+// started: only its dead caller could start it): it is deleted, and this
+// container's made.
+func (e *Engine) createTask(ctx context.Context, id string, req *tasks.CreateTaskRequest) error {
+	until := time.Now().Add(taskCreateWait)
+	earlier := false // a create of an earlier container of this ID was seen under way
+	for {
+		_, err := e.c.TaskService().Create(ctx, req)
+		err = ctrderrdefs.FromGRPC(err)
+		switch {
+		case err == nil:
+			return nil
+		case errdefs.IsAlreadyExists(err) && earlier:
+			earlier = false // once: a task found again is a conflict
+			c, lerr := e.c.LoadContainer(ctx, id)
+			if lerr != nil {
+				return lerr
+			}
+			if derr := e.deleteTask(ctx, c, ""); derr != nil {
+				return fmt.Errorf("container %s: delete the task an earlier create of its ID left: %w", id, derr)
+			}
+			continue
+		case errdefs.IsAlreadyExists(err):
+			return fmt.Errorf("container %s already has a task: %w", id, errdefs.ErrConflict)
+		case bundleTaken(err, id) && time.Now().Before(until):
+			earlier = true
+			select {
+			case <-ctx.Done():
+				return fmt.Errorf("container %s: %w (waiting for an earlier create of its task to end: %w)", id, err, ctx.Err())
+			case <-time.After(50 * time.Millisecond):
+			}
+			continue
+		case bundleTaken(err, id):
+			return fmt.Errorf("container %s: an earlier create of its task did not end within %v: %w", id, taskCreateWait, err)
+		}
+		return err
 	}
-	return err
+}
+
+// bundleTaken reports whether a task's create failed because the runtime
+// still holds a bundle directory of that container ID (containerd's
+// runtime v2 makes it with mkdir, whose error is all the answer says).
+func bundleTaken(err error, id string) bool {
+	return err != nil && strings.Contains(err.Error(), "/"+id+": file exists")
 }
 
 // deleteTask kills and deletes a container's task, whatever its state

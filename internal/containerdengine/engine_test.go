@@ -1,6 +1,7 @@
 package containerdengine
 
 import (
+	"errors"
 	"strings"
 	"testing"
 
@@ -75,5 +76,24 @@ func TestCheckContainerName(t *testing.T) {
 		if err := e.CheckContainerName(name); !errdefs.IsInvalidArgument(err) {
 			t.Errorf("CheckContainerName(%q): got %v, want an invalid argument", name, err)
 		}
+	}
+}
+
+// A task's create that fails on the bundle directory an earlier create
+// of the same container ID still holds is told apart by containerd's
+// answer (as containerd 1.6 gave it, CI): only for that ID.
+func TestBundleTaken(t *testing.T) {
+	const id = "sandboxd-it-6292d26f-5e9ce8-it-a381b4a1-01cf42e06de3"
+	answer := errors.New("failed to start shim: mkdir /var/run/docker/containerd/daemon/io.containerd.runtime.v2.task/sandboxd/" + id + ": file exists: unknown")
+	if !bundleTaken(answer, id) {
+		t.Errorf("containerd's answer %q: not read as the bundle taken", answer)
+	}
+	for _, other := range []string{"x" + id, id[:len(id)-1], "sandboxd-it-other"} {
+		if bundleTaken(answer, other) {
+			t.Errorf("the bundle of %s read as taken for %s", id, other)
+		}
+	}
+	if bundleTaken(nil, id) || bundleTaken(errors.New("failed to start shim: exec: no such file"), id) {
+		t.Error("another failure read as the bundle taken")
 	}
 }
