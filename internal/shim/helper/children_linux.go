@@ -76,7 +76,16 @@ func stageMain() int {
 // extract writes a tar of directories and regular files under dst. The
 // broker has already checked the tar; this re-checks every name, creates
 // nothing but directories and new regular files, and never follows a link.
+// Every name is resolved from dst's descriptor, not from the root: on a
+// root file system served by FUSE (Docker's fuse-overlayfs), each walk
+// from "/" by a user other than root asks the FUSE daemon for the root's
+// ACL, one round trip per file.
 func extract(dst string, r io.Reader) error {
+	dirfd, err := openDirNoLinks(dst)
+	if err != nil {
+		return &os.PathError{Op: "open", Path: dst, Err: err}
+	}
+	defer unix.Close(dirfd)
 	tr := tar.NewReader(r)
 	buf := make([]byte, 256<<10)
 	for {
@@ -94,20 +103,21 @@ func extract(dst string, r io.Reader) error {
 		p := filepath.Join(dst, name)
 		switch h.Typeflag {
 		case tar.TypeDir:
-			if err := os.Mkdir(p, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
-				return err
+			if err := unix.Mkdirat(dirfd, name, 0o755); err != nil && err != unix.EEXIST {
+				return &os.PathError{Op: "mkdir", Path: p, Err: err}
 			}
-			if st, err := os.Lstat(p); err != nil || !st.IsDir() {
+			var st unix.Stat_t
+			if err := unix.Fstatat(dirfd, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil || st.Mode&unix.S_IFMT != unix.S_IFDIR {
 				return fmt.Errorf("entry %q: not a directory", h.Name)
 			}
 		case tar.TypeReg:
-			mode := os.FileMode(0o644)
+			mode := uint32(0o644)
 			if h.Mode&0o111 != 0 {
 				mode = 0o755
 			}
 			// A raw descriptor: os.File would add non-blocking setup, a
 			// poller registration and copy_file_range attempts per file.
-			fd, err := unix.Open(p, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, uint32(mode))
+			fd, err := unix.Openat(dirfd, name, unix.O_WRONLY|unix.O_CREAT|unix.O_EXCL|unix.O_NOFOLLOW|unix.O_CLOEXEC, mode)
 			if err != nil {
 				return &os.PathError{Op: "open", Path: p, Err: err}
 			}
