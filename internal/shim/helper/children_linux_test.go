@@ -463,6 +463,31 @@ func TestExtractRefuses(t *testing.T) {
 	}
 }
 
+// The input's directory is opened without following a link on the way
+// to it (every name is then made relative to it): a destination reached
+// through one is refused, nothing is written where the link points.
+func TestExtractRefusesADestinationThroughALink(t *testing.T) {
+	root := t.TempDir()
+	elsewhere := filepath.Join(root, "elsewhere")
+	if err := os.MkdirAll(filepath.Join(elsewhere, "sub"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(elsewhere, filepath.Join(root, "link")); err != nil {
+		t.Fatal(err)
+	}
+	for _, dst := range []string{filepath.Join(root, "link"), filepath.Join(root, "link", "sub")} {
+		err := extract(dst, bytes.NewReader(tarOf(t, reg("f", 0o644))))
+		if err == nil || !strings.Contains(err.Error(), dst) {
+			t.Errorf("extract into %s: %v, want refused naming it", dst, err)
+		}
+	}
+	for _, d := range []string{elsewhere, filepath.Join(elsewhere, "sub")} {
+		if _, err := os.Lstat(filepath.Join(d, "f")); err == nil {
+			t.Errorf("written through the link into %s", d)
+		}
+	}
+}
+
 // The stage child extracts the inputs it is sent and succeeds only on
 // the broker's go-ahead after the last one: without it (the broker's
 // check failed, it closed stdin) or with another byte there, it fails,
