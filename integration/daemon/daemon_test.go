@@ -210,6 +210,10 @@ func TestSIGKILLAtEachStep(t *testing.T) {
 	}{
 		// Accepted, never dispatched: provably never ran, so it runs now.
 		{"accepted", []string{"true"}, sandbox.StatusSucceeded},
+		// Dispatched, killed before its container's create: no container
+		// is bound, none exists, so it runs now, in its first container
+		// (CI: the fleet soak counted a second one it never had).
+		{"dispatched", testharness.Sh("echo once"), sandbox.StatusSucceeded},
 		// Created, never started: provably never ran (the engine says
 		// so), so it runs now, in a new container.
 		{"created", testharness.Sh("echo once"), sandbox.StatusSucceeded},
@@ -272,8 +276,8 @@ func TestSIGKILLAtEachStep(t *testing.T) {
 			}
 			// A job proven never run gets a second container, and its
 			// command runs once, in that one.
-			wantCreations := 1 + d.notRun(job.ID)
-			if tc.step == "created" || tc.step == "started" {
+			wantCreations := 1 + d.createdAgain(job.ID)
+			if tc.step == "dispatched" || tc.step == "created" || tc.step == "started" {
 				if d.notRun(job.ID) != 1 {
 					t.Errorf("the restarted daemon proved %d times that the job never ran, want once", d.notRun(job.ID))
 				}

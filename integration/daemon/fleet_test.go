@@ -534,7 +534,7 @@ func TestFleetHostKilledAndRestartedFinishesItsJob(t *testing.T) {
 	if end.EndedBy != rec.Host {
 		t.Errorf("ended by %s, want its own host %s", end.EndedBy, rec.Host)
 	}
-	if n := created()[job.ID]; n != 1+holder.notRun(job.ID) {
+	if n := created()[job.ID]; n != 1+holder.createdAgain(job.ID) {
 		t.Errorf("%d containers created, want 1 (plus one per start that proved it never ran)", n)
 	}
 	for _, d := range ds {
@@ -774,7 +774,7 @@ func TestFleetThroughNATSFaults(t *testing.T) {
 	for _, j := range jobs {
 		want := 1
 		for _, d := range ds {
-			want += d.notRun(j.ID)
+			want += d.createdAgain(j.ID)
 		}
 		if counts[j.ID] != want {
 			t.Errorf("%s: %d containers created, want %d", j.ID, counts[j.ID], want)
@@ -870,7 +870,7 @@ func TestFleetSoak(t *testing.T) {
 	for _, j := range jobs {
 		want := 1
 		for _, d := range ds {
-			want += d.notRun(j.ID)
+			want += d.createdAgain(j.ID)
 		}
 		if counts[j.ID] != want {
 			t.Errorf("%s: %d containers created, want %d", j.ID, counts[j.ID], want)

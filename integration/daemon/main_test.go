@@ -229,12 +229,21 @@ func (d *daemon) stdout(ctx context.Context, r sandbox.Result) string {
 }
 
 // notRun counts the times a start of the daemon proved that job id never
-// ran and queued it to run (broker.ErrNotRun): each such job had one
-// container more than it ran in.
-func (d *daemon) notRun(id string) int {
+// ran and queued it to run (broker.ErrNotRun, or dispatched with no
+// container bound).
+func (d *daemon) notRun(id string) int { return d.countNotRun(id, false) }
+
+// createdAgain counts the proofs of notRun that removed a container of
+// the job: each is one container more than the job ran in. A job
+// dispatched with no container bound may have had none yet (the process
+// was killed before its create).
+func (d *daemon) createdAgain(id string) int { return d.countNotRun(id, true) }
+
+func (d *daemon) countNotRun(id string, removedOnly bool) int {
 	n := 0
 	for _, line := range strings.Split(d.logs.String(), "\n") {
-		if strings.Contains(line, `"the job never ran; queued to run"`) && strings.Contains(line, `"job_id":"`+id+`"`) {
+		if strings.Contains(line, `"the job never ran; queued to run"`) && strings.Contains(line, `"job_id":"`+id+`"`) &&
+			!(removedOnly && strings.Contains(line, `"removed_container":false`)) {
 			n++
 		}
 	}

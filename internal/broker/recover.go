@@ -61,8 +61,20 @@ func (b *Broker) RemoveJobContainer(id string) { b.removeContainer(id) }
 // only after the binding (Hooks.OnCreated) is made durable. A pooled
 // sandbox renamed to the job's name carries no job labels, so only the
 // name finds it; removing it frees the name for the job's first run.
-func (b *Broker) RemoveUnboundContainer(job sandbox.Job) error {
-	return b.removeContainer(ContainerName(b.cfg.Name, job.ID, job.Digest))
+// removed says whether there was one.
+func (b *Broker) RemoveUnboundContainer(job sandbox.Job) (removed bool, err error) {
+	ctx, cancel := context.WithTimeout(context.Background(), b.cfg.EngineTimeout)
+	defer cancel()
+	name := ContainerName(b.cfg.Name, job.ID, job.Digest)
+	_, err = b.eng.ContainerRemove(ctx, name, client.ContainerRemoveOptions{Force: true, RemoveVolumes: true})
+	switch {
+	case isNotFound(err):
+		return false, nil
+	case err != nil:
+		b.log.Error("remove container", "container_id", name, "error", err)
+		return false, err
+	}
+	return true, nil
 }
 
 // Recover finishes a job whose broker stopped while its container existed.

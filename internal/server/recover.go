@@ -91,7 +91,8 @@ func (s *Server) recover(ctx context.Context) error {
 			// it) is removed, and it runs for the first time. A create
 			// still in flight in the engine would make its run conflict
 			// (uncertain), never run twice: the name is the job's.
-			if err := s.cfg.Broker.RemoveUnboundContainer(job); err != nil {
+			removed, err := s.cfg.Broker.RemoveUnboundContainer(job)
+			if err != nil {
 				s.m.reconcile.WithLabelValues("uncertain").Inc()
 				s.finishUnrun(log, rec, job, sandbox.StatusUncertain, "the daemon stopped after dispatching the job, and a container of its name could not be removed: "+err.Error())
 				continue
@@ -101,7 +102,9 @@ func (s *Server) recover(ctx context.Context) error {
 				continue
 			}
 			s.m.reconcile.WithLabelValues("not_run").Inc()
-			log.Info("the job never ran; queued to run", "why", "dispatched, no container bound")
+			// removed_container: a container of its name was there (its
+			// create had been made; the job's run will make another).
+			log.Info("the job never ran; queued to run", "why", "dispatched, no container bound", "removed_container", removed)
 			requeue = append(requeue, rec)
 		case cid == "":
 			s.m.reconcile.WithLabelValues("uncertain").Inc()

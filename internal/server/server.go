@@ -25,7 +25,7 @@ type Broker interface {
 	ListJobContainers(ctx context.Context) ([]broker.JobContainer, error)
 	ListStalePoolContainers(ctx context.Context) ([]broker.JobContainer, error)
 	RemoveJobContainer(id string)
-	RemoveUnboundContainer(job sandbox.Job) error
+	RemoveUnboundContainer(job sandbox.Job) (removed bool, err error)
 	RemovePopulateContainers(ctx context.Context) (int, error)
 }
 
@@ -493,6 +493,7 @@ func (s *Server) runJob(id string) {
 		return
 	}
 	s.pending.dispatched(id)
+	s.fault("dispatched", id)
 	for _, in := range job.Inputs {
 		if n, err := s.cfg.Blobs.Size(in.Digest); err == nil {
 			s.m.bytesStaged.Add(float64(n))

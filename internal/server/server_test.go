@@ -158,11 +158,11 @@ func (f *fakeBroker) ListStalePoolContainers(context.Context) ([]broker.JobConta
 	return slices.Clone(f.stale), nil
 }
 
-func (f *fakeBroker) RemoveUnboundContainer(job sandbox.Job) error {
+func (f *fakeBroker) RemoveUnboundContainer(job sandbox.Job) (bool, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.removed = append(f.removed, "name:"+job.ID)
-	return f.removeUnboundErr
+	return f.removeUnboundErr == nil, f.removeUnboundErr
 }
 
 func (f *fakeBroker) RemovePopulateContainers(context.Context) (int, error) {

@@ -71,8 +71,8 @@ func (f *fakeBroker) ListJobContainers(context.Context) ([]broker.JobContainer, 
 func (f *fakeBroker) ListStalePoolContainers(context.Context) ([]broker.JobContainer, error) {
 	return nil, nil
 }
-func (f *fakeBroker) RemoveJobContainer(string)                {}
-func (f *fakeBroker) RemoveUnboundContainer(sandbox.Job) error { return nil }
+func (f *fakeBroker) RemoveJobContainer(string)                        {}
+func (f *fakeBroker) RemoveUnboundContainer(sandbox.Job) (bool, error) { return false, nil }
 
 func (f *fakeBroker) RemovePopulateContainers(context.Context) (int, error) { return 0, nil }
 
