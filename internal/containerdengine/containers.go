@@ -2,6 +2,8 @@ package containerdengine
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -31,7 +33,7 @@ import (
 
 // Engine-owned labels on every container, beside the broker's.
 const (
-	labelName    = "sandboxd.ctr/name"    // the Docker-style name (the ID until a rename)
+	labelName    = "sandboxd.ctr/name"    // the Docker-style name (asked for at create, or a rename's)
 	labelImage   = "sandboxd.ctr/image"   // the image ID
 	labelRuntime = "sandboxd.ctr/runtime" // the job runtime (runc, runsc)
 	labelLog     = "sandboxd.ctr/log"     // the LogConfig asked for, as JSON
@@ -53,9 +55,10 @@ func (e *Engine) CheckContainerName(name string) error {
 	return nil
 }
 
-// ContainerCreate creates a container: its ID is the name, reserved so
-// that a second create (or a rename onto it) conflicts; its root is the
-// image's shared read-only view; its spec is translated from the options.
+// ContainerCreate creates a container under a fresh ID (newID) and the
+// name asked for, reserved so that a second create (or a rename onto it)
+// conflicts; its root is the image's shared read-only view; its spec is
+// translated from the options.
 func (e *Engine) ContainerCreate(ctx context.Context, opts client.ContainerCreateOptions) (client.ContainerCreateResult, error) {
 	ctx = e.ns(ctx)
 	name := strings.TrimPrefix(opts.Name, "/")
@@ -69,7 +72,8 @@ func (e *Engine) ContainerCreate(ctx context.Context, opts client.ContainerCreat
 	if err != nil {
 		return client.ContainerCreateResult{}, err
 	}
-	spec, err := e.specFor(opts, img, name)
+	id := newID(name)
+	spec, err := e.specFor(opts, img, id)
 	if err != nil {
 		return client.ContainerCreateResult{}, err
 	}
@@ -118,7 +122,7 @@ func (e *Engine) ContainerCreate(ctx context.Context, opts client.ContainerCreat
 		e.creating = map[string]bool{}
 	}
 	e.creating[name] = true
-	err = e.reserveName(ctx, name, name)
+	err = e.reserveName(ctx, name, id)
 	e.naming.Unlock()
 	defer func() {
 		e.naming.Lock()
@@ -132,20 +136,20 @@ func (e *Engine) ContainerCreate(ctx context.Context, opts client.ContainerCreat
 	if bin := e.runtimes[rt]; bin != "runc" {
 		ropts.BinaryName = bin
 	}
-	if err := e.makeIO(name); err != nil {
-		e.releaseNames(ctx, name)
+	if err := e.makeIO(id); err != nil {
+		e.releaseNames(ctx, id)
 		return client.ContainerCreateResult{}, err
 	}
 	// What the spec is made from stays with the engine: every task and
 	// update is checked against the spec made again from it.
-	if err := e.keepInputs(name, createInputs{Config: opts.Config, HostConfig: opts.HostConfig, ImageEnv: img.env}); err != nil {
-		e.releaseNames(ctx, name)
-		os.RemoveAll(e.ioDir(name))
+	if err := e.keepInputs(id, createInputs{Config: opts.Config, HostConfig: opts.HostConfig, ImageEnv: img.env}); err != nil {
+		e.releaseNames(ctx, id)
+		os.RemoveAll(e.ioDir(id))
 		return client.ContainerCreateResult{}, err
 	}
 	// Under the name's lease, the client makes no lease of its own (two
 	// round trips); nothing this create makes is held by a lease.
-	_, err = e.c.NewContainer(leases.WithLease(ctx, name), name,
+	_, err = e.c.NewContainer(leases.WithLease(ctx, name), id,
 		containerd.WithSpec(spec),
 		containerd.WithContainerLabels(labels),
 		containerd.WithImageName(imageName(img.id)),
@@ -154,17 +158,36 @@ func (e *Engine) ContainerCreate(ctx context.Context, opts client.ContainerCreat
 		containerd.WithRuntime(runcShim, ropts),
 	)
 	if err != nil {
-		if !errdefs.IsAlreadyExists(err) {
-			e.releaseNames(ctx, name)
-			os.RemoveAll(e.ioDir(name))
-		}
-		if errdefs.IsAlreadyExists(err) {
-			return client.ContainerCreateResult{}, fmt.Errorf("container %s: %w", name, errdefs.ErrConflict)
-		}
+		e.releaseNames(ctx, id)
+		os.RemoveAll(e.ioDir(id))
 		return client.ContainerCreateResult{}, err
 	}
-	return client.ContainerCreateResult{ID: name}, nil
+	return client.ContainerCreateResult{ID: id}, nil
 }
+
+// newID is a fresh container ID for a container of the given name: the
+// name (cut to fit containerd's 76 characters) and 8 random hex digits.
+// An ID is never used twice: a process killed while containerd created a
+// container's task leaves that create under way, and containerd 1.6 can
+// leave its bundle directory (and the shim it started) behind for good;
+// every later task of that ID would fail on it ("failed to start shim:
+// mkdir …: file exists": CI, TestFleetSoak, a job its restarted daemon
+// proved never ran, made again under its name). The broker's names end
+// in "-" and hex digits, an ID in "." and hex digits: no name the broker
+// gives is another container's ID (load tries a reference as an ID
+// first).
+func newID(name string) string {
+	var b [4]byte
+	rand.Read(b[:])
+	suffix := "." + hex.EncodeToString(b[:])
+	if max := maxID - len(suffix); len(name) > max {
+		name = strings.TrimRight(name[:max], "._-")
+	}
+	return name + suffix
+}
+
+// maxID is the longest identifier containerd takes.
+const maxID = 76
 
 // mountTargets are the destinations of a spec's mounts: the mount points
 // its root view holds.
@@ -199,8 +222,8 @@ func (e *Engine) reserveName(ctx context.Context, name, id string) error {
 
 // releaseUnrecorded frees name if a create took it for a container it
 // never recorded (a create of this process under way keeps it): the
-// name's lease, for a container of that name that does not exist, and
-// the create's stdio directory.
+// name's lease, whose container does not exist, and that container's
+// stdio directory.
 func (e *Engine) releaseUnrecorded(ctx context.Context, name string) error {
 	e.naming.Lock()
 	defer e.naming.Unlock()
@@ -213,16 +236,17 @@ func (e *Engine) releaseUnrecorded(ctx context.Context, name string) error {
 		return err
 	}
 	for _, l := range held {
-		if l.ID != name || l.Labels[labelLease] != name {
-			continue // a rename's: its container exists, or it is another's
+		id := l.Labels[labelLease]
+		if l.ID != name || identifiers.Validate(id) != nil {
+			continue // not a name this engine took
 		}
-		if _, err := e.c.LoadContainer(ctx, name); !errdefs.IsNotFound(err) {
-			return err // recorded after all (nil), or no answer
+		if _, err := e.c.LoadContainer(ctx, id); !errdefs.IsNotFound(err) {
+			return err // recorded (nil: the name is its), or no answer
 		}
 		if err := ls.Delete(ctx, l); err != nil && !errdefs.IsNotFound(err) {
 			return err
 		}
-		os.RemoveAll(e.ioDir(name))
+		os.RemoveAll(e.ioDir(id))
 	}
 	return nil
 }
@@ -407,66 +431,12 @@ func (e *Engine) newTask(ctx context.Context, info containers.Container, stdin b
 		}
 		req.Rootfs = append(req.Rootfs, &types.Mount{Type: m.Type, Source: m.Source, Target: m.Target, Options: m.Options})
 	}
-	return e.createTask(ctx, info.ID, req)
-}
-
-// taskCreateWait bounds how long a task's create waits for the create of
-// an earlier container of the same ID to end.
-const taskCreateWait = 30 * time.Second
-
-// createTask creates a container's task. A process killed while
-// containerd created its task (a daemon killed while it started a job)
-// leaves that create under way inside containerd, which ends it and
-// removes its bundle directory once it sees its caller gone: within
-// 150 ms here, longer under load. Until then a create of the same ID (the
-// restarted daemon removes the container it proved never ran and creates
-// it again, under the same ID) fails on that directory; it is tried again
-// until the earlier create ended, for taskCreateWait at most. Should the
-// earlier create have made its task before it saw its caller gone, that
-// task is not this container's (it is of the removed one, which never
-// started: only its dead caller could start it): it is deleted, and this
-// container's made.
-func (e *Engine) createTask(ctx context.Context, id string, req *tasks.CreateTaskRequest) error {
-	until := time.Now().Add(taskCreateWait)
-	earlier := false // a create of an earlier container of this ID was seen under way
-	for {
-		_, err := e.c.TaskService().Create(ctx, req)
-		err = ctrderrdefs.FromGRPC(err)
-		switch {
-		case err == nil:
-			return nil
-		case errdefs.IsAlreadyExists(err) && earlier:
-			earlier = false // once: a task found again is a conflict
-			c, lerr := e.c.LoadContainer(ctx, id)
-			if lerr != nil {
-				return lerr
-			}
-			if derr := e.deleteTask(ctx, c, ""); derr != nil {
-				return fmt.Errorf("container %s: delete the task an earlier create of its ID left: %w", id, derr)
-			}
-			continue
-		case errdefs.IsAlreadyExists(err):
-			return fmt.Errorf("container %s already has a task: %w", id, errdefs.ErrConflict)
-		case bundleTaken(err, id) && time.Now().Before(until):
-			earlier = true
-			select {
-			case <-ctx.Done():
-				return fmt.Errorf("container %s: %w (waiting for an earlier create of its task to end: %w)", id, err, ctx.Err())
-			case <-time.After(50 * time.Millisecond):
-			}
-			continue
-		case bundleTaken(err, id):
-			return fmt.Errorf("container %s: an earlier create of its task did not end within %v: %w", id, taskCreateWait, err)
-		}
-		return err
+	_, err = e.c.TaskService().Create(ctx, req)
+	err = ctrderrdefs.FromGRPC(err)
+	if errdefs.IsAlreadyExists(err) {
+		return fmt.Errorf("container %s already has a task: %w", info.ID, errdefs.ErrConflict)
 	}
-}
-
-// bundleTaken reports whether a task's create failed because the runtime
-// still holds a bundle directory of that container ID (containerd's
-// runtime v2 makes it with mkdir, whose error is all the answer says).
-func bundleTaken(err error, id string) bool {
-	return err != nil && strings.Contains(err.Error(), "/"+id+": file exists")
+	return err
 }
 
 // deleteTask kills and deletes a container's task, whatever its state

@@ -1,10 +1,10 @@
 package containerdengine
 
 import (
-	"errors"
 	"strings"
 	"testing"
 
+	"github.com/containerd/containerd/identifiers"
 	"github.com/containerd/errdefs"
 
 	"github.com/sandboxd/sandboxd/internal/broker"
@@ -79,21 +79,30 @@ func TestCheckContainerName(t *testing.T) {
 	}
 }
 
-// A task's create that fails on the bundle directory an earlier create
-// of the same container ID still holds is told apart by containerd's
-// answer (as containerd 1.6 gave it, CI): only for that ID.
-func TestBundleTaken(t *testing.T) {
-	const id = "sandboxd-it-6292d26f-5e9ce8-it-a381b4a1-01cf42e06de3"
-	answer := errors.New("failed to start shim: mkdir /var/run/docker/containerd/daemon/io.containerd.runtime.v2.task/sandboxd/" + id + ": file exists: unknown")
-	if !bundleTaken(answer, id) {
-		t.Errorf("containerd's answer %q: not read as the bundle taken", answer)
-	}
-	for _, other := range []string{"x" + id, id[:len(id)-1], "sandboxd-it-other"} {
-		if bundleTaken(answer, other) {
-			t.Errorf("the bundle of %s read as taken for %s", id, other)
+// Every container gets an ID of its own, never used before, that
+// containerd takes: its name and 8 random hex digits, the name cut (and
+// no separator left at the cut) when the whole would pass 76 characters.
+func TestNewID(t *testing.T) {
+	seen := map[string]bool{}
+	for _, name := range []string{
+		"sandboxd-it-6292d26f-5e9ce8-it-a381b4a1-01cf42e06de3",
+		strings.Repeat("a", 76),
+		strings.Repeat("a", 66) + "-b.c_d-e-f",
+		"x",
+	} {
+		for range 3 {
+			id := newID(name)
+			if err := identifiers.Validate(id); err != nil {
+				t.Errorf("newID(%q) = %q: %v", name, id, err)
+			}
+			if seen[id] || id == name {
+				t.Errorf("newID(%q) = %q, given before or the name itself", name, id)
+			}
+			seen[id] = true
+			base, suffix, _ := strings.Cut(id[len(id)-9:], ".")
+			if base != "" || len(suffix) != 8 || !strings.HasPrefix(name, id[:len(id)-9]) {
+				t.Errorf("newID(%q) = %q, want a prefix of the name and 8 hex digits", name, id)
+			}
 		}
-	}
-	if bundleTaken(nil, id) || bundleTaken(errors.New("failed to start shim: exec: no such file"), id) {
-		t.Error("another failure read as the bundle taken")
 	}
 }

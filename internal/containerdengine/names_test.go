@@ -69,6 +69,21 @@ func TestRemoveFreesTheNameOfAKilledCreate(t *testing.T) {
 		t.Fatalf("take the name again after the removal: %v, want it free", err)
 	}
 
+	// Taken for a container of another ID (every create's since IDs are
+	// fresh) that was never recorded: freed as well.
+	if err := e.releaseNames(ctx, name); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.reserveName(ctx, name, newID(name)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.ContainerRemove(ctx, name, client.ContainerRemoveOptions{Force: true}); !errdefs.IsNotFound(err) {
+		t.Fatalf("remove a container of a fresh ID never recorded: %v, want not found", err)
+	}
+	if err := e.reserveName(ctx, name, name); err != nil {
+		t.Fatalf("take the name again after the removal: %v, want it free", err)
+	}
+
 	// Taken by a create of this process under way: kept.
 	e.creating = map[string]bool{name: true}
 	if _, err := e.ContainerRemove(ctx, name, client.ContainerRemoveOptions{Force: true}); !errdefs.IsNotFound(err) {
