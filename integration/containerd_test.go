@@ -6,7 +6,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -140,11 +142,17 @@ func TestATaskCreateCutShortDoesNotBlockTheNext(t *testing.T) {
 	}
 	whole := time.Since(began)
 	remove()
+	// The shims containerd keeps of the cut creates go when the test ends:
+	// ended, each lets containerd remove its bundle.
+	var cutIDs []string
+	t.Cleanup(func() { endLeftShims(t, env.Ctr.Namespace(), cutIDs) })
 	for i := range 10 {
 		cut := whole * time.Duration(i) / 10
-		if _, err := env.Eng.ContainerCreate(ctx, opts); err != nil {
+		created, err := env.Eng.ContainerCreate(ctx, opts)
+		if err != nil {
 			t.Fatalf("create: %v", err)
 		}
+		cutIDs = append(cutIDs, created.ID)
 		cctx, cancel := context.WithTimeout(ctx, cut)
 		attach(cctx)
 		cancel()
@@ -188,4 +196,21 @@ func (c *capturingEngine) ContainerCreate(ctx context.Context, o client.Containe
 		return client.ContainerCreateResult{}, errors.New("not created: the test wanted its options only")
 	}
 	return c.Engine.ContainerCreate(ctx, o)
+}
+
+// endLeftShims ends (SIGTERM) the runc shims containerd kept for the
+// given container IDs, whose containers and tasks are gone (containerd
+// 1.6 keeps the shim of a task create cut short). Only a root process
+// running the runc shim binary with exactly that namespace and ID is
+// signalled.
+func endLeftShims(t *testing.T, ns string, ids []string) {
+	for _, id := range ids {
+		out, _ := exec.Command("pgrep", "-u", "0", "-f", "^[^ ]*containerd-shim-runc-v2 -namespace "+ns+" -id "+strings.ReplaceAll(id, ".", `\.`)+" ").Output()
+		for _, f := range strings.Fields(string(out)) {
+			if pid, err := strconv.Atoi(f); err == nil {
+				t.Logf("ending the shim containerd kept of %s (pid %d)", id, pid)
+				syscall.Kill(pid, syscall.SIGTERM)
+			}
+		}
+	}
 }
