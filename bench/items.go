@@ -288,6 +288,27 @@ func writeTree(dir string, files, size int) error {
 	return nil
 }
 
+// volumeContainer creates a volume and a container of the image that
+// mounts it at /v and would run argv; remove removes both.
+func (b *bench) volumeContainer(ctx context.Context, infix string, argv ...string) (id string, remove func(), err error) {
+	vol := randID(b.o.name + infix)
+	lab := "sandboxd.bench=" + b.o.name
+	if err := sh(ctx, nil, "docker", "volume", "create", "--label", lab, vol); err != nil {
+		return "", nil, err
+	}
+	args := append([]string{"create", "--label", lab, "--network", "none", "-v", vol + ":/v", b.o.image}, argv...)
+	out, err := exec.CommandContext(ctx, "docker", args...).Output()
+	if err != nil {
+		sh(context.Background(), nil, "docker", "volume", "rm", "-f", vol)
+		return "", nil, fmt.Errorf("docker create: %w", err)
+	}
+	id = strings.TrimSpace(string(out))
+	return id, func() {
+		sh(context.Background(), nil, "docker", "rm", "-f", id)
+		sh(context.Background(), nil, "docker", "volume", "rm", "-f", vol)
+	}, nil
+}
+
 // staging is item 3: a 100 MiB workspace of 5,000 files, ingested, copied
 // in and collected back as 100 MiB of outputs.
 func (b *bench) staging(ctx context.Context) error {
@@ -311,18 +332,11 @@ func (b *bench) staging(ctx context.Context) error {
 	}
 	var cpOnly []time.Duration
 	dockerCp := func(ctx context.Context) error {
-		vol := randID(b.o.name + "-cp-")
-		lab := "sandboxd.bench=" + b.o.name
-		if err := sh(ctx, nil, "docker", "volume", "create", "--label", lab, vol); err != nil {
+		id, remove, err := b.volumeContainer(ctx, "-cp-", "/bin/true")
+		if err != nil {
 			return err
 		}
-		defer sh(context.Background(), nil, "docker", "volume", "rm", "-f", vol)
-		out, err := exec.CommandContext(ctx, "docker", "create", "--label", lab, "--network", "none", "-v", vol+":/v", b.o.image, "/bin/true").Output()
-		if err != nil {
-			return fmt.Errorf("docker create: %w", err)
-		}
-		id := strings.TrimSpace(string(out))
-		defer sh(context.Background(), nil, "docker", "rm", "-f", id)
+		defer remove()
 		d, err := timed(func() error { return sh(ctx, nil, "docker", "cp", ws+"/.", id+":/v") })
 		cpOnly = append(cpOnly, d)
 		return err
@@ -331,18 +345,11 @@ func (b *bench) staging(ctx context.Context) error {
 	// sandboxd's checks: create a container, docker cp the tree in, run
 	// the same cp -r, docker cp the outputs out, remove it all.
 	script := func(ctx context.Context) error {
-		vol := randID(b.o.name + "-rt-")
-		lab := "sandboxd.bench=" + b.o.name
-		if err := sh(ctx, nil, "docker", "volume", "create", "--label", lab, vol); err != nil {
+		id, remove, err := b.volumeContainer(ctx, "-rt-", "/bin/cp", "-r", "/v/ws", "/v/out")
+		if err != nil {
 			return err
 		}
-		defer sh(context.Background(), nil, "docker", "volume", "rm", "-f", vol)
-		out, err := exec.CommandContext(ctx, "docker", "create", "--label", lab, "--network", "none", "-v", vol+":/v", b.o.image, "/bin/cp", "-r", "/v/ws", "/v/out").Output()
-		if err != nil {
-			return fmt.Errorf("docker create: %w", err)
-		}
-		id := strings.TrimSpace(string(out))
-		defer sh(context.Background(), nil, "docker", "rm", "-f", id)
+		defer remove()
 		back := filepath.Join(b.o.tmp, "rt-out")
 		defer os.RemoveAll(back)
 		for _, argv := range [][]string{
