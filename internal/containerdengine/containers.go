@@ -136,14 +136,17 @@ func (e *Engine) ContainerCreate(ctx context.Context, opts client.ContainerCreat
 	if bin := e.runtimes[rt]; bin != "runc" {
 		ropts.BinaryName = bin
 	}
+	// On a failure below, only what this create made goes: its name's
+	// lease and its stdio directory (makeIO makes a new one or fails),
+	// never anything of another container of the same ID.
 	if err := e.makeIO(id); err != nil {
-		e.releaseNames(ctx, id)
+		e.releaseName(ctx, name)
 		return client.ContainerCreateResult{}, err
 	}
 	// What the spec is made from stays with the engine: every task and
 	// update is checked against the spec made again from it.
 	if err := e.keepInputs(id, createInputs{Config: opts.Config, HostConfig: opts.HostConfig, ImageEnv: img.env}); err != nil {
-		e.releaseNames(ctx, id)
+		e.releaseName(ctx, name)
 		os.RemoveAll(e.ioDir(id))
 		return client.ContainerCreateResult{}, err
 	}
@@ -158,7 +161,7 @@ func (e *Engine) ContainerCreate(ctx context.Context, opts client.ContainerCreat
 		containerd.WithRuntime(runcShim, ropts),
 	)
 	if err != nil {
-		e.releaseNames(ctx, id)
+		e.releaseName(ctx, name)
 		os.RemoveAll(e.ioDir(id))
 		return client.ContainerCreateResult{}, err
 	}
@@ -249,6 +252,11 @@ func (e *Engine) releaseUnrecorded(ctx context.Context, name string) error {
 		os.RemoveAll(e.ioDir(id))
 	}
 	return nil
+}
+
+// releaseName frees a name this process just took (its lease).
+func (e *Engine) releaseName(ctx context.Context, name string) {
+	e.c.LeasesService().Delete(ctx, leases.Lease{ID: name})
 }
 
 // releaseNames frees every name held for id: the leases labelled with

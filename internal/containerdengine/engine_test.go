@@ -1,6 +1,8 @@
 package containerdengine
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -104,5 +106,29 @@ func TestNewID(t *testing.T) {
 				t.Errorf("newID(%q) = %q, want a prefix of the name and 8 hex digits", name, id)
 			}
 		}
+	}
+}
+
+// A container's stdio directory is made new: one that exists under the
+// ID (another container's, were an ID ever drawn twice) is refused and
+// left as it is.
+func TestMakeIORefusesAnIDInUse(t *testing.T) {
+	e := &Engine{cfg: Config{StateDir: t.TempDir()}}
+	if err := os.MkdirAll(filepath.Join(e.cfg.StateDir, "io"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	const id = "sandboxd-unit-1.0123abcd"
+	if err := e.makeIO(id); err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(e.ioDir(id), "stdout")
+	if err := os.WriteFile(out, []byte("the first container's output"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.makeIO(id); err == nil {
+		t.Fatal("a second makeIO of the same ID succeeded")
+	}
+	if b, err := os.ReadFile(out); err != nil || string(b) != "the first container's output" {
+		t.Errorf("the first container's stdout after a refused makeIO: %q, %v", b, err)
 	}
 }

@@ -34,12 +34,18 @@ import (
 
 func (e *Engine) ioDir(id string) string { return filepath.Join(e.cfg.StateDir, "io", id) }
 
-func (e *Engine) makeIO(id string) error {
+func (e *Engine) makeIO(id string) (err error) {
 	dir := e.ioDir(id)
-	os.RemoveAll(dir) // a leftover of a removed container of the same name
+	// A new directory: an ID is never used twice (newID), and one that
+	// exists is another container's. Made here, it goes if not whole.
 	if err := os.Mkdir(dir, 0o700); err != nil {
 		return fmt.Errorf("container %s: stdio directory: %w", id, err)
 	}
+	defer func() {
+		if err != nil {
+			os.RemoveAll(dir)
+		}
+	}()
 	for _, f := range []string{"stdout", "stderr"} {
 		fh, err := os.OpenFile(filepath.Join(dir, f), os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
 		if err != nil {
