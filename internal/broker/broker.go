@@ -349,14 +349,24 @@ func (b *Broker) checkImage(ctx context.Context, id string) (string, error) {
 // removeContainer force-removes a container and its anonymous volumes. It
 // uses its own context so that cleanup also happens after cancellation.
 func (b *Broker) removeContainer(id string) error {
+	_, err := b.removeFound(id)
+	return err
+}
+
+// removeFound force-removes a container and says whether there was one
+// (none is no error).
+func (b *Broker) removeFound(id string) (bool, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), b.cfg.EngineTimeout)
 	defer cancel()
 	_, err := b.eng.ContainerRemove(ctx, id, client.ContainerRemoveOptions{Force: true, RemoveVolumes: true})
-	if err != nil && !errdefs.IsNotFound(err) {
+	switch {
+	case errdefs.IsNotFound(err):
+		return false, nil
+	case err != nil:
 		b.log.Error("remove container", "container_id", id, "error", err)
-		return err
+		return false, err
 	}
-	return nil
+	return true, nil
 }
 
 // ensureShim makes sure the helper volume holds the helper binary.

@@ -63,18 +63,7 @@ func (b *Broker) RemoveJobContainer(id string) { b.removeContainer(id) }
 // name finds it; removing it frees the name for the job's first run.
 // removed says whether there was one.
 func (b *Broker) RemoveUnboundContainer(job sandbox.Job) (removed bool, err error) {
-	ctx, cancel := context.WithTimeout(context.Background(), b.cfg.EngineTimeout)
-	defer cancel()
-	name := ContainerName(b.cfg.Name, job.ID, job.Digest)
-	_, err = b.eng.ContainerRemove(ctx, name, client.ContainerRemoveOptions{Force: true, RemoveVolumes: true})
-	switch {
-	case isNotFound(err):
-		return false, nil
-	case err != nil:
-		b.log.Error("remove container", "container_id", name, "error", err)
-		return false, err
-	}
-	return true, nil
+	return b.removeFound(ContainerName(b.cfg.Name, job.ID, job.Digest))
 }
 
 // Recover finishes a job whose broker stopped while its container existed.
