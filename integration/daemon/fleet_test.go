@@ -111,6 +111,116 @@ func TestFleetCoordinator(t *testing.T) {
 	})
 }
 
+// A host's listings (the claims it holds, the hosts it sees) are read
+// from the streams' leaders: a replica that lagged (here, stopped while
+// the writes went through the other two) may serve a listing as soon as
+// it is back, before it has caught up. With listings through an
+// ephemeral consumer (placed on any replica) and direct gets (answered by
+// any), a restarted host could miss a claim it holds (CI: "held by
+// h-b51535: got [], want [held.39d77f]").
+func TestFleetListingsAreTheLeaders(t *testing.T) {
+	c := testharness.StartNATS(t, 3)
+	openFleet(t, c, true)
+	ctx := ctxFor(t, 2*time.Minute)
+	lagging := laggingNode(t, c, "KV_sandboxd-jobs", "KV_sandboxd-hosts")
+	var urls []string // the client is never connected to the node stopped
+	for i, n := range c.Nodes {
+		if i != lagging {
+			urls = append(urls, n.URL())
+		}
+	}
+	co, err := fleet.Open(ctx, fleet.Options{URLs: urls, Name: t.Name(), CallTimeout: 3 * time.Second, AckWait: 3 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer co.Close()
+	for round := range 8 {
+		host := fmt.Sprintf("h%d-%s", round, randHex(3))
+		want := []fleet.Claim{}
+		c.Stop(lagging)
+		for i := range 40 {
+			id := fmt.Sprintf("lag.%02d", i)
+			if err := co.Hold(ctx, host, id); err != nil {
+				c.Cont(lagging)
+				t.Fatal(err)
+			}
+			want = append(want, fleet.Claim{ID: id})
+		}
+		if err := co.Release(ctx, host, want[0].ID); err != nil {
+			c.Cont(lagging)
+			t.Fatal(err)
+		}
+		want = want[1:]
+		beat := fleet.Host{Name: host, Version: "test", KeyID: "k", Concurrency: 1, At: time.Now().UTC().Truncate(time.Millisecond), Lease: time.Minute}
+		if err := co.Heartbeat(ctx, beat); err != nil {
+			c.Cont(lagging)
+			t.Fatal(err)
+		}
+		c.Cont(lagging)
+		checkHeld := func() {
+			held, err := co.Held(ctx, host)
+			if err != nil || !slices.Equal(held, want) {
+				t.Errorf("round %d: held by %s just after a replica came back: got %d claims %v, %v; want the %d held", round, host, len(held), held, err, len(want))
+			}
+		}
+		checkHosts := func() {
+			hosts, err := co.Hosts(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if i := slices.IndexFunc(hosts, func(h fleet.Host) bool { return h.Name == host }); i < 0 || !hosts[i].At.Equal(beat.At) {
+				t.Errorf("round %d: hosts just after a replica came back: %s not seen as it beat (%d hosts)", round, host, len(hosts))
+			}
+		}
+		if round%2 == 0 { // each listing, in turn, the first read after
+			checkHeld()
+			checkHosts()
+		} else {
+			checkHosts()
+			checkHeld()
+		}
+		c.WaitHealthy(lagging, 30*time.Second)
+	}
+}
+
+// laggingNode is the index of a node of c that leads none of streams and
+// not the cluster's metadata: one that can be stopped while writes to
+// them go on. A stream's leader is asked to step down until there is one.
+func laggingNode(t *testing.T, c *testharness.NATSCluster, streams ...string) int {
+	t.Helper()
+	nc, err := nats.Connect(strings.Join(c.URLs(), ","))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := nc.JetStream()
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		leaders := map[string]bool{c.MetaLeader(): true}
+		for _, stream := range streams {
+			if info, err := js.StreamInfo(stream); err == nil && info.Cluster != nil {
+				leaders[info.Cluster.Leader] = true
+			}
+		}
+		if !leaders[""] {
+			for i, n := range c.Nodes {
+				if !leaders[n.Name] {
+					return i
+				}
+			}
+			// Every node leads something: another leader, then.
+			nc.Request("$JS.API.STREAM.LEADER.STEPDOWN."+streams[0], nil, 5*time.Second)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no node free of the leaders of %v and of the metadata after 30 s", streams)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
 // nextRidingOut is co.Next tried again for up to 30 s while the fleet is
 // unavailable, as a host's loop does: a cluster just formed may not have
 // elected its consumer's leader yet ("no responders", CI18).

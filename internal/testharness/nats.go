@@ -1,6 +1,7 @@
 package testharness
 
 import (
+	"encoding/json"
 	"fmt"
 	"net"
 	"net/http"
@@ -181,6 +182,29 @@ func (c *NATSCluster) Kill(i int) {
 // Stop and Cont SIGSTOP and SIGCONT node i: to its peers, a partition.
 func (c *NATSCluster) Stop(i int) { c.Nodes[i].cmd.Process.Signal(syscall.SIGSTOP) }
 func (c *NATSCluster) Cont(i int) { c.Nodes[i].cmd.Process.Signal(syscall.SIGCONT) }
+
+// MetaLeader is the node that leads the cluster's JetStream metadata, as
+// the first node that answers says ("" if none knows).
+func (c *NATSCluster) MetaLeader() string {
+	hc := http.Client{Timeout: time.Second}
+	for _, n := range c.Nodes {
+		resp, err := hc.Get(fmt.Sprintf("http://127.0.0.1:%d/jsz", n.HTTP))
+		if err != nil {
+			continue
+		}
+		var jsz struct {
+			Meta *struct {
+				Leader string `json:"leader"`
+			} `json:"meta_cluster"`
+		}
+		err = json.NewDecoder(resp.Body).Decode(&jsz)
+		resp.Body.Close()
+		if err == nil && jsz.Meta != nil && jsz.Meta.Leader != "" {
+			return jsz.Meta.Leader
+		}
+	}
+	return ""
+}
 
 // WaitHealthy waits until node i reports JetStream healthy.
 func (c *NATSCluster) WaitHealthy(i int, within time.Duration) {

@@ -781,9 +781,11 @@ func (f *JetStream) Release(ctx context.Context, host, id string) error {
 	if f.marks == nil {
 		return errNoMarks
 	}
-	err := f.marks.Delete(c, f.heldKey(host, id))
-	if errors.Is(err, jetstream.ErrKeyNotFound) {
-		return nil
+	// Purged from the stream, not deleted: a deleted key keeps a marker,
+	// which Held's listing would have to read to leave out.
+	s, err := f.js.Stream(c, "KV_"+f.marks.Bucket())
+	if err == nil {
+		err = s.Purge(c, jetstream.WithPurgeSubject("$KV."+f.marks.Bucket()+"."+f.heldKey(host, id)))
 	}
 	return classify(err)
 }
@@ -795,17 +797,13 @@ func (f *JetStream) Held(ctx context.Context, host string) ([]Claim, error) {
 	if f.marks == nil {
 		return nil, errNoMarks
 	}
-	l, err := f.marks.ListKeysFiltered(c, "held."+host+".>")
+	prefix := "held." + host + "."
+	marks, err := f.leaderEntries(c, f.marks, prefix+">")
 	if err != nil {
-		if errors.Is(err, jetstream.ErrNoKeysFound) {
-			return nil, nil
-		}
 		return nil, fmt.Errorf("fleet: list the jobs %s holds: %w", host, classify(err))
 	}
-	defer l.Stop()
 	var held []Claim
-	prefix := "held." + host + "."
-	for k := range l.Keys() {
+	for k := range marks {
 		rest := strings.TrimPrefix(k, prefix)
 		if tenant, key, ok := strings.Cut(rest, "."); ok {
 			held = append(held, Claim{Tenant: tenant, ID: idOfKey(key)})
@@ -813,11 +811,86 @@ func (f *JetStream) Held(ctx context.Context, host string) ([]Claim, error) {
 			held = append(held, Claim{ID: idOfKey(rest)})
 		}
 	}
-	if c.Err() != nil {
-		return nil, fmt.Errorf("fleet: list the jobs %s holds: %w", host, classify(c.Err()))
-	}
 	slices.SortFunc(held, func(a, b Claim) int { return strings.Compare(a.Tenant+"/"+a.ID, b.Tenant+"/"+b.ID) })
 	return held, nil
+}
+
+// leaderEntries are kv's keys matching filter (a key pattern) and their
+// values, as the leader of kv's stream holds them; deleted and purged
+// keys are left out. What a host lists must include every write it saw
+// acknowledged, and only the leader is sure to have applied those: a KV
+// listing is an ephemeral consumer, which the servers place on any
+// replica, and a KV get is a direct get, which any replica that counts
+// itself current answers; either may come from one still catching up
+// (TestFleetListingsAreTheLeaders). A stream's info, and a message get
+// that is not direct, are answered by its leader alone. A listing costs
+// a request per key: it is for the few keys a host holds or the hosts.
+func (f *JetStream) leaderEntries(ctx context.Context, kv jetstream.KeyValue, filter string) (map[string][]byte, error) {
+	name, prefix := "KV_"+kv.Bucket(), "$KV."+kv.Bucket()+"."
+	s, err := f.js.Stream(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	info, err := s.Info(ctx, jetstream.WithSubjectFilter(prefix+filter))
+	if err != nil {
+		return nil, err
+	}
+	out := make(map[string][]byte, len(info.State.Subjects))
+	for subject := range info.State.Subjects {
+		hdr, data, err := f.leaderLast(ctx, name, subject)
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			continue // gone since listed
+		}
+		if err != nil {
+			return nil, err
+		}
+		if op := hdr.Get("KV-Operation"); op == "DEL" || op == "PURGE" || hdr.Get(jetstream.MarkerReasonHeader) != "" {
+			continue
+		}
+		out[strings.TrimPrefix(subject, prefix)] = data
+	}
+	return out, nil
+}
+
+// leaderLast is the last message on subject in stream, read from the
+// stream's leader ($JS.API.STREAM.MSG.GET, which the jetstream package
+// makes a direct get when the stream allows those, as KV streams do).
+func (f *JetStream) leaderLast(ctx context.Context, stream, subject string) (nats.Header, []byte, error) {
+	req, err := json.Marshal(struct {
+		LastBySubject string `json:"last_by_subj"`
+	}{subject})
+	if err != nil {
+		return nil, nil, err
+	}
+	m, err := f.nc.RequestWithContext(ctx, "$JS.API.STREAM.MSG.GET."+stream, req)
+	if err != nil {
+		return nil, nil, err
+	}
+	var resp struct {
+		Error   *jetstream.APIError `json:"error"`
+		Message *struct {
+			Header []byte `json:"hdrs"`
+			Data   []byte `json:"data"`
+		} `json:"message"`
+	}
+	if err := json.Unmarshal(m.Data, &resp); err != nil {
+		return nil, nil, fmt.Errorf("the answer to a get of %s in %s: %w", subject, stream, err)
+	}
+	switch {
+	case resp.Error != nil && resp.Error.ErrorCode == jetstream.JSErrCodeMessageNotFound:
+		return nil, nil, jetstream.ErrMsgNotFound
+	case resp.Error != nil:
+		return nil, nil, resp.Error
+	case resp.Message == nil:
+		return nil, nil, fmt.Errorf("the answer to a get of %s in %s has no message", subject, stream)
+	}
+	hdr := nats.Header{}
+	if len(resp.Message.Header) > 0 {
+		if hdr, err = nats.DecodeHeadersMsg(resp.Message.Header); err != nil {
+			return nil, nil, fmt.Errorf("the headers of %s in %s: %w", subject, stream, err)
+		}
+	}
+	return hdr, resp.Message.Data, nil
 }
 
 // errNoMarks: a tenant's submitter does not see the hosts' held marks.
@@ -942,22 +1015,14 @@ func (f *JetStream) Heartbeat(ctx context.Context, h Host) error {
 func (f *JetStream) Hosts(ctx context.Context) ([]Host, error) {
 	c, cancel := context.WithTimeout(ctx, 4*f.opt.CallTimeout)
 	defer cancel()
-	l, err := f.hosts.ListKeys(c)
+	beats, err := f.leaderEntries(c, f.hosts, ">")
 	if err != nil {
-		if errors.Is(err, jetstream.ErrNoKeysFound) {
-			return nil, nil
-		}
 		return nil, fmt.Errorf("fleet: list hosts: %w", classify(err))
 	}
-	defer l.Stop()
 	var out []Host
-	for k := range l.Keys() {
-		e, err := f.hosts.Get(c, k)
-		if err != nil {
-			continue // gone since listed
-		}
+	for _, v := range beats {
 		var h Host
-		if json.Unmarshal(e.Value(), &h) == nil && h.Schema == HostSchema {
+		if json.Unmarshal(v, &h) == nil && h.Schema == HostSchema {
 			out = append(out, h)
 		}
 	}
