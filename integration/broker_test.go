@@ -8,9 +8,12 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"github.com/containerd/errdefs"
+	"github.com/moby/moby/api/types/container"
 	"github.com/moby/moby/client"
 
 	"github.com/sandboxd/sandboxd/internal/broker"
@@ -405,6 +408,72 @@ func TestSameJobTwiceConflictsWhileRunning(t *testing.T) {
 		t.Fatalf("first run: %s (%s)", r.Status, r.Cause)
 	}
 	assertGone(t, j)
+}
+
+// A restarted process runs a job dispatched with no container bound
+// (Hooks.ReclaimName), and meets the create the killed process sent, landed
+// after the restart freed the job's name: a container of the job, created,
+// never started. It is removed and the job runs once. A container of the
+// job that started is never taken: that run is refused.
+func TestAReclaimedNameOnTheEngine(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	t.Run("a create that landed late", func(t *testing.T) {
+		j := newJob(t, sh("echo ran"), nil)
+		created, release, first := make(chan string, 1), make(chan struct{}), make(chan error, 1)
+		go func() {
+			// The killed process: its create landed; its binding never did.
+			_, err := env.Broker.RunWithHooks(ctx, j, broker.Hooks{OnCreated: func(_ context.Context, id string) error {
+				created <- id
+				<-release
+				return errors.New("killed before the binding was durable")
+			}})
+			first <- err
+		}()
+		end := sync.OnceFunc(func() { close(release); <-first }) // the first run ends, removing what it made
+		t.Cleanup(end)
+		var left string
+		select {
+		case left = <-created:
+		case <-time.After(time.Minute):
+			t.Fatal("the first create did not land within a minute")
+		}
+		res, err := env.Broker.RunWithHooks(ctx, j, broker.Hooks{ReclaimName: true})
+		if err != nil || res.Status != sandbox.StatusSucceeded || !strings.Contains(stdout(t, res), "ran") {
+			t.Fatalf("the run after the restart: %s (%s), %v; want it run", res.Status, res.Cause, err)
+		}
+		if _, err := env.Eng.ContainerInspect(ctx, left, client.ContainerInspectOptions{}); !errdefs.IsNotFound(err) {
+			t.Errorf("the container the killed process left: %v, want removed", err)
+		}
+		end()
+		assertGone(t, j)
+	})
+	t.Run("a container of the job that started", func(t *testing.T) {
+		j := newJob(t, sh("sleep 3"), nil)
+		done := make(chan sandbox.Result, 1)
+		go func() {
+			r, _ := env.Broker.Run(ctx, j)
+			done <- r
+		}()
+		deadline := time.Now().Add(30 * time.Second)
+		for {
+			cs, _ := env.Eng.ContainerList(ctx, client.ContainerListOptions{All: true, Filters: make(client.Filters).Add("label", broker.LabelJob+"="+j.ID)})
+			if len(cs.Items) > 0 && cs.Items[0].State == container.StateRunning {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatal("the job's container did not start within 30 s")
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+		if _, err := env.Broker.RunWithHooks(ctx, j, broker.Hooks{ReclaimName: true}); !errors.Is(err, sandbox.ErrConflict) {
+			t.Errorf("a second run, with ReclaimName, of a job running: %v, want ErrConflict", err)
+		}
+		if r := <-done; r.Status != sandbox.StatusSucceeded {
+			t.Fatalf("the first run: %s (%s), want it undisturbed", r.Status, r.Cause)
+		}
+		assertGone(t, j)
+	})
 }
 
 // lyingEngine reports an inspected container that differs from what the

@@ -10,6 +10,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -659,6 +660,97 @@ func TestFakeEngineRefusesAConflictingJob(t *testing.T) {
 	}
 	if eng.Container(c.ID) == nil {
 		t.Errorf("the existing container was removed")
+	}
+}
+
+// A job a restart queued again, dispatched with no container bound
+// (Hooks.ReclaimName): a create or rename the killed process sent may land
+// after the restart freed the job's container name. What that process
+// left there (a container of the job that never started, a sandbox an
+// earlier process kept ready) is removed and the job runs once; without
+// the proof, or with anything else of the name, the run is refused and
+// the container kept.
+func TestAReclaimedNameTakesOnlyWhatTheDispatcherLeft(t *testing.T) {
+	neverStarted := func(t *testing.T, b *Broker, eng *enginefake.Engine, job sandbox.Job) *enginefake.Container {
+		return jobContainer(t, b, eng, job, time.Now().Add(time.Hour))
+	}
+	ranAndExited := func(t *testing.T, b *Broker, eng *enginefake.Engine, job sandbox.Job) *enginefake.Container {
+		c := neverStarted(t, b, eng, job)
+		c.SetState(exitedState(0))
+		return c
+	}
+	running := container.State{Status: container.StateRunning, Running: true, StartedAt: time.Now().UTC().Format(time.RFC3339Nano)}
+	keptReadyBy := func(generation string) func(*testing.T, *Broker, *enginefake.Engine, sandbox.Job) *enginefake.Container {
+		return func(t *testing.T, b *Broker, eng *enginefake.Engine, job sandbox.Job) *enginefake.Container {
+			if _, err := b.ensureShim(context.Background(), job.Image); err != nil {
+				t.Fatal(err)
+			}
+			spec := b.containerSpec(b.planFor(&job, map[string]string{
+				LabelBroker: b.cfg.Name, LabelRole: rolePool, LabelPool: generation, LabelPoolKey: "k", LabelStream: "s",
+			}))
+			spec.Name = ContainerName(b.cfg.Name, job.ID, job.Digest) // renamed to the job's
+			created, err := eng.ContainerCreate(context.Background(), spec)
+			if err != nil {
+				t.Fatal(err)
+			}
+			c := eng.Container(created.ID)
+			c.SetState(running)
+			return c
+		}
+	}
+	otherBroker := func(t *testing.T, b *Broker, eng *enginefake.Engine, job sandbox.Job) *enginefake.Container {
+		c := keptReadyBy("an-earlier-generation")(t, b, eng, job)
+		c.Config.Labels[LabelBroker] = "another-broker"
+		return c
+	}
+	cases := []struct {
+		name    string
+		plant   func(*testing.T, *Broker, *enginefake.Engine, sandbox.Job) *enginefake.Container
+		reclaim bool
+		wantRun bool
+		pooled  bool // the job takes a pooled sandbox: its rename meets the name
+	}{
+		{"a create of the job that never started", neverStarted, true, true, false},
+		{"an earlier process's sandbox kept ready", keptReadyBy("an-earlier-generation"), true, true, false},
+		{"a create met by a pooled sandbox's rename", neverStarted, true, true, true},
+		{"without the caller's proof", neverStarted, false, false, false},
+		{"without the caller's proof, met by a rename", neverStarted, false, false, true},
+		{"a container of the job that started", ranAndExited, true, false, false},
+		{"another broker's sandbox", otherBroker, true, false, false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			b, eng := newFakeBroker(t, 0)
+			if tc.pooled {
+				b, eng = newFakeBroker(t, 1)
+				runJob(t, b, fakeJob(t, "job-0")) // the pool learns the shape
+				waitPool(b)
+			}
+			job := fakeJob(t, "job-1")
+			planted := tc.plant(t, b, eng, job)
+			before := len(eng.Calls())
+			res, err := b.RunWithHooks(context.Background(), job, Hooks{ReclaimName: tc.reclaim})
+			if !tc.wantRun {
+				if !errors.Is(err, sandbox.ErrConflict) || eng.Container(planted.ID) == nil {
+					t.Fatalf("got %v (container kept: %v), want the run refused as a conflict and the container kept", err, eng.Container(planted.ID) != nil)
+				}
+				for _, c := range eng.Calls()[before:] {
+					if strings.HasPrefix(c, "ContainerStart ") {
+						t.Errorf("%s, want no start", c)
+					}
+				}
+				return
+			}
+			if err != nil || res.Status != sandbox.StatusSucceeded {
+				t.Fatalf("got %s (%s), %v; want the job run", res.Status, res.Cause, err)
+			}
+			if eng.Container(planted.ID) != nil {
+				t.Error("what the earlier process left is still there")
+			}
+			if renamed := slices.ContainsFunc(eng.Calls()[before:], func(c string) bool { return strings.HasPrefix(c, "ContainerRename ") }); renamed != tc.pooled {
+				t.Errorf("a pooled sandbox renamed: %v, want %v", renamed, tc.pooled)
+			}
+		})
 	}
 }
 

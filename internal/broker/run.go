@@ -252,9 +252,16 @@ func (r *run) bindPooled(ctx context.Context, c *pooled, spec client.ContainerCr
 	if err != nil {
 		return client.HijackedResponse{}, err
 	}
-	cctx, cancel := context.WithTimeout(ctx, b.cfg.EngineTimeout)
-	_, err = b.eng.ContainerRename(cctx, c.id, client.ContainerRenameOptions{NewName: spec.Name})
-	cancel()
+	rename := func() error {
+		cctx, cancel := context.WithTimeout(ctx, b.cfg.EngineTimeout)
+		defer cancel()
+		_, err := b.eng.ContainerRename(cctx, c.id, client.ContainerRenameOptions{NewName: spec.Name})
+		return err
+	}
+	err = rename()
+	if errdefs.IsConflict(err) && r.reclaimName(ctx, spec.Name) {
+		err = rename()
+	}
 	if errdefs.IsConflict(err) {
 		return client.HijackedResponse{}, fmt.Errorf("container %s already exists: %w", spec.Name, sandbox.ErrConflict)
 	}
@@ -285,9 +292,15 @@ func (r *run) startCold(ctx context.Context, spec client.ContainerCreateOptions)
 	b := r.b
 	var none client.HijackedResponse
 	r.nonce = spec.Config.Labels[LabelStream]
-	cctx, cancel := context.WithTimeout(ctx, b.cfg.EngineTimeout)
-	created, err := b.eng.ContainerCreate(cctx, spec)
-	cancel()
+	create := func() (client.ContainerCreateResult, error) {
+		cctx, cancel := context.WithTimeout(ctx, b.cfg.EngineTimeout)
+		defer cancel()
+		return b.eng.ContainerCreate(cctx, spec)
+	}
+	created, err := create()
+	if errdefs.IsConflict(err) && r.reclaimName(ctx, spec.Name) {
+		created, err = create()
+	}
 	if errdefs.IsConflict(err) {
 		return none, fmt.Errorf("container %s already exists: %w", spec.Name, sandbox.ErrConflict)
 	}
@@ -322,7 +335,7 @@ func (r *run) startCold(ctx context.Context, spec client.ContainerCreateOptions)
 		}
 	}
 
-	cctx, cancel = context.WithTimeout(ctx, b.cfg.EngineTimeout)
+	cctx, cancel := context.WithTimeout(ctx, b.cfg.EngineTimeout)
 	insp, err := b.eng.ContainerInspect(cctx, created.ID, client.ContainerInspectOptions{})
 	cancel()
 	if err != nil {
@@ -351,6 +364,40 @@ func (r *run) startCold(ctx context.Context, spec client.ContainerCreateOptions)
 		r.hooks.OnStarted(created.ID, r.res.StartedAt)
 	}
 	return att.HijackedResponse, nil
+}
+
+// reclaimName removes the container of the job's name that a create (or
+// a rename) left, sent by the process that dispatched the job and landed
+// after a restart freed the name (Hooks.ReclaimName); it reports whether
+// it removed one, for the caller to try once more. A container of this
+// job that started, or one that is not this broker's, is kept: the
+// caller's proof does not cover it.
+func (r *run) reclaimName(ctx context.Context, name string) bool {
+	b, j := r.b, r.job
+	if !r.hooks.ReclaimName {
+		return false
+	}
+	cctx, cancel := context.WithTimeout(ctx, b.cfg.EngineTimeout)
+	insp, err := b.eng.ContainerInspect(cctx, name, client.ContainerInspectOptions{})
+	cancel()
+	if err != nil || insp.Container.Config == nil || insp.Container.State == nil {
+		return false
+	}
+	c, labels := insp.Container, insp.Container.Config.Labels
+	neverStarted := labels[LabelJob] == j.ID && labels[LabelJobDigest] == j.Digest && labels[LabelBroker] == b.cfg.Name &&
+		c.State.Status == container.StateCreated
+	keptReady := labels[LabelRole] == rolePool && labels[LabelBroker] == b.cfg.Name && labels[LabelJob] == "" &&
+		(b.pool == nil || labels[LabelPool] != b.pool.gen)
+	if !neverStarted && !keptReady {
+		r.log.Warn("a container of the job's name is not what the process that dispatched it left; kept", "container_id", c.ID, "state", c.State.Status)
+		return false
+	}
+	removed, err := b.removeFound(c.ID)
+	if removed {
+		r.log.Info("removed a container of the job's name that an earlier process's engine call left after the restart; the job never ran in it",
+			"container_id", c.ID, "pooled", keptReady)
+	}
+	return removed && err == nil
 }
 
 // prepareInputs makes the helper volume and every read-only input's volume

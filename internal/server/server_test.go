@@ -40,6 +40,8 @@ type fakeBroker struct {
 	removed   []string
 	// populating counts the populate containers an earlier process left.
 	populating int
+	// reclaim are the jobs run with Hooks.ReclaimName.
+	reclaim []string
 	// removeUnboundErr is what RemoveUnboundContainer answers.
 	removeUnboundErr error
 	bindings         map[string]broker.Binding
@@ -102,6 +104,9 @@ func fakeStdout(id string) string   { return sandbox.DigestBytes([]byte("stdout 
 func (f *fakeBroker) RunWithHooks(ctx context.Context, job sandbox.Job, h broker.Hooks) (sandbox.Result, error) {
 	f.mu.Lock()
 	f.runs[job.ID]++
+	if h.ReclaimName {
+		f.reclaim = append(f.reclaim, job.ID)
+	}
 	gate := f.gates[job.ID]
 	f.mu.Unlock()
 	f.enter(job.ID, true)
@@ -506,6 +511,11 @@ func TestRecoveryNeverRunsTwice(t *testing.T) {
 	// removed before it ran.
 	if !slices.Contains(fb.removed, "name:r-dispatched") {
 		t.Errorf("removed %v, want the container named after r-dispatched", fb.removed)
+	}
+	// Its run may meet a create still in flight when the daemon was
+	// killed: it may reclaim the name; a job never dispatched may not.
+	if !slices.Equal(fb.reclaim, []string{"r-dispatched"}) {
+		t.Errorf("runs that may reclaim the job's container name: %v, want r-dispatched's only", fb.reclaim)
 	}
 	wantRecovered := map[string]string{"r-created": "c-r-created", "r-started": "c-r-started", "r-lost-id": "c-lost"}
 	for id, c := range wantRecovered {
