@@ -820,77 +820,88 @@ func (f *JetStream) Held(ctx context.Context, host string) ([]Claim, error) {
 // keys are left out. What a host lists must include every write it saw
 // acknowledged, and only the leader is sure to have applied those: a KV
 // listing is an ephemeral consumer, which the servers place on any
-// replica, and a KV get is a direct get, which any replica that counts
-// itself current answers; either may come from one still catching up
-// (TestFleetListingsAreTheLeaders). A stream's info, and a message get
-// that is not direct, are answered by its leader alone. A listing costs
-// a request per key: it is for the few keys a host holds or the hosts.
+// replica, a KV get is a direct get, which any replica that counts
+// itself current answers, and a stream's info is answered by a follower
+// while the stream has no leader. Either may come from a replica still
+// catching up (TestFleetListingsAreTheLeaders). A message get that is
+// not direct is answered by the leader alone (and refused while there is
+// none), so the listing is a walk of such gets, each the next message
+// under the filter; a bucket keeps one message per key. It costs a
+// request per key: it is for the few claims a host holds, and the hosts.
 func (f *JetStream) leaderEntries(ctx context.Context, kv jetstream.KeyValue, filter string) (map[string][]byte, error) {
 	name, prefix := "KV_"+kv.Bucket(), "$KV."+kv.Bucket()+"."
-	s, err := f.js.Stream(ctx, name)
-	if err != nil {
-		return nil, err
-	}
-	info, err := s.Info(ctx, jetstream.WithSubjectFilter(prefix+filter))
-	if err != nil {
-		return nil, err
-	}
-	out := make(map[string][]byte, len(info.State.Subjects))
-	for subject := range info.State.Subjects {
-		hdr, data, err := f.leaderLast(ctx, name, subject)
+	out := map[string][]byte{}
+	for seq := uint64(0); ; {
+		m, err := f.leaderGet(ctx, name, msgGet{Seq: seq, NextBySubject: prefix + filter})
 		if errors.Is(err, jetstream.ErrMsgNotFound) {
-			continue // gone since listed
+			return out, nil
 		}
 		if err != nil {
 			return nil, err
 		}
-		if op := hdr.Get("KV-Operation"); op == "DEL" || op == "PURGE" || hdr.Get(jetstream.MarkerReasonHeader) != "" {
-			continue
+		key := strings.TrimPrefix(m.Subject, prefix)
+		if op := m.Header.Get("KV-Operation"); op == "DEL" || op == "PURGE" || m.Header.Get(jetstream.MarkerReasonHeader) != "" {
+			delete(out, key) // written again since an earlier message of the walk
+		} else {
+			out[key] = m.Data
 		}
-		out[strings.TrimPrefix(subject, prefix)] = data
+		seq = m.Sequence + 1
 	}
-	return out, nil
 }
 
-// leaderLast is the last message on subject in stream, read from the
-// stream's leader ($JS.API.STREAM.MSG.GET, which the jetstream package
-// makes a direct get when the stream allows those, as KV streams do).
-func (f *JetStream) leaderLast(ctx context.Context, stream, subject string) (nats.Header, []byte, error) {
-	req, err := json.Marshal(struct {
-		LastBySubject string `json:"last_by_subj"`
-	}{subject})
+// msgGet is a request of $JS.API.STREAM.MSG.GET.
+type msgGet struct {
+	Seq           uint64 `json:"seq,omitempty"`
+	NextBySubject string `json:"next_by_subj,omitempty"`
+}
+
+// storedMsg is a message a get answered.
+type storedMsg struct {
+	Subject  string
+	Sequence uint64
+	Header   nats.Header
+	Data     []byte
+}
+
+// leaderGet reads a message of stream from the stream's leader
+// ($JS.API.STREAM.MSG.GET, which the jetstream package makes a direct get
+// when the stream allows those, as KV streams do).
+func (f *JetStream) leaderGet(ctx context.Context, stream string, req msgGet) (storedMsg, error) {
+	body, err := json.Marshal(req)
 	if err != nil {
-		return nil, nil, err
+		return storedMsg{}, err
 	}
-	m, err := f.nc.RequestWithContext(ctx, "$JS.API.STREAM.MSG.GET."+stream, req)
+	m, err := f.nc.RequestWithContext(ctx, "$JS.API.STREAM.MSG.GET."+stream, body)
 	if err != nil {
-		return nil, nil, err
+		return storedMsg{}, err
 	}
 	var resp struct {
 		Error   *jetstream.APIError `json:"error"`
 		Message *struct {
-			Header []byte `json:"hdrs"`
-			Data   []byte `json:"data"`
+			Subject  string `json:"subject"`
+			Sequence uint64 `json:"seq"`
+			Header   []byte `json:"hdrs"`
+			Data     []byte `json:"data"`
 		} `json:"message"`
 	}
 	if err := json.Unmarshal(m.Data, &resp); err != nil {
-		return nil, nil, fmt.Errorf("the answer to a get of %s in %s: %w", subject, stream, err)
+		return storedMsg{}, fmt.Errorf("the answer to a get in %s: %w", stream, err)
 	}
 	switch {
 	case resp.Error != nil && resp.Error.ErrorCode == jetstream.JSErrCodeMessageNotFound:
-		return nil, nil, jetstream.ErrMsgNotFound
+		return storedMsg{}, jetstream.ErrMsgNotFound
 	case resp.Error != nil:
-		return nil, nil, resp.Error
-	case resp.Message == nil:
-		return nil, nil, fmt.Errorf("the answer to a get of %s in %s has no message", subject, stream)
+		return storedMsg{}, resp.Error
+	case resp.Message == nil || resp.Message.Sequence == 0:
+		return storedMsg{}, fmt.Errorf("the answer to a get in %s has no message", stream)
 	}
-	hdr := nats.Header{}
+	out := storedMsg{Subject: resp.Message.Subject, Sequence: resp.Message.Sequence, Header: nats.Header{}, Data: resp.Message.Data}
 	if len(resp.Message.Header) > 0 {
-		if hdr, err = nats.DecodeHeadersMsg(resp.Message.Header); err != nil {
-			return nil, nil, fmt.Errorf("the headers of %s in %s: %w", subject, stream, err)
+		if out.Header, err = nats.DecodeHeadersMsg(resp.Message.Header); err != nil {
+			return storedMsg{}, fmt.Errorf("the headers of message %d in %s: %w", out.Sequence, stream, err)
 		}
 	}
-	return hdr, resp.Message.Data, nil
+	return out, nil
 }
 
 // errNoMarks: a tenant's submitter does not see the hosts' held marks.
