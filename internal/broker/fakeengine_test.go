@@ -415,6 +415,14 @@ func TestRecoveryDecisions(t *testing.T) {
 			eng.Inspect = func(r *container.InspectResponse) { r.HostConfig.Privileged = true }
 			return c.ID
 		}, sandbox.StatusUncertain, "inspected container setting Privileged", false},
+		{"said created with a start time, no log: uncertain, never run again", func(t *testing.T, b *Broker, eng *enginefake.Engine, job sandbox.Job) string {
+			// An engine that reports a started container as created (the
+			// containerd engine did, for one whose task it could not read)
+			// is not taken at its word: the job is not proven unrun.
+			c := jobContainer(t, b, eng, job, time.Now().Add(time.Hour))
+			c.SetState(container.State{Status: container.StateCreated, StartedAt: time.Now().UTC().Format(time.RFC3339Nano)})
+			return c.ID
+		}, sandbox.StatusUncertain, "", false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

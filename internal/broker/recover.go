@@ -79,6 +79,17 @@ func (b *Broker) Recover(ctx context.Context, job sandbox.Job, containerID strin
 	return b.RecoverWithHooks(ctx, job, Binding{ContainerID: containerID}, Hooks{})
 }
 
+// neverStarted says the engine reports a container that was never
+// started: created, and with no start time (Docker's zero time for one
+// never started; the containerd engine's start label).
+func neverStarted(s *container.State) bool {
+	if s == nil || s.Status != container.StateCreated {
+		return false
+	}
+	t, err := time.Parse(time.RFC3339Nano, s.StartedAt)
+	return s.StartedAt == "" || (err == nil && t.IsZero())
+}
+
 // Binding is what the caller made durable of a job's container through
 // Hooks: its id (OnCreated) and when the job started in it (OnStarted).
 type Binding struct {
@@ -206,7 +217,7 @@ func (r *run) recover(ctx context.Context, bind Binding) error {
 	}
 	r.res.Security = sec
 	r.nonce = c.Config.Labels[LabelStream]
-	if c.State.Status == container.StateCreated {
+	if neverStarted(c.State) {
 		return fmt.Errorf("the broker stopped before the container started: %w", ErrNotRun)
 	}
 	if t, err := time.Parse(time.RFC3339Nano, c.State.StartedAt); err == nil {

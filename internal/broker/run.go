@@ -380,15 +380,22 @@ func (r *run) reclaimName(ctx context.Context, name string) bool {
 	cctx, cancel := context.WithTimeout(ctx, b.cfg.EngineTimeout)
 	insp, err := b.eng.ContainerInspect(cctx, name, client.ContainerInspectOptions{})
 	cancel()
+	if isNotFound(err) {
+		// Gone since the conflict; or, on containerd, a name an earlier
+		// process's create took and never recorded a container under,
+		// which a removal by the name frees (as RemoveUnboundContainer).
+		_, err := b.removeFound(name)
+		return err == nil
+	}
 	if err != nil || insp.Container.Config == nil || insp.Container.State == nil {
 		return false
 	}
 	c, labels := insp.Container, insp.Container.Config.Labels
-	neverStarted := labels[LabelJob] == j.ID && labels[LabelJobDigest] == j.Digest && labels[LabelBroker] == b.cfg.Name &&
-		c.State.Status == container.StateCreated
+	created := labels[LabelJob] == j.ID && labels[LabelJobDigest] == j.Digest && labels[LabelBroker] == b.cfg.Name &&
+		neverStarted(c.State)
 	keptReady := labels[LabelRole] == rolePool && labels[LabelBroker] == b.cfg.Name && labels[LabelJob] == "" &&
 		(b.pool == nil || labels[LabelPool] != b.pool.gen)
-	if !neverStarted && !keptReady {
+	if !created && !keptReady {
 		r.log.Warn("a container of the job's name is not what the process that dispatched it left; kept", "container_id", c.ID, "state", c.State.Status)
 		return false
 	}

@@ -657,7 +657,12 @@ func (e *Engine) ContainerList(ctx context.Context, opts client.ContainerListOpt
 		if err != nil || !matchLabels(info.Labels, want) {
 			continue
 		}
-		state := e.state(ctx, info)
+		state, err := e.state(ctx, info)
+		if err != nil {
+			// Listed all the same: one task that cannot be read must not
+			// hide the others. Inspecting it fails.
+			state = &container.State{Status: "unknown"}
+		}
 		if !opts.All && !state.Running {
 			continue
 		}
@@ -682,15 +687,26 @@ func userLabels(l map[string]string) map[string]string {
 }
 
 // state is the container's state as Docker reports it, from its record
-// and one read of its task.
-func (e *Engine) state(ctx context.Context, info containers.Container) *container.State {
+// and one read of its task. Recovery reads "created" as "never started"
+// (the job provably never ran), so a container with no task is created
+// only if it was never started (no start label); one that was started
+// and has no task (deleted after a failed start, lost with containerd's
+// state) is dead: how it ended is not known. A task that cannot be read
+// is an error, never a state.
+func (e *Engine) state(ctx context.Context, info containers.Container) (*container.State, error) {
 	s := &container.State{Status: container.StateCreated, StartedAt: "0001-01-01T00:00:00Z", FinishedAt: "0001-01-01T00:00:00Z"}
 	if v := info.Labels[labelStarted]; v != "" {
 		s.StartedAt = v
 	}
 	st, pid, err := e.taskStatus(ctx, info.ID)
-	if err != nil {
-		return s
+	switch {
+	case errdefs.IsNotFound(err) && info.Labels[labelStarted] != "":
+		s.Status = container.StateDead
+		return s, nil
+	case errdefs.IsNotFound(err):
+		return s, nil
+	case err != nil:
+		return nil, fmt.Errorf("container %s: read its task: %w", info.ID, err)
 	}
 	s.Pid = int(pid)
 	switch st.Status {
@@ -706,7 +722,7 @@ func (e *Engine) state(ctx context.Context, info containers.Container) *containe
 	default:
 		s.Status = container.StateDead
 	}
-	return s
+	return s, nil
 }
 
 // oomKilled reads the task's memory cgroup (it stays until the task is

@@ -51,7 +51,9 @@ func (e *Engine) ContainerInspect(ctx context.Context, id string, _ client.Conta
 	insp.ID = info.ID
 	insp.Name = "/" + info.Labels[labelName]
 	insp.Created = info.CreatedAt.UTC().Format(time.RFC3339Nano)
-	insp.State = e.state(ctx, info)
+	if insp.State, err = e.state(ctx, info); err != nil {
+		return client.ContainerInspectResult{}, err
+	}
 	return client.ContainerInspectResult{Container: insp}, nil
 }
 

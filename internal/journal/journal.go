@@ -58,6 +58,11 @@ type Record struct {
 	// ("" in records of a daemon without tenants, or of a journal from
 	// before they were kept: such a job is an admin's alone).
 	Tenant string `json:"tenant,omitempty"`
+	// Requeued counts the times a restart proved the job never ran and
+	// made it accepted again (NotRun). Its next run may meet a container
+	// of its name that an earlier process's engine call left
+	// (broker.Hooks.ReclaimName).
+	Requeued int `json:"requeued,omitempty"`
 }
 
 // DecodeJob returns the record's sealed job.
@@ -291,6 +296,7 @@ func (j *Journal) NotRun(id string) (Record, error) {
 			return fmt.Errorf("job %s: %s to %s (not run): %w", id, rec.State, Accepted, ErrTransition)
 		}
 		rec.State, rec.ContainerID, rec.StartedAt = Accepted, "", time.Time{}
+		rec.Requeued++
 		return put(b, &rec)
 	})
 	if err != nil {

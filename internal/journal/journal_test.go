@@ -140,6 +140,44 @@ func TestTransitions(t *testing.T) {
 	}
 }
 
+// A job a restart proved never ran goes back to accepted, unbound, and
+// the journal counts it (durably: a second restart before its run still
+// knows an earlier process's create may land under its name).
+func TestNotRunIsCountedDurably(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "j.db")
+	jr, err := Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	job, canon := testJob(t, "requeued", "true")
+	if _, _, err := jr.Accept(job, canon, []byte("r"), time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := jr.NotRun(job.ID); !errors.Is(err, ErrTransition) {
+		t.Fatalf("not run while accepted: %v, want ErrTransition", err)
+	}
+	for range 2 {
+		if _, err := jr.Dispatched(job.ID); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := jr.Created(job.ID, "c1"); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := jr.NotRun(job.ID); err != nil {
+			t.Fatal(err)
+		}
+	}
+	jr.Close()
+	if jr, err = Open(path); err != nil {
+		t.Fatal(err)
+	}
+	defer jr.Close()
+	rec, err := jr.Get(job.ID)
+	if err != nil || rec.State != Accepted || rec.ContainerID != "" || rec.Requeued != 2 {
+		t.Fatalf("after two proofs and a reopen: %s, container %q, requeued %d, %v; want accepted, unbound, 2", rec.State, rec.ContainerID, rec.Requeued, err)
+	}
+}
+
 // The order of acceptance is the journal's own, not the clock's: a clock
 // stepped back between two acceptances does not reorder them, a reopen
 // keeps it, and an idempotent resubmission keeps its place.

@@ -91,8 +91,9 @@ func (s *Server) recover(ctx context.Context) error {
 			// it) is removed, and it runs for the first time. A create
 			// (or rename) still in flight in the engine may land after
 			// this: the run removes what it left and creates again
-			// (broker.Hooks.ReclaimName); anything else of the name
-			// makes it conflict (uncertain), never run twice.
+			// (journal.Record.Requeued, broker.Hooks.ReclaimName);
+			// anything else of the name makes it conflict (uncertain),
+			// never run twice.
 			removed, err := s.cfg.Broker.RemoveUnboundContainer(job)
 			if err != nil {
 				s.m.reconcile.WithLabelValues("uncertain").Inc()
@@ -121,7 +122,7 @@ func (s *Server) recover(ctx context.Context) error {
 	for _, rec := range requeue {
 		s.m.reconcile.WithLabelValues("requeued").Inc()
 		s.log.Info("requeued accepted job", "job_id", rec.ID)
-		s.markRequeued(rec.ID, rec.State == journal.Dispatched) // rec as it was read: not run, unbound
+		s.markRequeued(rec.ID)
 		s.enqueue(rec.ID, false)
 	}
 	return nil
@@ -174,7 +175,7 @@ func (s *Server) startRecovery(rec journal.Record, job sandbox.Job, containerID 
 		rerun := false
 		defer func() {
 			if rerun { // once its slot is free, in its place
-				s.markRequeued(rec.ID, false)
+				s.markRequeued(rec.ID)
 				s.enqueueInOrder(rec)
 			}
 		}()
@@ -283,15 +284,14 @@ func (s *Server) reap(ctx context.Context) error {
 	return nil
 }
 
-// markRequeued notes a job a restart queued again, proven never run here;
-// unbound, that it was dispatched with no container bound.
-func (s *Server) markRequeued(id string, unbound bool) {
+// markRequeued notes a job a restart queued again, proven never run here.
+func (s *Server) markRequeued(id string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.requeued == nil {
 		s.requeued = map[string]bool{}
 	}
-	s.requeued[id] = unbound
+	s.requeued[id] = true
 }
 
 func (s *Server) fleetSilentSince() time.Time {
@@ -310,14 +310,13 @@ func (s *Server) setFleetSilent(at time.Time) {
 // is how long a fleet that did not answer one is not asked again.
 const requeuedReadWait = 10 * time.Second
 
-// takeRequeued reports whether id was queued again by a restart, and
-// whether unbound (markRequeued), once.
-func (s *Server) takeRequeued(id string) (was, unbound bool) {
+// takeRequeued reports whether id was queued again by a restart, once.
+func (s *Server) takeRequeued(id string) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	unbound, was = s.requeued[id]
+	was := s.requeued[id]
 	delete(s.requeued, id)
-	return was, unbound
+	return was
 }
 
 // endedByTheFleet reports whether the fleet no longer has this host run a

@@ -81,8 +81,6 @@ type Server struct {
 	// requeued are the jobs a restart queued again, each proven never run
 	// here (accepted, never dispatched; or dispatched and never started):
 	// on a fleet host, the fleet may have ended one meanwhile (runJob).
-	// The value is true for a job dispatched with no container bound,
-	// whose create the engine may still land (broker.Hooks.ReclaimName).
 	requeued map[string]bool
 	// fleetSilent is when the fleet last failed to answer the read of a
 	// requeued job's record (zero: it answered since); a time with its
@@ -456,7 +454,7 @@ func (s *Server) runJob(id string) {
 	}
 	// Taken here, whatever ends the job below: a mark left behind would
 	// outlive it.
-	requeued, unbound := s.takeRequeued(id)
+	requeued := s.takeRequeued(id)
 	job, err := rec.DecodeJob()
 	if err != nil {
 		s.undecodable(log, rec, err)
@@ -525,7 +523,10 @@ func (s *Server) runJob(id string) {
 		},
 	}
 	hooks.OnCollect = func(step string) { s.fault(step, id) }
-	hooks.ReclaimName = unbound
+	// A job a restart proved never ran (journaled: it survives another
+	// restart before it runs) may meet what an earlier process's create
+	// or rename left under its name.
+	hooks.ReclaimName = rec.Requeued > 0
 	finished, bridge := false, func() {}
 	hooks.OnFinished = func(ctx context.Context, res sandbox.Result) error {
 		// The result is made durable while the container still exists, so

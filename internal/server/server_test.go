@@ -444,7 +444,7 @@ func TestRecoveryNeverRunsTwice(t *testing.T) {
 	at := time.Now().Add(-time.Minute)
 	jobs := map[string]sandbox.Job{}
 	seed := func(jr *journal.Journal) {
-		for _, id := range []string{"r-accepted", "r-dispatched", "r-created", "r-started", "r-lost-id", "r-done"} {
+		for _, id := range []string{"r-accepted", "r-requeued", "r-dispatched", "r-created", "r-started", "r-lost-id", "r-done"} {
 			j := newJob(t, id, "true")
 			jobs[id] = j
 			canon, _ := j.CanonicalJSON()
@@ -460,6 +460,12 @@ func TestRecoveryNeverRunsTwice(t *testing.T) {
 				continue
 			case "r-done":
 				jr.Finish(id, sandbox.StatusFailed, []byte("{}"), at)
+				continue
+			case "r-requeued":
+				// An earlier restart proved it never ran, and the daemon
+				// stopped again before it ran.
+				jr.Dispatched(id)
+				jr.NotRun(id)
 				continue
 			}
 			jr.Dispatched(id)
@@ -480,6 +486,7 @@ func TestRecoveryNeverRunsTwice(t *testing.T) {
 	}, seed)
 	want := map[string]sandbox.Status{
 		"r-accepted":   sandbox.StatusSucceeded, // never dispatched: runs once now
+		"r-requeued":   sandbox.StatusSucceeded, // proven unrun by an earlier restart: runs once now
 		"r-dispatched": sandbox.StatusSucceeded, // no container bound: never ran, runs once now
 		"r-created":    sandbox.StatusSucceeded, // recovered
 		"r-started":    sandbox.StatusSucceeded, // recovered
@@ -504,18 +511,19 @@ func TestRecoveryNeverRunsTwice(t *testing.T) {
 	}
 	fb.mu.Lock()
 	defer fb.mu.Unlock()
-	if fb.runs["r-accepted"] != 1 || fb.runs["r-dispatched"] != 1 || len(fb.runs) != 2 {
-		t.Errorf("got runs %v, want r-accepted and r-dispatched once each", fb.runs)
+	if fb.runs["r-accepted"] != 1 || fb.runs["r-requeued"] != 1 || fb.runs["r-dispatched"] != 1 || len(fb.runs) != 3 {
+		t.Errorf("got runs %v, want r-accepted, r-requeued and r-dispatched once each", fb.runs)
 	}
 	// A container of its name (unlabelled: a pooled sandbox taken) was
 	// removed before it ran.
 	if !slices.Contains(fb.removed, "name:r-dispatched") {
 		t.Errorf("removed %v, want the container named after r-dispatched", fb.removed)
 	}
-	// Its run may meet a create still in flight when the daemon was
-	// killed: it may reclaim the name; a job never dispatched may not.
-	if !slices.Equal(fb.reclaim, []string{"r-dispatched"}) {
-		t.Errorf("runs that may reclaim the job's container name: %v, want r-dispatched's only", fb.reclaim)
+	// Their runs may meet a create still in flight when a daemon was
+	// killed: they may reclaim the name; a job never dispatched may not.
+	slices.Sort(fb.reclaim)
+	if !slices.Equal(fb.reclaim, []string{"r-dispatched", "r-requeued"}) {
+		t.Errorf("runs that may reclaim the job's container name: %v, want r-dispatched's and r-requeued's", fb.reclaim)
 	}
 	wantRecovered := map[string]string{"r-created": "c-r-created", "r-started": "c-r-started", "r-lost-id": "c-lost"}
 	for id, c := range wantRecovered {
