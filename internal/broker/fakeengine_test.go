@@ -251,6 +251,54 @@ func TestPoolTakesAMatchingSandbox(t *testing.T) {
 	}
 }
 
+// A pooled sandbox whose state the engine cannot read serves no job: the
+// job starts cold (before, the job failed).
+func TestPoolSandboxThatCannotBeInspectedIsNotTaken(t *testing.T) {
+	b, eng := newFakeBroker(t, 1)
+	runJob(t, b, fakeJob(t, "job-1"))
+	waitPool(b)
+	pooledID := b.pool.shapes[onlyKey(t, b)].ready[0].id
+	eng.InspectError = func(id string) error {
+		if id == pooledID {
+			return errors.New("task state unreadable")
+		}
+		return nil
+	}
+	res, id := runJob(t, b, fakeJob(t, "job-2"))
+	if res.Status != sandbox.StatusSucceeded || id == pooledID || id == "" {
+		t.Fatalf("got %s (%s) in %q, want succeeded in a cold container", res.Status, res.Cause, id)
+	}
+	if b.stats.PoolDiscarded.Load() != 1 {
+		t.Errorf("got %d discarded, want the uninspectable one", b.stats.PoolDiscarded.Load())
+	}
+}
+
+// One failed read of an exited container's state does not throw away a
+// whole stream: it is read again.
+func TestExitedContainerIsInspectedAgain(t *testing.T) {
+	b, eng := newFakeBroker(t, 0)
+	var mu sync.Mutex
+	seen := map[string]int{}
+	eng.InspectError = func(id string) error {
+		mu.Lock()
+		defer mu.Unlock()
+		seen[id]++
+		if seen[id] == 2 { // the first after the exit (the first is the check before start)
+			return errors.New("task state unreadable")
+		}
+		return nil
+	}
+	res, id := runJob(t, b, fakeJob(t, "job-1"))
+	if res.Status != sandbox.StatusSucceeded {
+		t.Fatalf("got %s (%s), want succeeded", res.Status, res.Cause)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if seen[id] < 3 {
+		t.Errorf("%d inspects of the job's container, want one more after the failed one", seen[id])
+	}
+}
+
 // A job of another shape never takes a pooled sandbox.
 func TestPoolIgnoresAnotherShape(t *testing.T) {
 	b, _ := newFakeBroker(t, 1)

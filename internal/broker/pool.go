@@ -398,14 +398,18 @@ var errPoolStale = errors.New("pooled sandbox not usable")
 // still run, never have been OOM-killed, and have exactly the settings the
 // job's own spec asks for.
 func (b *Broker) checkPooled(ctx context.Context, c *pooled, jobSpec client.ContainerCreateOptions) (sandbox.Security, error) {
-	ctx, cancel := context.WithTimeout(ctx, b.cfg.EngineTimeout)
+	ictx, cancel := context.WithTimeout(ctx, b.cfg.EngineTimeout)
 	defer cancel()
-	insp, err := b.eng.ContainerInspect(ctx, c.id, client.ContainerInspectOptions{})
-	if isNotFound(err) {
+	insp, err := b.eng.ContainerInspect(ictx, c.id, client.ContainerInspectOptions{})
+	switch {
+	case isNotFound(err):
 		return sandbox.Security{}, fmt.Errorf("%w: gone", errPoolStale)
-	}
-	if err != nil {
-		return sandbox.Security{}, fmt.Errorf("inspect pooled sandbox: %w", err) // the engine's, or a cancelled job's
+	case err != nil && ctx.Err() == nil:
+		// A sandbox the engine cannot say the state of (the containerd
+		// engine: its task unread) serves no job; the job starts cold.
+		return sandbox.Security{}, fmt.Errorf("%w: inspect: %w", errPoolStale, err)
+	case err != nil:
+		return sandbox.Security{}, fmt.Errorf("inspect pooled sandbox: %w", err) // a cancelled job's
 	}
 	got := insp.Container
 	if got.State == nil || !got.State.Running || got.State.OOMKilled || got.State.Restarting {

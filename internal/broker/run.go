@@ -160,9 +160,18 @@ func (r *run) execute(ctx context.Context) error {
 	r.res.EndedAt = time.Now().UTC()
 	werr := <-stdinErr
 
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), b.cfg.EngineTimeout)
-	final, err := b.eng.ContainerInspect(cctx, r.containerID, client.ContainerInspectOptions{})
-	cancel()
+	inspect := func() (client.ContainerInspectResult, error) {
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), b.cfg.EngineTimeout)
+		defer cancel()
+		return b.eng.ContainerInspect(cctx, r.containerID, client.ContainerInspectOptions{})
+	}
+	final, err := inspect()
+	if err != nil && !isNotFound(err) {
+		// Once more: the stream is whole, and one failed read of the
+		// engine (the containerd engine's of the task) would throw it away.
+		time.Sleep(200 * time.Millisecond)
+		final, err = inspect()
+	}
 	if err != nil {
 		return fmt.Errorf("inspect exited container: %w", err)
 	}

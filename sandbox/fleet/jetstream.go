@@ -820,39 +820,50 @@ func (f *JetStream) Held(ctx context.Context, host string) ([]Claim, error) {
 // keys are left out. What a host lists must include every write it saw
 // acknowledged, and only the leader is sure to have applied those: a KV
 // listing is an ephemeral consumer, which the servers place on any
-// replica, a KV get is a direct get, which any replica that counts
-// itself current answers, and a stream's info is answered by a follower
-// while the stream has no leader. Either may come from a replica still
-// catching up (TestFleetListingsAreTheLeaders). A message get that is
-// not direct is answered by the leader alone (and refused while there is
-// none), so the listing is a walk of such gets, each the next message
-// under the filter; a bucket keeps one message per key. It costs a
-// request per key: it is for the few claims a host holds, and the hosts.
+// replica, and a KV get is a direct get, which any replica that counts
+// itself current answers; either may come from a replica still catching
+// up (TestFleetListingsAreTheLeaders). So the keys are the stream's
+// subjects under the filter, as its info says them (answered by its
+// leader; by a follower only while there is no leader, and then naming
+// none: refused here), and each value is the last message of its subject
+// by a get that is not direct (the leader's alone). The subjects come
+// from the stream's index, and each get is one key's: neither walks the
+// records the bucket also holds, nor chases keys rewritten meanwhile. It
+// costs a request per key: it is for the few claims a host holds, and
+// the hosts.
 func (f *JetStream) leaderEntries(ctx context.Context, kv jetstream.KeyValue, filter string) (map[string][]byte, error) {
 	name, prefix := "KV_"+kv.Bucket(), "$KV."+kv.Bucket()+"."
-	out := map[string][]byte{}
-	for seq := uint64(0); ; {
-		m, err := f.leaderGet(ctx, name, msgGet{Seq: seq, NextBySubject: prefix + filter})
+	s, err := f.js.Stream(ctx, name)
+	if err != nil {
+		return nil, err
+	}
+	info, err := s.Info(ctx, jetstream.WithSubjectFilter(prefix+filter))
+	if err != nil {
+		return nil, err
+	}
+	if info.Cluster != nil && info.Cluster.Leader == "" {
+		return nil, fmt.Errorf("stream %s has no leader (a follower answered): %w", name, ErrUnavailable)
+	}
+	out := make(map[string][]byte, len(info.State.Subjects))
+	for subject := range info.State.Subjects {
+		m, err := f.leaderGet(ctx, name, msgGet{LastBySubject: subject})
 		if errors.Is(err, jetstream.ErrMsgNotFound) {
-			return out, nil
+			continue // gone since listed
 		}
 		if err != nil {
 			return nil, err
 		}
-		key := strings.TrimPrefix(m.Subject, prefix)
 		if op := m.Header.Get("KV-Operation"); op == "DEL" || op == "PURGE" || m.Header.Get(jetstream.MarkerReasonHeader) != "" {
-			delete(out, key) // written again since an earlier message of the walk
-		} else {
-			out[key] = m.Data
+			continue
 		}
-		seq = m.Sequence + 1
+		out[strings.TrimPrefix(subject, prefix)] = m.Data
 	}
+	return out, nil
 }
 
 // msgGet is a request of $JS.API.STREAM.MSG.GET.
 type msgGet struct {
-	Seq           uint64 `json:"seq,omitempty"`
-	NextBySubject string `json:"next_by_subj,omitempty"`
+	LastBySubject string `json:"last_by_subj"`
 }
 
 // storedMsg is a message a get answered.

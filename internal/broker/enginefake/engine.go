@@ -45,6 +45,10 @@ type Engine struct {
 	// Inspect, when set, changes what ContainerInspect reports of a
 	// container: an engine that did not apply what it was asked.
 	Inspect func(*container.InspectResponse)
+	// InspectError, when set, is asked before each ContainerInspect of a
+	// container that exists; what it returns (if not nil) is the answer:
+	// an engine that could not read a container's state.
+	InspectError func(id string) error
 	// BeforeCreate, when set, runs at the start of each ContainerCreate,
 	// outside the engine's lock: what another process does on the engine
 	// just before a container is created.
@@ -245,6 +249,18 @@ func (e *Engine) ContainerInspect(ctx context.Context, id string, _ client.Conta
 	if c == nil {
 		e.mu.Unlock()
 		return client.ContainerInspectResult{}, notFound("container", id)
+	}
+	if e.InspectError != nil {
+		id := c.ID
+		e.mu.Unlock()
+		if err := e.InspectError(id); err != nil {
+			return client.ContainerInspectResult{}, err
+		}
+		e.mu.Lock()
+		if c = e.lookup(id); c == nil {
+			e.mu.Unlock()
+			return client.ContainerInspectResult{}, notFound("container", id)
+		}
 	}
 	st := c.state
 	r := container.InspectResponse{
