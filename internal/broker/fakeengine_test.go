@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/containerd/errdefs"
 	"github.com/moby/moby/api/types/container"
 	"github.com/moby/moby/api/types/mount"
 	"github.com/moby/moby/client"
@@ -248,6 +249,26 @@ func TestPoolTakesAMatchingSandbox(t *testing.T) {
 	}
 	if b.stats.PoolDiscarded.Load() != 0 {
 		t.Errorf("got %d discarded, want 0", b.stats.PoolDiscarded.Load())
+	}
+}
+
+// A container of the job's name that is gone by the time the reclaim
+// looks at it (removed since the create conflicted) leaves the name free:
+// the create is made once more, and the job runs.
+func TestAReclaimedNameGoneSinceTheConflict(t *testing.T) {
+	b, eng := newFakeBroker(t, 0)
+	job := fakeJob(t, "job-1")
+	planted := jobContainer(t, b, eng, job, time.Now().Add(time.Hour))
+	eng.InspectError = func(id string) error {
+		if id != planted.ID {
+			return nil
+		}
+		eng.ContainerRemove(context.Background(), id, client.ContainerRemoveOptions{Force: true})
+		return fmt.Errorf("no such container: %s: %w", id, errdefs.ErrNotFound)
+	}
+	res, err := b.RunWithHooks(context.Background(), job, Hooks{ReclaimName: true})
+	if err != nil || res.Status != sandbox.StatusSucceeded {
+		t.Fatalf("got %s (%s), %v; want the job run", res.Status, res.Cause, err)
 	}
 }
 
