@@ -687,42 +687,58 @@ func userLabels(l map[string]string) map[string]string {
 }
 
 // state is the container's state as Docker reports it, from its record
-// and one read of its task. Recovery reads "created" as "never started"
-// (the job provably never ran), so a container with no task is created
-// only if it was never started (no start label); one that was started
-// and has no task (deleted after a failed start, lost with containerd's
-// state) is dead: how it ended is not known. A task that cannot be read
-// is an error, never a state.
+// and one read of its task (stateOf). A task that cannot be read is an
+// error, never a state: recovery reads "created" as "never started".
 func (e *Engine) state(ctx context.Context, info containers.Container) (*container.State, error) {
-	s := &container.State{Status: container.StateCreated, StartedAt: "0001-01-01T00:00:00Z", FinishedAt: "0001-01-01T00:00:00Z"}
-	if v := info.Labels[labelStarted]; v != "" {
-		s.StartedAt = v
-	}
 	st, pid, err := e.taskStatus(ctx, info.ID)
-	switch {
-	case errdefs.IsNotFound(err) && info.Labels[labelStarted] != "":
-		s.Status = container.StateDead
-		return s, nil
-	case errdefs.IsNotFound(err):
-		return s, nil
-	case err != nil:
+	if err != nil && !errdefs.IsNotFound(err) {
 		return nil, fmt.Errorf("container %s: read its task: %w", info.ID, err)
+	}
+	s := stateOf(info.Labels[labelStarted], st, pid, err == nil)
+	if s.Status == container.StateExited {
+		s.OOMKilled = oomKilled(info)
+	}
+	return s, nil
+}
+
+// stateOf is the state of a container whose start label is started ("":
+// never asked to start) and whose task, if it has one, is st. Recovery
+// reads "created" with no start time as "never started" (the job
+// provably never ran), so:
+//   - a task that is created never started, whatever the label (it is
+//     set just before the start is asked, by a process that may have
+//     been killed before it asked);
+//   - no task and no label: created, never started;
+//   - no task after a start was asked (the task deleted after a failed
+//     start, or lost with containerd's state): dead, for how it ended is
+//     not known.
+func stateOf(started string, st containerd.Status, pid uint32, hasTask bool) *container.State {
+	const never = "0001-01-01T00:00:00Z"
+	s := &container.State{Status: container.StateCreated, StartedAt: never, FinishedAt: never}
+	if !hasTask {
+		if started != "" {
+			s.Status, s.StartedAt = container.StateDead, started
+		}
+		return s
 	}
 	s.Pid = int(pid)
 	switch st.Status {
 	case containerd.Created:
+		return s
 	case containerd.Running, containerd.Paused, containerd.Pausing:
 		s.Status, s.Running = container.StateRunning, true
 	case containerd.Stopped:
 		s.Status = container.StateExited
 		s.ExitCode = int(st.ExitStatus)
 		s.FinishedAt = st.ExitTime.UTC().Format(time.RFC3339Nano)
-		s.OOMKilled = oomKilled(info)
 		s.Pid = 0
 	default:
 		s.Status = container.StateDead
 	}
-	return s, nil
+	if started != "" {
+		s.StartedAt = started
+	}
+	return s
 }
 
 // oomKilled reads the task's memory cgroup (it stays until the task is
