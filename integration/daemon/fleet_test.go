@@ -341,6 +341,19 @@ func testCoordinator(t *testing.T, open func(t *testing.T) fleet.Coordinator) {
 		if ids, err := co.Held(ctx, host+"-other"); err != nil || len(ids) != 0 {
 			t.Errorf("held by another host: got %q, %v, want none", ids, err)
 		}
+		// A host name is never a pattern: a release through one would
+		// purge every host's mark of the job.
+		for _, bad := range []string{"*", ">", host + ".x"} {
+			if err := co.Release(ctx, bad, id); !errors.Is(err, sandbox.ErrInvalid) {
+				t.Errorf("release as host %q: %v, want refused as invalid", bad, err)
+			}
+			if ids, err := co.Held(ctx, bad); !errors.Is(err, sandbox.ErrInvalid) {
+				t.Errorf("held by host %q: %q, %v, want refused as invalid", bad, ids, err)
+			}
+		}
+		if ids, err := co.Held(ctx, host); err != nil || !slices.Equal(ids, []fleet.Claim{{ID: id}}) {
+			t.Errorf("held by %s after the refused releases: got %q, %v, want [%s]", host, ids, err, id)
+		}
 		if err := co.Release(ctx, host, id); err != nil {
 			t.Fatal(err)
 		}

@@ -765,6 +765,9 @@ func (f *JetStream) heldKey(host, id string) string {
 
 // Hold implements Coordinator.
 func (f *JetStream) Hold(ctx context.Context, host, id string) error {
+	if err := CheckHostName(host); err != nil {
+		return err // a wildcard would be another host's marks
+	}
 	c, cancel := f.call(ctx)
 	defer cancel()
 	if f.marks == nil {
@@ -776,6 +779,9 @@ func (f *JetStream) Hold(ctx context.Context, host, id string) error {
 
 // Release implements Coordinator.
 func (f *JetStream) Release(ctx context.Context, host, id string) error {
+	if err := CheckHostName(host); err != nil {
+		return err // a wildcard would be another host's marks
+	}
 	c, cancel := f.call(ctx)
 	defer cancel()
 	if f.marks == nil {
@@ -792,6 +798,9 @@ func (f *JetStream) Release(ctx context.Context, host, id string) error {
 
 // Held implements Coordinator.
 func (f *JetStream) Held(ctx context.Context, host string) ([]Claim, error) {
+	if err := CheckHostName(host); err != nil {
+		return nil, err // a wildcard would list other hosts' marks
+	}
 	c, cancel := context.WithTimeout(ctx, 4*f.opt.CallTimeout)
 	defer cancel()
 	if f.marks == nil {
@@ -846,73 +855,61 @@ func (f *JetStream) leaderEntries(ctx context.Context, kv jetstream.KeyValue, fi
 	}
 	out := make(map[string][]byte, len(info.State.Subjects))
 	for subject := range info.State.Subjects {
-		m, err := f.leaderGet(ctx, name, msgGet{LastBySubject: subject})
+		hdr, data, err := f.leaderLast(ctx, name, subject)
 		if errors.Is(err, jetstream.ErrMsgNotFound) {
 			continue // gone since listed
 		}
 		if err != nil {
 			return nil, err
 		}
-		if op := m.Header.Get("KV-Operation"); op == "DEL" || op == "PURGE" || m.Header.Get(jetstream.MarkerReasonHeader) != "" {
+		if op := hdr.Get("KV-Operation"); op == "DEL" || op == "PURGE" || hdr.Get(jetstream.MarkerReasonHeader) != "" {
 			continue
 		}
-		out[strings.TrimPrefix(subject, prefix)] = m.Data
+		out[strings.TrimPrefix(subject, prefix)] = data
 	}
 	return out, nil
 }
 
-// msgGet is a request of $JS.API.STREAM.MSG.GET.
-type msgGet struct {
-	LastBySubject string `json:"last_by_subj"`
-}
-
-// storedMsg is a message a get answered.
-type storedMsg struct {
-	Subject  string
-	Sequence uint64
-	Header   nats.Header
-	Data     []byte
-}
-
-// leaderGet reads a message of stream from the stream's leader
-// ($JS.API.STREAM.MSG.GET, which the jetstream package makes a direct get
-// when the stream allows those, as KV streams do).
-func (f *JetStream) leaderGet(ctx context.Context, stream string, req msgGet) (storedMsg, error) {
-	body, err := json.Marshal(req)
+// leaderLast reads the last message on subject in stream from the
+// stream's leader ($JS.API.STREAM.MSG.GET, which the jetstream package
+// makes a direct get when the stream allows those, as KV streams do).
+func (f *JetStream) leaderLast(ctx context.Context, stream, subject string) (nats.Header, []byte, error) {
+	body, err := json.Marshal(struct {
+		LastBySubject string `json:"last_by_subj"`
+	}{subject})
 	if err != nil {
-		return storedMsg{}, err
+		return nil, nil, err
 	}
 	m, err := f.nc.RequestWithContext(ctx, "$JS.API.STREAM.MSG.GET."+stream, body)
 	if err != nil {
-		return storedMsg{}, err
+		return nil, nil, err
 	}
 	var resp struct {
 		Error   *jetstream.APIError `json:"error"`
 		Message *struct {
-			Subject  string `json:"subject"`
-			Sequence uint64 `json:"seq"`
-			Header   []byte `json:"hdrs"`
-			Data     []byte `json:"data"`
+			Subject string `json:"subject"`
+			Header  []byte `json:"hdrs"`
+			Data    []byte `json:"data"`
 		} `json:"message"`
 	}
 	if err := json.Unmarshal(m.Data, &resp); err != nil {
-		return storedMsg{}, fmt.Errorf("the answer to a get in %s: %w", stream, err)
+		return nil, nil, fmt.Errorf("the answer to a get of %s in %s: %w", subject, stream, err)
 	}
 	switch {
 	case resp.Error != nil && resp.Error.ErrorCode == jetstream.JSErrCodeMessageNotFound:
-		return storedMsg{}, jetstream.ErrMsgNotFound
+		return nil, nil, jetstream.ErrMsgNotFound
 	case resp.Error != nil:
-		return storedMsg{}, resp.Error
-	case resp.Message == nil || resp.Message.Sequence == 0:
-		return storedMsg{}, fmt.Errorf("the answer to a get in %s has no message", stream)
+		return nil, nil, resp.Error
+	case resp.Message == nil || resp.Message.Subject != subject:
+		return nil, nil, fmt.Errorf("the answer to a get of %s in %s is not a message of it", subject, stream)
 	}
-	out := storedMsg{Subject: resp.Message.Subject, Sequence: resp.Message.Sequence, Header: nats.Header{}, Data: resp.Message.Data}
+	hdr := nats.Header{}
 	if len(resp.Message.Header) > 0 {
-		if out.Header, err = nats.DecodeHeadersMsg(resp.Message.Header); err != nil {
-			return storedMsg{}, fmt.Errorf("the headers of message %d in %s: %w", out.Sequence, stream, err)
+		if hdr, err = nats.DecodeHeadersMsg(resp.Message.Header); err != nil {
+			return nil, nil, fmt.Errorf("the headers of %s in %s: %w", subject, stream, err)
 		}
 	}
-	return out, nil
+	return hdr, resp.Message.Data, nil
 }
 
 // errNoMarks: a tenant's submitter does not see the hosts' held marks.
