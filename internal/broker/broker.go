@@ -153,11 +153,10 @@ type Hooks struct {
 	// It is called from the broker's goroutines and must not block.
 	OnProgress func(phase string, bytes, files int64)
 	// ReclaimName says the caller proved that the job never ran and that
-	// no container is bound to it, since the process that dispatched it
-	// stopped with none bound (a restart queued it again). A create (or
-	// a pooled sandbox's rename) that process sent the engine may land
-	// after the restart freed the job's container name: then the job's
-	// create meets it. With ReclaimName, such a container is removed and
+	// no container is bound to it (a restart proved it and queued the
+	// job again). A create (or a pooled sandbox's rename) an earlier
+	// process sent the engine may land after the restart freed the job's
+	// container name: then the job's create meets it. With ReclaimName, such a container is removed and
 	// the create made once more if it is what that process left: a
 	// container of this job that never started, or a sandbox an earlier
 	// process of this broker kept ready (no job's config is sent before

@@ -90,6 +90,18 @@ func neverStarted(s *container.State) bool {
 	return s.StartedAt == "" || (err == nil && t.IsZero())
 }
 
+// ofJob says a container's labels are those the broker gives a container
+// it creates for job j.
+func ofJob(labels map[string]string, j *sandbox.Job) bool {
+	return labels[LabelJob] == j.ID && labels[LabelJobDigest] == j.Digest
+}
+
+// ofEarlierPool says a container's labels are those of a sandbox this
+// broker kept ready in an earlier process: never one this process keeps.
+func (b *Broker) ofEarlierPool(labels map[string]string) bool {
+	return labels[LabelRole] == rolePool && labels[LabelBroker] == b.cfg.Name && (b.pool == nil || labels[LabelPool] != b.pool.gen)
+}
+
 // Binding is what the caller made durable of a job's container through
 // Hooks: its id (OnCreated) and when the job started in it (OnStarted).
 type Binding struct {
@@ -203,9 +215,8 @@ func (r *run) recover(ctx context.Context, bind Binding) error {
 	// name, taken when the job took it). It must be this broker's, and not
 	// a sandbox this process keeps ready. Its settings are checked below
 	// like any other's.
-	pooled := labels[LabelRole] == rolePool && labels[LabelBroker] == b.cfg.Name && poolable(j) &&
-		strings.TrimPrefix(c.Name, "/") == spec.Name && (b.pool == nil || labels[LabelPool] != b.pool.gen)
-	if !pooled && (labels[LabelJob] != j.ID || labels[LabelJobDigest] != j.Digest) {
+	pooled := b.ofEarlierPool(labels) && poolable(j) && strings.TrimPrefix(c.Name, "/") == spec.Name
+	if !pooled && !ofJob(labels, j) {
 		r.containerID = "" // not ours to remove
 		return fmt.Errorf("container %s does not carry this job's labels", insp.Container.ID)
 	}

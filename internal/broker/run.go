@@ -261,16 +261,10 @@ func (r *run) bindPooled(ctx context.Context, c *pooled, spec client.ContainerCr
 	if err != nil {
 		return client.HijackedResponse{}, err
 	}
-	rename := func() error {
-		cctx, cancel := context.WithTimeout(ctx, b.cfg.EngineTimeout)
-		defer cancel()
-		_, err := b.eng.ContainerRename(cctx, c.id, client.ContainerRenameOptions{NewName: spec.Name})
+	err = r.takeName(ctx, spec.Name, func(ctx context.Context) error {
+		_, err := b.eng.ContainerRename(ctx, c.id, client.ContainerRenameOptions{NewName: spec.Name})
 		return err
-	}
-	err = rename()
-	if errdefs.IsConflict(err) && r.reclaimName(ctx, spec.Name) {
-		err = rename()
-	}
+	})
 	if errdefs.IsConflict(err) {
 		return client.HijackedResponse{}, fmt.Errorf("container %s already exists: %w", spec.Name, sandbox.ErrConflict)
 	}
@@ -301,15 +295,11 @@ func (r *run) startCold(ctx context.Context, spec client.ContainerCreateOptions)
 	b := r.b
 	var none client.HijackedResponse
 	r.nonce = spec.Config.Labels[LabelStream]
-	create := func() (client.ContainerCreateResult, error) {
-		cctx, cancel := context.WithTimeout(ctx, b.cfg.EngineTimeout)
-		defer cancel()
-		return b.eng.ContainerCreate(cctx, spec)
-	}
-	created, err := create()
-	if errdefs.IsConflict(err) && r.reclaimName(ctx, spec.Name) {
-		created, err = create()
-	}
+	var created client.ContainerCreateResult
+	err := r.takeName(ctx, spec.Name, func(ctx context.Context) (err error) {
+		created, err = b.eng.ContainerCreate(ctx, spec)
+		return err
+	})
 	if errdefs.IsConflict(err) {
 		return none, fmt.Errorf("container %s already exists: %w", spec.Name, sandbox.ErrConflict)
 	}
@@ -375,14 +365,31 @@ func (r *run) startCold(ctx context.Context, spec client.ContainerCreateOptions)
 	return att.HijackedResponse, nil
 }
 
-// reclaimName removes the container of the job's name that a create (or
-// a rename) left, sent by the process that dispatched the job and landed
-// after a restart freed the name (Hooks.ReclaimName); it reports whether
-// it removed one, for the caller to try once more. A container of this
-// job that started, or one that is not this broker's, is kept: the
-// caller's proof does not cover it.
+// takeName makes the engine call that gives a container the job's name
+// (a create, a rename), bounded by the engine timeout. If the name is
+// taken and the caller's proof lets the run reclaim it (reclaimName),
+// the call is made once more.
+func (r *run) takeName(ctx context.Context, name string, call func(context.Context) error) error {
+	once := func() error {
+		cctx, cancel := context.WithTimeout(ctx, r.b.cfg.EngineTimeout)
+		defer cancel()
+		return call(cctx)
+	}
+	err := once()
+	if errdefs.IsConflict(err) && r.reclaimName(ctx, name) {
+		err = once()
+	}
+	return err
+}
+
+// reclaimName frees the job's container name of what an earlier
+// process's create (or rename) left there, landed after a restart freed
+// the name (Hooks.ReclaimName): a container of this job that never
+// started, or a sandbox an earlier process of this broker kept ready. It
+// reports whether the name is free to try once more. Anything else of
+// the name is kept: the caller's proof does not cover it.
 func (r *run) reclaimName(ctx context.Context, name string) bool {
-	b, j := r.b, r.job
+	b := r.b
 	if !r.hooks.ReclaimName {
 		return false
 	}
@@ -400,20 +407,19 @@ func (r *run) reclaimName(ctx context.Context, name string) bool {
 		return false
 	}
 	c, labels := insp.Container, insp.Container.Config.Labels
-	created := labels[LabelJob] == j.ID && labels[LabelJobDigest] == j.Digest && labels[LabelBroker] == b.cfg.Name &&
-		neverStarted(c.State)
-	keptReady := labels[LabelRole] == rolePool && labels[LabelBroker] == b.cfg.Name && labels[LabelJob] == "" &&
-		(b.pool == nil || labels[LabelPool] != b.pool.gen)
+	created := ofJob(labels, r.job) && neverStarted(c.State)
+	keptReady := b.ofEarlierPool(labels)
 	if !created && !keptReady {
-		r.log.Warn("a container of the job's name is not what the process that dispatched it left; kept", "container_id", c.ID, "state", c.State.Status)
+		r.log.Warn("a container of the job's name is not what an earlier process left; kept", "container_id", c.ID, "state", c.State.Status)
 		return false
 	}
-	removed, err := b.removeFound(c.ID)
-	if removed {
-		r.log.Info("removed a container of the job's name that an earlier process's engine call left after the restart; the job never ran in it",
-			"container_id", c.ID, "pooled", keptReady)
+	// Removed, or gone since it was inspected: either way the name is free.
+	if _, err := b.removeFound(c.ID); err != nil {
+		return false
 	}
-	return removed && err == nil
+	r.log.Info("removed a container of the job's name that an earlier process's engine call left after the restart; the job never ran in it",
+		"container_id", c.ID, "pooled", keptReady)
+	return true
 }
 
 // prepareInputs makes the helper volume and every read-only input's volume
