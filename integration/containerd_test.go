@@ -3,9 +3,11 @@ package integration
 import (
 	"context"
 	"errors"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -125,13 +127,7 @@ func TestATaskCreateCutShortDoesNotBlockTheNext(t *testing.T) {
 		}
 	}
 	t.Cleanup(remove)
-	attach := func(ctx context.Context) error {
-		a, err := env.Eng.ContainerAttach(ctx, name, client.ContainerAttachOptions{Stream: true, Stdin: true, Stdout: true, Stderr: true})
-		if err == nil {
-			a.Close()
-		}
-		return err
-	}
+	attach := func(ctx context.Context) error { return attachTo(ctx, name) }
 	// The cuts fall across one whole attach, as long as it takes here.
 	if _, err := env.Eng.ContainerCreate(ctx, opts); err != nil {
 		t.Fatalf("create: %v", err)
@@ -165,6 +161,71 @@ func TestATaskCreateCutShortDoesNotBlockTheNext(t *testing.T) {
 		}
 		remove()
 	}
+
+	// The shims the cut creates left serve no container: the engine's
+	// sweep (the daemon's reaper calls it) ends them, and only them — a
+	// task of a recorded container keeps its shim.
+	live := jobContainerOptions(t, newJob(t, sh("exit 0"), nil))
+	t.Cleanup(func() {
+		env.Eng.ContainerRemove(context.Background(), live.Name, client.ContainerRemoveOptions{Force: true})
+	})
+	made, err := env.Eng.ContainerCreate(ctx, live)
+	if err != nil {
+		t.Fatalf("create: %v", err)
+	}
+	if err := attachTo(ctx, live.Name); err != nil {
+		t.Fatalf("attach: %v", err)
+	}
+	left := shimsOf(env.Ctr.Namespace(), cutIDs)
+	t.Logf("%d of %d cut creates left their shim", len(left), len(cutIDs))
+	if len(shimsOf(env.Ctr.Namespace(), []string{made.ID})) != 1 {
+		t.Fatalf("no shim of the live container %s", made.ID)
+	}
+	ended, err := env.Ctr.EndOrphanedShims(ctx)
+	if err != nil {
+		t.Fatalf("end orphaned shims: %v", err)
+	}
+	if slices.Contains(ended, made.ID) {
+		t.Errorf("the live container's shim was ended")
+	}
+	for deadline := time.Now().Add(10 * time.Second); len(shimsOf(env.Ctr.Namespace(), cutIDs)) > 0; time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("shims of removed containers still alive: %v", shimsOf(env.Ctr.Namespace(), cutIDs))
+		}
+	}
+	if len(shimsOf(env.Ctr.Namespace(), []string{made.ID})) != 1 {
+		t.Errorf("the live container's shim is gone")
+	}
+	if in, err := env.Eng.ContainerInspect(ctx, made.ID, client.ContainerInspectOptions{}); err != nil || in.Container.State.Status != container.StateCreated {
+		t.Errorf("the live container after the sweep: %v", err)
+	}
+}
+
+// attachTo attaches to a container: on containerd, that creates its task.
+func attachTo(ctx context.Context, name string) error {
+	a, err := env.Eng.ContainerAttach(ctx, name, client.ContainerAttachOptions{Stream: true, Stdin: true, Stdout: true, Stderr: true})
+	if err == nil {
+		a.Close()
+	}
+	return err
+}
+
+// shimsOf returns the IDs among ids that a runc shim of the namespace
+// serves (a root process running the shim binary with that namespace and
+// ID).
+func shimsOf(ns string, ids []string) []string {
+	var out []string
+	for _, id := range ids {
+		if pgrepShim(ns, id) != "" {
+			out = append(out, id)
+		}
+	}
+	return out
+}
+
+func pgrepShim(ns, id string) string {
+	out, _ := exec.Command("pgrep", "-u", "0", "-f", "^[^ ]*containerd-shim-runc-v2 -namespace "+ns+" -id "+strings.ReplaceAll(id, ".", `\.`)+" ").Output()
+	return strings.TrimSpace(string(out))
 }
 
 // jobContainerOptions are the options the broker creates j's container
@@ -205,12 +266,112 @@ func (c *capturingEngine) ContainerCreate(ctx context.Context, o client.Containe
 // signalled.
 func endLeftShims(t *testing.T, ns string, ids []string) {
 	for _, id := range ids {
-		out, _ := exec.Command("pgrep", "-u", "0", "-f", "^[^ ]*containerd-shim-runc-v2 -namespace "+ns+" -id "+strings.ReplaceAll(id, ".", `\.`)+" ").Output()
-		for _, f := range strings.Fields(string(out)) {
+		for _, f := range strings.Fields(pgrepShim(ns, id)) {
 			if pid, err := strconv.Atoi(f); err == nil {
 				t.Logf("ending the shim containerd kept of %s (pid %d)", id, pid)
 				syscall.Kill(pid, syscall.SIGTERM)
 			}
+		}
+	}
+}
+
+// The sweep the daemon's reaper makes on containerd ends a runc shim that
+// serves no container — what a task create cut short leaves — and no
+// other: not the shim of a container containerd records, nor one of
+// another namespace or another containerd. Each shim here is the real
+// shim binary started as containerd starts one (its start command, in a
+// bundle directory with a log FIFO), the orphan under an ID no container
+// has.
+func TestEndOrphanedShimsEndsOnlyOrphans(t *testing.T) {
+	if env.Ctr == nil {
+		t.Skip("a containerd engine test (SANDBOXD_ENGINE=containerd)")
+	}
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	ns, addr := env.Ctr.Namespace(), env.Ctr.Address()
+	suffix := strconv.FormatInt(time.Now().UnixNano()%1e8, 16)
+	orphan := "sbtest-orphan-" + suffix + ".0123abcd"
+	otherNS := "sbtest-other-" + suffix + ".0123abcd"
+	otherAddr := "sbtest-elsewhere-" + suffix + ".0123abcd"
+	startShim(t, ns, orphan, addr)
+	startShim(t, ns+"-test", otherNS, addr)
+	startShim(t, ns, otherAddr, filepath.Join(t.TempDir(), "containerd.sock"))
+
+	live := jobContainerOptions(t, newJob(t, sh("exit 0"), nil))
+	t.Cleanup(func() {
+		env.Eng.ContainerRemove(context.Background(), live.Name, client.ContainerRemoveOptions{Force: true})
+	})
+	made, err := env.Eng.ContainerCreate(ctx, live)
+	if err != nil {
+		t.Fatalf("create: %v", err)
+	}
+	if err := attachTo(ctx, live.Name); err != nil { // its task, and so its shim
+		t.Fatalf("attach: %v", err)
+	}
+	if pgrepShim(ns, made.ID) == "" {
+		t.Fatalf("no shim of the live container %s", made.ID)
+	}
+
+	ended, err := env.Ctr.EndOrphanedShims(ctx)
+	if err != nil {
+		t.Fatalf("end orphaned shims: %v", err)
+	}
+	// (Another test's sweep may have ended the orphan first: what counts
+	// is that it goes.)
+	for _, id := range []string{made.ID, otherNS, otherAddr} {
+		if slices.Contains(ended, id) {
+			t.Errorf("ended the shim of %s", id)
+		}
+	}
+	for deadline := time.Now().Add(10 * time.Second); pgrepShim(ns, orphan) != ""; time.Sleep(50 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the orphan's shim is still alive 10 s after the sweep")
+		}
+	}
+	if pgrepShim(ns, made.ID) == "" || pgrepShim(ns+"-test", otherNS) == "" || pgrepShim(ns, otherAddr) == "" {
+		t.Errorf("a shim that serves a container, or is not this engine's, is gone")
+	}
+	if in, err := env.Eng.ContainerInspect(ctx, made.ID, client.ContainerInspectOptions{}); err != nil || in.Container.State.Status != container.StateCreated {
+		t.Errorf("the live container after the sweep: %v", err)
+	}
+}
+
+// startShim starts the runc shim binary as containerd 1.6 does for a task
+// create (its start command in a bundle directory holding the spec and a
+// log FIFO), for a container id that need not exist; the shim stays until
+// signalled, and is ended when the test ends.
+func startShim(t *testing.T, ns, id, address string) {
+	t.Helper()
+	bundle := t.TempDir()
+	if err := os.WriteFile(filepath.Join(bundle, "config.json"), []byte("{}"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := syscall.Mkfifo(filepath.Join(bundle, "log"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// Read (and dropped) as containerd reads a shim's log.
+	logf, err := os.OpenFile(filepath.Join(bundle, "log"), os.O_RDWR, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go io.Copy(io.Discard, logf)
+	t.Cleanup(func() {
+		for _, f := range strings.Fields(pgrepShim(ns, id)) {
+			if pid, err := strconv.Atoi(f); err == nil {
+				syscall.Kill(pid, syscall.SIGTERM)
+			}
+		}
+		logf.Close()
+	})
+	cmd := exec.Command("containerd-shim-runc-v2", "-namespace", ns, "-id", id, "-address", address, "-publish-binary", "/usr/bin/containerd", "start")
+	cmd.Dir = bundle
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("start a shim: %v: %s", err, out)
+	}
+	for deadline := time.Now().Add(5 * time.Second); pgrepShim(ns, id) == ""; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the shim of %s did not start", id)
 		}
 	}
 }

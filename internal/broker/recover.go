@@ -355,3 +355,19 @@ func (b *Broker) writableBytes(j *sandbox.Job) int64 {
 	}
 	return n
 }
+
+// ShimEnder is an engine whose runtime can leave processes behind that no
+// container record reaches (containerdengine: the shim of a task create
+// cut short); EndOrphanedShims ends them and names their containers.
+type ShimEnder interface {
+	EndOrphanedShims(ctx context.Context) ([]string, error)
+}
+
+// EndOrphanedShims ends the engine's processes that serve no container
+// (ShimEnder), if it has any such; it returns their container IDs.
+func (b *Broker) EndOrphanedShims(ctx context.Context) ([]string, error) {
+	if e, ok := b.eng.(ShimEnder); ok {
+		return e.EndOrphanedShims(ctx)
+	}
+	return nil, nil
+}

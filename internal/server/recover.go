@@ -281,6 +281,19 @@ func (s *Server) reap(ctx context.Context) error {
 		s.log.Info("reaping a stale pooled sandbox", "container_id", c.ID, "state", c.State)
 		s.cfg.Broker.RemoveJobContainer(c.ID)
 	}
+	// Last, once the containers above are gone: the processes of task
+	// creates cut short (an earlier process killed in one), which no
+	// container reaches any more.
+	if e, ok := s.cfg.Broker.(ShimEnder); ok {
+		ended, err := e.EndOrphanedShims(ctx)
+		for _, id := range ended {
+			s.m.reconcile.WithLabelValues("shim_ended").Inc()
+			s.log.Warn("ended the shim of a container that no longer exists", "container_id", id)
+		}
+		if err != nil {
+			return fmt.Errorf("end orphaned shims: %w", err)
+		}
+	}
 	return nil
 }
 

@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
@@ -56,6 +57,12 @@ type fakeBroker struct {
 	finish bool
 	// outputs makes a run's result name an artifact and a stdout log.
 	outputs bool
+	// orphanShims are the engine's shims that serve no container, and
+	// orphanErr what ending them fails with; removedWhenShimsEnded is
+	// what removed held when they were ended.
+	orphanShims           []string
+	orphanErr             error
+	removedWhenShimsEnded []string
 }
 
 func (f *fakeBroker) enter(id string, run bool) {
@@ -176,6 +183,15 @@ func (f *fakeBroker) RemovePopulateContainers(context.Context) (int, error) {
 	n := f.populating
 	f.populating = 0
 	return n, nil
+}
+
+func (f *fakeBroker) EndOrphanedShims(context.Context) ([]string, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	ended := f.orphanShims
+	f.orphanShims = nil
+	f.removedWhenShimsEnded = slices.Clone(f.removed)
+	return ended, f.orphanErr
 }
 
 func (f *fakeBroker) RemoveJobContainer(id string) {
@@ -591,6 +607,33 @@ func TestReapRemovesOnlyUnknownContainers(t *testing.T) {
 	defer f.fb.mu.Unlock()
 	if !slices.Equal(f.fb.removed, []string{"c-unknown"}) {
 		t.Errorf("got removed %v, want [c-unknown]", f.fb.removed)
+	}
+}
+
+// The reaper ends the engine's shims that serve no container once it has
+// removed the containers it reaps (whose removal may leave one), and
+// counts each; a sweep that fails is the reap's error.
+func TestReapEndsOrphanedShims(t *testing.T) {
+	f := newFixture(t, func(c *Config) { c.ReapGrace = time.Minute }, nil)
+	f.fb.mu.Lock()
+	f.fb.existing = []broker.JobContainer{{ID: "c-unknown", JobID: "stranger", JobDigest: testImage, Created: time.Now().Add(-time.Hour)}}
+	f.fb.orphanShims = []string{"c-cut.0123abcd", "c-cut.4567ef01"}
+	f.fb.mu.Unlock()
+	if err := f.srv.reap(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	f.fb.mu.Lock()
+	if f.fb.orphanShims != nil || !slices.Equal(f.fb.removedWhenShimsEnded, []string{"c-unknown"}) {
+		t.Errorf("shims left %v; removed before the sweep %v, want [c-unknown]", f.fb.orphanShims, f.fb.removedWhenShimsEnded)
+	}
+	f.fb.orphanErr = errors.New("proc unreadable")
+	f.fb.mu.Unlock()
+	var ended dto.Metric
+	if err := f.srv.m.reconcile.WithLabelValues("shim_ended").Write(&ended); err != nil || ended.Counter.GetValue() != 2 {
+		t.Errorf("shim_ended counted %v (%v), want 2", ended.Counter.GetValue(), err)
+	}
+	if err := f.srv.reap(context.Background()); err == nil || !strings.Contains(err.Error(), "proc unreadable") {
+		t.Errorf("a failed sweep: reap returned %v", err)
 	}
 }
 
