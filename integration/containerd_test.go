@@ -3,7 +3,9 @@ package integration
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -108,10 +110,14 @@ func TestContainerdUpdateIsChecked(t *testing.T) {
 // the new task's create met the old one's bundle: "failed to start shim:
 // mkdir …: file exists", the job ended in error (CI, TestFleetSoak on
 // containerd; and this test under CI's load, every cut after the first
-// bundle left). Here the kill is an attach cancelled after a delay, swept
-// across the time a whole attach takes; each time the container is
-// removed at once and made again under its name, and its task must be
-// created.
+// bundle left). Every container now gets a fresh ID. Here the cut is an
+// attach cancelled after a delay, swept across the time a whole attach
+// takes; each time the container is removed at once and made again under
+// its name, and its task must be created. A cancelled attach no longer
+// cuts the create inside containerd (the engine lets it run to its end and
+// the removal waits for it), so no cut leaves a shim either; a killed
+// process still can, and the reaper's sweep ends that shim
+// (TestEndOrphanedShimsEndsOnlyOrphans).
 func TestATaskCreateCutShortDoesNotBlockTheNext(t *testing.T) {
 	if env.Ctr == nil {
 		t.Skip("a containerd engine test (SANDBOXD_ENGINE=containerd)")
@@ -138,10 +144,12 @@ func TestATaskCreateCutShortDoesNotBlockTheNext(t *testing.T) {
 	}
 	whole := time.Since(began)
 	remove()
-	// The shims containerd keeps of the cut creates go when the test ends:
-	// ended, each lets containerd remove its bundle.
 	var cutIDs []string
-	t.Cleanup(func() { endLeftShims(t, env.Ctr.Namespace(), cutIDs) })
+	t.Cleanup(func() {
+		for _, id := range cutIDs {
+			killShims(env.Ctr.Namespace(), id)
+		}
+	})
 	for i := range 10 {
 		cut := whole * time.Duration(i) / 10
 		created, err := env.Eng.ContainerCreate(ctx, opts)
@@ -162,42 +170,13 @@ func TestATaskCreateCutShortDoesNotBlockTheNext(t *testing.T) {
 		remove()
 	}
 
-	// The shims the cut creates left serve no container: the engine's
-	// sweep (the daemon's reaper calls it) ends them, and only them — a
-	// task of a recorded container keeps its shim.
-	live := jobContainerOptions(t, newJob(t, sh("exit 0"), nil))
-	t.Cleanup(func() {
-		env.Eng.ContainerRemove(context.Background(), live.Name, client.ContainerRemoveOptions{Force: true})
-	})
-	made, err := env.Eng.ContainerCreate(ctx, live)
-	if err != nil {
-		t.Fatalf("create: %v", err)
-	}
-	if err := attachTo(ctx, live.Name); err != nil {
-		t.Fatalf("attach: %v", err)
-	}
-	left := shimsOf(env.Ctr.Namespace(), cutIDs)
-	t.Logf("%d of %d cut creates left their shim", len(left), len(cutIDs))
-	if len(shimsOf(env.Ctr.Namespace(), []string{made.ID})) != 1 {
-		t.Fatalf("no shim of the live container %s", made.ID)
-	}
-	ended, err := env.Ctr.EndOrphanedShims(ctx)
-	if err != nil {
-		t.Fatalf("end orphaned shims: %v", err)
-	}
-	if slices.Contains(ended, made.ID) {
-		t.Errorf("the live container's shim was ended")
-	}
-	for deadline := time.Now().Add(10 * time.Second); len(shimsOf(env.Ctr.Namespace(), cutIDs)) > 0; time.Sleep(50 * time.Millisecond) {
+	// A create is never cut short inside containerd: it runs to its end,
+	// and the removal waits for it and deletes its task, so no cut leaves
+	// a shim behind (before, about one cut in 50 here did).
+	for deadline := time.Now().Add(5 * time.Second); len(shimsOf(env.Ctr.Namespace(), cutIDs)) > 0; time.Sleep(50 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatalf("shims of removed containers still alive: %v", shimsOf(env.Ctr.Namespace(), cutIDs))
 		}
-	}
-	if len(shimsOf(env.Ctr.Namespace(), []string{made.ID})) != 1 {
-		t.Errorf("the live container's shim is gone")
-	}
-	if in, err := env.Eng.ContainerInspect(ctx, made.ID, client.ContainerInspectOptions{}); err != nil || in.Container.State.Status != container.StateCreated {
-		t.Errorf("the live container after the sweep: %v", err)
 	}
 }
 
@@ -259,29 +238,15 @@ func (c *capturingEngine) ContainerCreate(ctx context.Context, o client.Containe
 	return c.Engine.ContainerCreate(ctx, o)
 }
 
-// endLeftShims ends (SIGTERM) the runc shims containerd kept for the
-// given container IDs, whose containers and tasks are gone (containerd
-// 1.6 keeps the shim of a task create cut short). Only a root process
-// running the runc shim binary with exactly that namespace and ID is
-// signalled.
-func endLeftShims(t *testing.T, ns string, ids []string) {
-	for _, id := range ids {
-		for _, f := range strings.Fields(pgrepShim(ns, id)) {
-			if pid, err := strconv.Atoi(f); err == nil {
-				t.Logf("ending the shim containerd kept of %s (pid %d)", id, pid)
-				syscall.Kill(pid, syscall.SIGTERM)
-			}
-		}
-	}
-}
-
 // The sweep the daemon's reaper makes on containerd ends a runc shim that
-// serves no container — what a task create cut short leaves — and no
-// other: not the shim of a container containerd records, nor one of
-// another namespace or another containerd. Each shim here is the real
-// shim binary started as containerd starts one (its start command, in a
-// bundle directory with a log FIFO), the orphan under an ID no container
-// has.
+// serves no container of this engine — what a task create cut short
+// leaves — and no other: not the shim of a container containerd records,
+// nor one of another namespace, of another containerd, or whose ID is not
+// of this engine's form. Each shim here is the real shim binary started as
+// containerd starts one (its start command, in a bundle directory with a
+// log FIFO), an orphan under an ID no container has. One orphan never had
+// its log read (so it still waits to open it, and ignores SIGTERM); one
+// names containerd's socket by another path to the same file.
 func TestEndOrphanedShimsEndsOnlyOrphans(t *testing.T) {
 	if env.Ctr == nil {
 		t.Skip("a containerd engine test (SANDBOXD_ENGINE=containerd)")
@@ -290,13 +255,30 @@ func TestEndOrphanedShimsEndsOnlyOrphans(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	ns, addr := env.Ctr.Namespace(), env.Ctr.Address()
-	suffix := strconv.FormatInt(time.Now().UnixNano()%1e8, 16)
-	orphan := "sbtest-orphan-" + suffix + ".0123abcd"
-	otherNS := "sbtest-other-" + suffix + ".0123abcd"
-	otherAddr := "sbtest-elsewhere-" + suffix + ".0123abcd"
-	startShim(t, ns, orphan, addr)
-	startShim(t, ns+"-test", otherNS, addr)
-	startShim(t, ns, otherAddr, filepath.Join(t.TempDir(), "containerd.sock"))
+	sfx := fmt.Sprintf("sbtest-%x", time.Now().UnixNano()&0xffffff)
+	orphan, unread, aliased := sfx+"-orphan.0123abcd", sfx+"-unread.0123abcd", sfx+"-aliased.0123abcd"
+	startShim(t, ns, orphan, addr, true)
+	startShim(t, ns, unread, addr, false)
+	alias := ""
+	switch {
+	case strings.HasPrefix(addr, "/var/run/"):
+		alias = strings.TrimPrefix(addr, "/var")
+	case strings.HasPrefix(addr, "/run/"):
+		alias = "/var" + addr
+	}
+	if alias != "" {
+		startShim(t, ns, aliased, alias, true)
+	}
+	otherNS, otherAddr, group := sfx+"-otherns.0123abcd", sfx+"-elsewhere.0123abcd", sfx+"-group"
+	startShim(t, ns+"-test", otherNS, addr, true)
+	elsewhere := filepath.Join(t.TempDir(), "containerd.sock")
+	l, err := net.Listen("unix", elsewhere) // another containerd's socket, as far as a shim can tell
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	startShim(t, ns, otherAddr, elsewhere, true)
+	startShim(t, ns, group, addr, true)
 
 	live := jobContainerOptions(t, newJob(t, sh("exit 0"), nil))
 	t.Cleanup(func() {
@@ -315,21 +297,24 @@ func TestEndOrphanedShimsEndsOnlyOrphans(t *testing.T) {
 
 	ended, err := env.Ctr.EndOrphanedShims(ctx)
 	if err != nil {
-		t.Fatalf("end orphaned shims: %v", err)
+		t.Errorf("end orphaned shims: %v", err)
 	}
-	// (Another test's sweep may have ended the orphan first: what counts
-	// is that it goes.)
-	for _, id := range []string{made.ID, otherNS, otherAddr} {
+	for _, id := range []string{made.ID, otherNS, otherAddr, group} {
 		if slices.Contains(ended, id) {
 			t.Errorf("ended the shim of %s", id)
 		}
 	}
-	for deadline := time.Now().Add(10 * time.Second); pgrepShim(ns, orphan) != ""; time.Sleep(50 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatalf("the orphan's shim is still alive 10 s after the sweep")
+	// Ended means gone (another test's sweep may have ended one first:
+	// what counts is that it is gone).
+	for _, id := range []string{orphan, unread, aliased} {
+		if pgrepShim(ns, id) != "" {
+			t.Errorf("the orphaned shim of %s is still alive after the sweep (ended %v)", id, ended)
 		}
 	}
-	if pgrepShim(ns, made.ID) == "" || pgrepShim(ns+"-test", otherNS) == "" || pgrepShim(ns, otherAddr) == "" {
+	if alias == "" {
+		t.Logf("containerd's socket %s has no other name here: not tried", addr)
+	}
+	if pgrepShim(ns, made.ID) == "" || pgrepShim(ns+"-test", otherNS) == "" || pgrepShim(ns, otherAddr) == "" || pgrepShim(ns, group) == "" {
 		t.Errorf("a shim that serves a container, or is not this engine's, is gone")
 	}
 	if in, err := env.Eng.ContainerInspect(ctx, made.ID, client.ContainerInspectOptions{}); err != nil || in.Container.State.Status != container.StateCreated {
@@ -339,9 +324,11 @@ func TestEndOrphanedShimsEndsOnlyOrphans(t *testing.T) {
 
 // startShim starts the runc shim binary as containerd 1.6 does for a task
 // create (its start command in a bundle directory holding the spec and a
-// log FIFO), for a container id that need not exist; the shim stays until
-// signalled, and is ended when the test ends.
-func startShim(t *testing.T, ns, id, address string) {
+// log FIFO), for a container id that need not exist. With read, the log is
+// read, as containerd reads it, and the shim serves until signalled;
+// without, the shim waits to open its log. It is killed when the test
+// ends.
+func startShim(t *testing.T, ns, id, address string, read bool) {
 	t.Helper()
 	bundle := t.TempDir()
 	if err := os.WriteFile(filepath.Join(bundle, "config.json"), []byte("{}"), 0o600); err != nil {
@@ -350,20 +337,15 @@ func startShim(t *testing.T, ns, id, address string) {
 	if err := syscall.Mkfifo(filepath.Join(bundle, "log"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	// Read (and dropped) as containerd reads a shim's log.
-	logf, err := os.OpenFile(filepath.Join(bundle, "log"), os.O_RDWR, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	go io.Copy(io.Discard, logf)
-	t.Cleanup(func() {
-		for _, f := range strings.Fields(pgrepShim(ns, id)) {
-			if pid, err := strconv.Atoi(f); err == nil {
-				syscall.Kill(pid, syscall.SIGTERM)
-			}
+	if read {
+		logf, err := os.OpenFile(filepath.Join(bundle, "log"), os.O_RDWR, 0)
+		if err != nil {
+			t.Fatal(err)
 		}
-		logf.Close()
-	})
+		go io.Copy(io.Discard, logf)
+		t.Cleanup(func() { logf.Close() })
+	}
+	t.Cleanup(func() { killShims(ns, id) })
 	cmd := exec.Command("containerd-shim-runc-v2", "-namespace", ns, "-id", id, "-address", address, "-publish-binary", "/usr/bin/containerd", "start")
 	cmd.Dir = bundle
 	if out, err := cmd.CombinedOutput(); err != nil {
@@ -372,6 +354,22 @@ func startShim(t *testing.T, ns, id, address string) {
 	for deadline := time.Now().Add(5 * time.Second); pgrepShim(ns, id) == ""; time.Sleep(20 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatalf("the shim of %s did not start", id)
+		}
+	}
+}
+
+// killShims SIGKILLs the runc shims of id in namespace ns and waits (up to
+// 5 s) until none is left.
+func killShims(ns, id string) {
+	for deadline := time.Now().Add(5 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		pids := strings.Fields(pgrepShim(ns, id))
+		if len(pids) == 0 {
+			return
+		}
+		for _, f := range pids {
+			if pid, err := strconv.Atoi(f); err == nil {
+				syscall.Kill(pid, syscall.SIGKILL)
+			}
 		}
 	}
 }

@@ -439,12 +439,80 @@ func (e *Engine) newTask(ctx context.Context, info containers.Container, stdin b
 		}
 		req.Rootfs = append(req.Rootfs, &types.Mount{Type: m.Type, Source: m.Source, Target: m.Target, Options: m.Options})
 	}
-	_, err = e.c.TaskService().Create(ctx, req)
-	err = ctrderrdefs.FromGRPC(err)
+	err = e.createTask(ctx, info.ID, req)
 	if errdefs.IsAlreadyExists(err) {
 		return fmt.Errorf("container %s already has a task: %w", info.ID, errdefs.ErrConflict)
 	}
 	return err
+}
+
+// taskCreateTimeout bounds a task create that its caller stopped waiting
+// for.
+const taskCreateTimeout = 2 * time.Minute
+
+// createTask asks containerd to create a task and lets that create run to
+// its end even if ctx ends first (the caller is told ctx's error at
+// once). containerd 1.6 does not undo a create cut short while its shim
+// starts: that shim is left running with no task containerd can delete
+// (EndOrphanedShims). A removal of the container waits for the create
+// (awaitTaskCreate), so the task it made is deleted with the container.
+func (e *Engine) createTask(ctx context.Context, id string, req *tasks.CreateTaskRequest) error {
+	done := make(chan struct{})
+	for {
+		e.taskMu.Lock()
+		earlier := e.makingTasks[id]
+		if earlier == nil {
+			if e.makingTasks == nil {
+				e.makingTasks = map[string]chan struct{}{}
+			}
+			e.makingTasks[id] = done
+			e.taskMu.Unlock()
+			break
+		}
+		e.taskMu.Unlock()
+		select {
+		case <-earlier:
+		case <-ctx.Done():
+			return fmt.Errorf("container %s: a task create under way: %w", id, ctx.Err())
+		}
+	}
+	result := make(chan error, 1)
+	go func() {
+		defer func() {
+			e.taskMu.Lock()
+			delete(e.makingTasks, id)
+			e.taskMu.Unlock()
+			close(done)
+		}()
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), taskCreateTimeout)
+		defer cancel()
+		_, err := e.c.TaskService().Create(cctx, req)
+		result <- ctrderrdefs.FromGRPC(err)
+	}()
+	select {
+	case err := <-result:
+		return err
+	case <-ctx.Done():
+		return fmt.Errorf("create the task of %s: %w", id, ctx.Err())
+	}
+}
+
+// awaitTaskCreate waits until no task create of container id is under
+// way in this process, or ctx ends.
+func (e *Engine) awaitTaskCreate(ctx context.Context, id string) error {
+	for {
+		e.taskMu.Lock()
+		done := e.makingTasks[id]
+		e.taskMu.Unlock()
+		if done == nil {
+			return nil
+		}
+		select {
+		case <-done:
+		case <-ctx.Done():
+			return fmt.Errorf("container %s: a task create under way: %w", id, ctx.Err())
+		}
+	}
 }
 
 // deleteTask kills and deletes a container's task, whatever its state
@@ -619,6 +687,12 @@ func (e *Engine) ContainerRemove(ctx context.Context, id string, opts client.Con
 	}
 	if err != nil {
 		return client.ContainerRemoveResult{}, err
+	}
+	// A task this process is still creating is deleted once it exists:
+	// removed now, the record would go and leave that task's shim to no
+	// one.
+	if err := e.awaitTaskCreate(ctx, c.ID()); err != nil {
+		return client.ContainerRemoveResult{}, fmt.Errorf("remove %s: %w", c.ID(), err)
 	}
 	st, _, err := e.taskStatus(ctx, c.ID())
 	switch {

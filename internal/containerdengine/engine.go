@@ -79,6 +79,11 @@ type Engine struct {
 	// at it, and the reverse.
 	naming   sync.Mutex
 	creating map[string]bool
+	// makingTasks are the task creates under way in this process, by
+	// container ID: each runs to its end whatever becomes of its caller
+	// (see newTask), and a removal of the container waits for it.
+	taskMu      sync.Mutex
+	makingTasks map[string]chan struct{}
 }
 
 // New connects to containerd. It makes the state directory; nothing else

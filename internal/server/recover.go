@@ -235,8 +235,14 @@ func (s *Server) reapLoop(ctx context.Context) {
 }
 
 // reap removes job containers of this broker that no live job owns and that
-// are older than the grace period.
+// are older than the grace period, then ends the engine's processes that
+// serve no container (whether or not the removals went well).
 func (s *Server) reap(ctx context.Context) error {
+	err := s.reapContainers(ctx)
+	return errors.Join(err, s.endOrphanedShims(ctx))
+}
+
+func (s *Server) reapContainers(ctx context.Context) error {
 	cs, err := s.cfg.Broker.ListJobContainers(ctx)
 	if err != nil {
 		return err
@@ -281,18 +287,23 @@ func (s *Server) reap(ctx context.Context) error {
 		s.log.Info("reaping a stale pooled sandbox", "container_id", c.ID, "state", c.State)
 		s.cfg.Broker.RemoveJobContainer(c.ID)
 	}
-	// Last, once the containers above are gone: the processes of task
-	// creates cut short (an earlier process killed in one), which no
-	// container reaches any more.
-	if e, ok := s.cfg.Broker.(ShimEnder); ok {
-		ended, err := e.EndOrphanedShims(ctx)
-		for _, id := range ended {
-			s.m.reconcile.WithLabelValues("shim_ended").Inc()
-			s.log.Warn("ended the shim of a container that no longer exists", "container_id", id)
-		}
-		if err != nil {
-			return fmt.Errorf("end orphaned shims: %w", err)
-		}
+	return nil
+}
+
+// endOrphanedShims ends the processes of task creates cut short (an
+// earlier process killed in one), which no container reaches any more.
+func (s *Server) endOrphanedShims(ctx context.Context) error {
+	e, ok := s.cfg.Broker.(ShimEnder)
+	if !ok {
+		return nil
+	}
+	ended, err := e.EndOrphanedShims(ctx)
+	for _, id := range ended {
+		s.m.reconcile.WithLabelValues("shim_ended").Inc()
+		s.log.Warn("ended the shim of a container that no longer exists", "container_id", id)
+	}
+	if err != nil {
+		return fmt.Errorf("end orphaned shims: %w", err)
 	}
 	return nil
 }

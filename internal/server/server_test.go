@@ -62,6 +62,7 @@ type fakeBroker struct {
 	// what removed held when they were ended.
 	orphanShims           []string
 	orphanErr             error
+	listErr               error // what ListJobContainers fails with
 	removedWhenShimsEnded []string
 }
 
@@ -161,6 +162,9 @@ func (f *fakeBroker) RecoverWithHooks(ctx context.Context, job sandbox.Job, bind
 func (f *fakeBroker) ListJobContainers(context.Context) ([]broker.JobContainer, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if f.listErr != nil {
+		return nil, f.listErr
+	}
 	return slices.Clone(f.existing), nil
 }
 
@@ -612,7 +616,8 @@ func TestReapRemovesOnlyUnknownContainers(t *testing.T) {
 
 // The reaper ends the engine's shims that serve no container once it has
 // removed the containers it reaps (whose removal may leave one), and
-// counts each; a sweep that fails is the reap's error.
+// counts each; a sweep that fails is the reap's error, and a reap whose
+// listing fails still sweeps.
 func TestReapEndsOrphanedShims(t *testing.T) {
 	f := newFixture(t, func(c *Config) { c.ReapGrace = time.Minute }, nil)
 	f.fb.mu.Lock()
@@ -634,6 +639,17 @@ func TestReapEndsOrphanedShims(t *testing.T) {
 	}
 	if err := f.srv.reap(context.Background()); err == nil || !strings.Contains(err.Error(), "proc unreadable") {
 		t.Errorf("a failed sweep: reap returned %v", err)
+	}
+	f.fb.mu.Lock()
+	f.fb.orphanErr, f.fb.orphanShims, f.fb.listErr = nil, []string{"c-cut.89abcdef"}, errors.New("engine gone")
+	f.fb.mu.Unlock()
+	if err := f.srv.reap(context.Background()); err == nil || !strings.Contains(err.Error(), "engine gone") {
+		t.Errorf("a failed listing: reap returned %v", err)
+	}
+	f.fb.mu.Lock()
+	defer f.fb.mu.Unlock()
+	if f.fb.orphanShims != nil {
+		t.Errorf("a reap whose listing failed left the shims %v", f.fb.orphanShims)
 	}
 }
 
