@@ -247,18 +247,21 @@ func (c *capturingEngine) ContainerCreate(ctx context.Context, o client.Containe
 // log FIFO), an orphan under an ID no container has. One orphan never had
 // its log read (so it still waits to open it, and ignores SIGTERM); one
 // names containerd's socket by another path to the same file.
+//
+// Not parallel: its sweep would end, and so hide, a shim another test
+// must find left (TestATaskCreateCutShortDoesNotBlockTheNext).
 func TestEndOrphanedShimsEndsOnlyOrphans(t *testing.T) {
 	if env.Ctr == nil {
 		t.Skip("a containerd engine test (SANDBOXD_ENGINE=containerd)")
 	}
-	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
 	ns, addr := env.Ctr.Namespace(), env.Ctr.Address()
 	sfx := fmt.Sprintf("sbtest-%x", time.Now().UnixNano()&0xffffff)
 	orphan, unread, aliased := sfx+"-orphan.0123abcd", sfx+"-unread.0123abcd", sfx+"-aliased.0123abcd"
-	startShim(t, ns, orphan, addr, true)
-	startShim(t, ns, unread, addr, false)
+	sockets := map[string]string{}
+	sockets[orphan] = startShim(t, ns, orphan, addr, true)
+	sockets[unread] = startShim(t, ns, unread, addr, false)
 	alias := ""
 	switch {
 	case strings.HasPrefix(addr, "/var/run/"):
@@ -267,7 +270,7 @@ func TestEndOrphanedShimsEndsOnlyOrphans(t *testing.T) {
 		alias = "/var" + addr
 	}
 	if alias != "" {
-		startShim(t, ns, aliased, alias, true)
+		sockets[aliased] = startShim(t, ns, aliased, alias, true)
 	}
 	otherNS, otherAddr, group := sfx+"-otherns.0123abcd", sfx+"-elsewhere.0123abcd", sfx+"-group"
 	startShim(t, ns+"-test", otherNS, addr, true)
@@ -294,6 +297,12 @@ func TestEndOrphanedShimsEndsOnlyOrphans(t *testing.T) {
 	if pgrepShim(ns, made.ID) == "" {
 		t.Fatalf("no shim of the live container %s", made.ID)
 	}
+	// A shim younger than 5 s is left for a later sweep (it may be one
+	// ending with its container's removal).
+	if ended, err := env.Ctr.EndOrphanedShims(ctx); slices.Contains(ended, orphan) || err != nil {
+		t.Errorf("a sweep at once ended %v (%v), want the young orphans left", ended, err)
+	}
+	time.Sleep(5 * time.Second)
 
 	ended, err := env.Ctr.EndOrphanedShims(ctx)
 	if err != nil {
@@ -310,6 +319,11 @@ func TestEndOrphanedShimsEndsOnlyOrphans(t *testing.T) {
 		if pgrepShim(ns, id) != "" {
 			t.Errorf("the orphaned shim of %s is still alive after the sweep (ended %v)", id, ended)
 		}
+		if sock := sockets[id]; sock != "" {
+			if _, err := os.Lstat(sock); !errors.Is(err, os.ErrNotExist) {
+				t.Errorf("the orphaned shim of %s left its socket %s: %v", id, sock, err)
+			}
+		}
 	}
 	if alias == "" {
 		t.Logf("containerd's socket %s has no other name here: not tried", addr)
@@ -324,11 +338,11 @@ func TestEndOrphanedShimsEndsOnlyOrphans(t *testing.T) {
 
 // startShim starts the runc shim binary as containerd 1.6 does for a task
 // create (its start command in a bundle directory holding the spec and a
-// log FIFO), for a container id that need not exist. With read, the log is
-// read, as containerd reads it, and the shim serves until signalled;
-// without, the shim waits to open its log. It is killed when the test
-// ends.
-func startShim(t *testing.T, ns, id, address string, read bool) {
+// log FIFO), for a container id that need not exist, and returns the path
+// of its socket. With read, the log is read, as containerd reads it, and
+// the shim serves until signalled; without, the shim waits to open its
+// log. It is killed, and its socket removed, when the test ends.
+func startShim(t *testing.T, ns, id, address string, read bool) string {
 	t.Helper()
 	bundle := t.TempDir()
 	if err := os.WriteFile(filepath.Join(bundle, "config.json"), []byte("{}"), 0o600); err != nil {
@@ -345,17 +359,29 @@ func startShim(t *testing.T, ns, id, address string, read bool) {
 		go io.Copy(io.Discard, logf)
 		t.Cleanup(func() { logf.Close() })
 	}
-	t.Cleanup(func() { killShims(ns, id) })
+	var socket string
+	t.Cleanup(func() {
+		killShims(ns, id)
+		if socket != "" {
+			os.Remove(socket) // a killed shim leaves it
+		}
+	})
 	cmd := exec.Command("containerd-shim-runc-v2", "-namespace", ns, "-id", id, "-address", address, "-publish-binary", "/usr/bin/containerd", "start")
 	cmd.Dir = bundle
-	if out, err := cmd.CombinedOutput(); err != nil {
+	out, err := cmd.Output()
+	if err != nil {
 		t.Fatalf("start a shim: %v: %s", err, out)
+	}
+	socket = strings.TrimPrefix(strings.TrimSpace(string(out)), "unix://")
+	if !strings.HasPrefix(socket, "/run/containerd/s/") {
+		t.Fatalf("the shim's start said %q, not its socket", out)
 	}
 	for deadline := time.Now().Add(5 * time.Second); pgrepShim(ns, id) == ""; time.Sleep(20 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatalf("the shim of %s did not start", id)
 		}
 	}
+	return socket
 }
 
 // killShims SIGKILLs the runc shims of id in namespace ns and waits (up to

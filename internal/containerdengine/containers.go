@@ -455,11 +455,19 @@ const taskCreateTimeout = 2 * time.Minute
 // once). containerd 1.6 does not undo a create cut short while its shim
 // starts: that shim is left running with no task containerd can delete
 // (EndOrphanedShims). A removal of the container waits for the create
-// (awaitTaskCreate), so the task it made is deleted with the container.
+// (beginRemoval), so the task it made is deleted with the container; a
+// create asked for while the container is being removed is refused.
 func (e *Engine) createTask(ctx context.Context, id string, req *tasks.CreateTaskRequest) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("create the task of %s: %w", id, err)
+	}
 	done := make(chan struct{})
 	for {
 		e.taskMu.Lock()
+		if e.removingTasks[id] {
+			e.taskMu.Unlock()
+			return fmt.Errorf("container %s is being removed: %w", id, errdefs.ErrNotFound)
+		}
 		earlier := e.makingTasks[id]
 		if earlier == nil {
 			if e.makingTasks == nil {
@@ -497,20 +505,43 @@ func (e *Engine) createTask(ctx context.Context, id string, req *tasks.CreateTas
 	}
 }
 
-// awaitTaskCreate waits until no task create of container id is under
-// way in this process, or ctx ends.
-func (e *Engine) awaitTaskCreate(ctx context.Context, id string) error {
+// beginRemoval waits until no task create of container id is under way
+// in this process (or ctx ends), and refuses every create of it until
+// the returned end is called: a create that began after the wait would
+// make a task (and a shim) for a record about to go.
+func (e *Engine) beginRemoval(ctx context.Context, id string) (end func(), err error) {
 	for {
 		e.taskMu.Lock()
-		done := e.makingTasks[id]
-		e.taskMu.Unlock()
-		if done == nil {
-			return nil
+		making := e.makingTasks[id]
+		if making == nil {
+			if e.removingTasks == nil {
+				e.removingTasks = map[string]bool{}
+			}
+			e.removingTasks[id] = true
+			e.taskMu.Unlock()
+			return func() {
+				e.taskMu.Lock()
+				delete(e.removingTasks, id)
+				e.taskMu.Unlock()
+			}, nil
 		}
+		e.taskMu.Unlock()
 		select {
-		case <-done:
+		case <-making:
 		case <-ctx.Done():
-			return fmt.Errorf("container %s: a task create under way: %w", id, ctx.Err())
+			return nil, fmt.Errorf("container %s: a task create under way: %w", id, ctx.Err())
+		}
+	}
+}
+
+// tasksInFlight waits up to d for this process's task creates to end.
+func (e *Engine) tasksInFlight(d time.Duration) {
+	for deadline := time.Now().Add(d); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+		e.taskMu.Lock()
+		n := len(e.makingTasks)
+		e.taskMu.Unlock()
+		if n == 0 {
+			return
 		}
 	}
 }
@@ -688,12 +719,14 @@ func (e *Engine) ContainerRemove(ctx context.Context, id string, opts client.Con
 	if err != nil {
 		return client.ContainerRemoveResult{}, err
 	}
-	// A task this process is still creating is deleted once it exists:
-	// removed now, the record would go and leave that task's shim to no
-	// one.
-	if err := e.awaitTaskCreate(ctx, c.ID()); err != nil {
+	// A task this process is still creating is deleted once it exists,
+	// and none is begun meanwhile: the record gone, that task's shim would
+	// be left to no one.
+	end, err := e.beginRemoval(ctx, c.ID())
+	if err != nil {
 		return client.ContainerRemoveResult{}, fmt.Errorf("remove %s: %w", c.ID(), err)
 	}
+	defer end()
 	st, _, err := e.taskStatus(ctx, c.ID())
 	switch {
 	case err == nil:

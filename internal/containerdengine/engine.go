@@ -82,8 +82,11 @@ type Engine struct {
 	// makingTasks are the task creates under way in this process, by
 	// container ID: each runs to its end whatever becomes of its caller
 	// (see newTask), and a removal of the container waits for it.
-	taskMu      sync.Mutex
-	makingTasks map[string]chan struct{}
+	// removingTasks are the containers a removal is under way of: no
+	// task create of them begins.
+	taskMu        sync.Mutex
+	makingTasks   map[string]chan struct{}
+	removingTasks map[string]bool
 }
 
 // New connects to containerd. It makes the state directory; nothing else
@@ -140,8 +143,12 @@ func (e *Engine) Address() string { return e.cfg.Address }
 // Namespace is the containerd namespace the engine works in.
 func (e *Engine) Namespace() string { return e.cfg.Namespace }
 
-// Close closes the connection.
-func (e *Engine) Close() error { return e.c.Close() }
+// Close waits (up to 30 s) for the task creates this process began, so
+// that none is cut short inside containerd, then disconnects.
+func (e *Engine) Close() error {
+	e.tasksInFlight(30 * time.Second)
+	return e.c.Close()
+}
 
 func (e *Engine) ns(ctx context.Context) context.Context {
 	return namespaces.WithNamespace(ctx, e.cfg.Namespace)

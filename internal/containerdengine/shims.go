@@ -3,8 +3,11 @@ package containerdengine
 import (
 	"bytes"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -119,6 +122,7 @@ func (e *Engine) shims() (map[int][]byte, []shimProcess, error) {
 	}
 	lines := map[int][]byte{}
 	var out []shimProcess
+	var unseen []error
 	for _, ent := range ents {
 		pid, err := strconv.Atoi(ent.Name())
 		if err != nil || pid <= 1 {
@@ -137,28 +141,91 @@ func (e *Engine) shims() (map[int][]byte, []shimProcess, error) {
 		if !ok || p.namespace != e.cfg.Namespace || !engineID(p.id) || !filepath.IsAbs(p.address) {
 			continue
 		}
-		if !isShimProcess(pid) {
+		ok, err = isShimProcess(pid)
+		if err == nil && ok {
+			var fi os.FileInfo
+			if fi, err = statIn(pid, p.address); err == nil {
+				ok = os.SameFile(fi, ours)
+			} else if errors.Is(err, os.ErrNotExist) {
+				ok, err = false, nil // another containerd's socket, gone
+			}
+		}
+		if errors.Is(err, unix.ENOSYS) || errors.Is(err, os.ErrPermission) {
+			// What a daemon without the host's view (no openat2, no
+			// access to another process's root) meets: said, not skipped.
+			unseen = append(unseen, fmt.Errorf("shim %q (pid %d) cannot be checked: %w", p.id, pid, err))
 			continue
 		}
-		if fi, err := statIn(pid, p.address); err != nil || !os.SameFile(fi, ours) {
+		if err != nil || !ok {
 			continue
 		}
 		p.pid = pid
 		lines[pid] = cmdline
 		out = append(out, p)
 	}
-	return lines, out, nil
+	return lines, out, errors.Join(unseen...)
 }
 
-// isShimProcess says whether pid runs as root from an executable named as
-// the shim binary (one replaced on disk since it started included).
-func isShimProcess(pid int) bool {
-	fi, err := os.Stat(fmt.Sprintf("/proc/%d", pid))
-	if err != nil || fi.Sys().(*syscall.Stat_t).Uid != 0 {
-		return false
+// isShimProcess says whether pid runs as root (its real uid, from its
+// status) from an executable named as the shim binary (one replaced on
+// disk since it started included), and has for at least shimMinAge: a
+// shim that began its exit just before its container's record went
+// (the container removed) is not taken for an orphan.
+func isShimProcess(pid int) (bool, error) {
+	status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return false, err
+	}
+	uid := ""
+	for _, line := range strings.Split(string(status), "\n") {
+		if rest, ok := strings.CutPrefix(line, "Uid:"); ok {
+			if f := strings.Fields(rest); len(f) > 0 {
+				uid = f[0]
+			}
+		}
+	}
+	if uid != "0" {
+		return false, nil
 	}
 	exe, err := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid))
-	return err == nil && filepath.Base(strings.TrimSuffix(exe, " (deleted)")) == shimBinary
+	if err != nil {
+		return false, err
+	}
+	if filepath.Base(strings.TrimSuffix(exe, " (deleted)")) != shimBinary {
+		return false, nil
+	}
+	age, err := processAge(pid)
+	return err == nil && age >= shimMinAge, err
+}
+
+// shimMinAge is how long a shim must have run to be taken for an orphan.
+const shimMinAge = 5 * time.Second
+
+// processAge is how long pid has run (its start time, field 22 of its
+// stat, in clock ticks since boot; Linux's are 100 per second).
+func processAge(pid int) (time.Duration, error) {
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, err
+	}
+	// The command name, field 2, is in parentheses and may hold spaces.
+	i := bytes.LastIndexByte(stat, ')')
+	if i < 0 {
+		return 0, fmt.Errorf("/proc/%d/stat: no command name", pid)
+	}
+	fields := strings.Fields(string(stat[i+1:]))
+	if len(fields) < 20 {
+		return 0, fmt.Errorf("/proc/%d/stat: %d fields", pid, len(fields)+2)
+	}
+	ticks, err := strconv.ParseUint(fields[19], 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("/proc/%d/stat: start time: %w", pid, err)
+	}
+	var ts unix.Timespec
+	if err := unix.ClockGettime(unix.CLOCK_BOOTTIME, &ts); err != nil {
+		return 0, err
+	}
+	return time.Duration(ts.Nano()) - time.Duration(ticks)*10*time.Millisecond, nil
 }
 
 // statIn stats path as process pid sees it: resolved under its root, every
@@ -186,10 +253,14 @@ const shimGrace = 2 * time.Second
 // shims) whose container containerd no longer records, and returns the
 // container IDs of those that ended. A task is only ever created for a
 // recorded container, and an ID is never given twice, so such a shim
-// serves nothing. It is sent SIGTERM (a shim that serves ends at once and
-// removes its socket), and SIGKILL if it has not ended within shimGrace (a
-// shim still opening its log ignores SIGTERM); if containerd holds its
-// connection, the shim's end lets containerd clean up after it. The
+// serves nothing (one younger than shimMinAge is left for the next sweep:
+// it may be a shim ending with its container's removal). It is sent
+// SIGTERM (a shim that serves ends at once), and SIGKILL if it has not
+// ended within shimGrace (a shim that has not reached its serving loop
+// ignores SIGTERM); if containerd holds its connection, the shim's end
+// lets containerd clean up after it, and a socket it leaves is removed
+// (removeShimSocket). A shim that could not be checked (see shims) is
+// an error, as is one that would not end. The
 // shims are listed before the containers, so one started meanwhile is not
 // looked at; each is signalled through a pidfd opened while its command
 // line was still the one read, never a reused pid.
@@ -197,9 +268,9 @@ const shimGrace = 2 * time.Second
 // It needs the host's processes in view (the daemon in the host's PID
 // namespace, as root) and Linux 5.6 or later (pidfd_open, openat2).
 func (e *Engine) EndOrphanedShims(ctx context.Context) ([]string, error) {
-	lines, found, err := e.shims()
-	if err != nil || len(found) == 0 {
-		return nil, err
+	lines, found, unseen := e.shims()
+	if len(found) == 0 {
+		return nil, unseen
 	}
 	cs, err := e.c.ContainerService().List(e.ns(ctx))
 	if err != nil {
@@ -221,6 +292,9 @@ func (e *Engine) EndOrphanedShims(ctx context.Context) ([]string, error) {
 		}
 		wg.Go(func() {
 			gone, err := endIfSame(p.pid, lines[p.pid])
+			if gone {
+				removeShimSocket(p)
+			}
 			mu.Lock()
 			defer mu.Unlock()
 			if err != nil {
@@ -232,7 +306,7 @@ func (e *Engine) EndOrphanedShims(ctx context.Context) ([]string, error) {
 		})
 	}
 	wg.Wait()
-	return ended, errors.Join(errs...)
+	return ended, errors.Join(append(errs, unseen)...)
 }
 
 // endIfSame ends pid (SIGTERM, then SIGKILL after shimGrace) if its
@@ -250,12 +324,15 @@ func endIfSame(pid int, cmdline []byte) (bool, error) {
 	}
 	defer unix.Close(fd)
 	now, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
-	if err != nil || !bytes.Equal(now, cmdline) || !isShimProcess(pid) {
+	if err != nil || !bytes.Equal(now, cmdline) {
 		return false, nil // gone, or another process now
 	}
-	for _, sig := range []unix.Signal{unix.SIGTERM, unix.SIGKILL} {
+	if ok, err := isShimProcess(pid); err != nil || !ok {
+		return false, nil
+	}
+	for i, sig := range []unix.Signal{unix.SIGTERM, unix.SIGKILL} {
 		if err := unix.PidfdSendSignal(fd, sig, nil, 0); errors.Is(err, unix.ESRCH) {
-			return true, nil
+			return i > 0, nil // ended by itself before the first: not this sweep's
 		} else if err != nil {
 			return false, err
 		}
@@ -279,6 +356,31 @@ func exited(fd int, d time.Duration) bool {
 		if err == unix.EINTR {
 			continue
 		}
-		return err == nil && n > 0
+		return err == nil && n > 0 && fds[0].Revents&unix.POLLIN != 0
+	}
+}
+
+// shimSocketDir is where containerd 1.6's runc shims listen (a constant
+// of containerd's, whatever its state directory).
+const shimSocketDir = "/run/containerd/s"
+
+// removeShimSocket removes the socket an ended shim leaves when it could
+// not remove it itself (its bundle gone, or killed): containerd 1.6 names
+// it by the SHA-256 of its address, namespace and ID joined as a path
+// (runtime/v2/shim.SocketAddress). Only a socket nothing listens on any
+// more is removed.
+func removeShimSocket(p shimProcess) {
+	sum := sha256.Sum256([]byte(filepath.Join(p.address, p.namespace, p.id)))
+	path := filepath.Join(shimSocketDir, hex.EncodeToString(sum[:]))
+	if fi, err := os.Lstat(path); err != nil || fi.Mode().Type() != os.ModeSocket {
+		return
+	}
+	c, err := net.DialTimeout("unix", path, time.Second)
+	if err == nil {
+		c.Close()
+		return
+	}
+	if errors.Is(err, syscall.ECONNREFUSED) {
+		os.Remove(path)
 	}
 }

@@ -1,9 +1,15 @@
 package containerdengine
 
 import (
+	"fmt"
 	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 )
 
 // testdata/shim.cmdline is /proc/PID/cmdline of the runc shim containerd
@@ -34,7 +40,8 @@ func TestParseShimCmdline(t *testing.T) {
 		"a positional":         args(bin, "-namespace", "ns", "-id", "x", "-address", "/s", "start"),
 		"another binary":       args("/usr/bin/containerd-shim-runc-v1", "-namespace", "ns", "-id", "x", "-address", "/s"),
 		"a binary named so":    args("/tmp/containerd-shim-runc-v2x", "-namespace", "ns", "-id", "x", "-address", "/s"),
-		"no id":                args(bin, "-namespace", "ns", "-address", "/s", "-debug", "-debug"),
+		"no id":                args(bin, "-namespace", "ns", "-address", "/s", "-debug"),
+		"-debug twice":         args(bin, "-namespace", "ns", "-id", "x", "-address", "/s", "-debug", "-debug"),
 		"an empty id":          args(bin, "-namespace", "ns", "-id", "", "-address", "/s"),
 		"id given twice":       args(bin, "-namespace", "ns", "-id", "x", "-id", "y", "-address", "/s"),
 		"a flag with no value": args(bin, "-namespace", "ns", "-address", "/s", "-debug", "-id"),
@@ -56,5 +63,69 @@ func TestEngineID(t *testing.T) {
 		if engineID(id) {
 			t.Errorf("%q: taken for an ID of this engine", id)
 		}
+	}
+}
+
+func TestProcessAge(t *testing.T) {
+	cmd := exec.Command("sleep", "30")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Wait()
+	defer cmd.Process.Kill()
+	young, err := processAge(cmd.Process.Pid)
+	if err != nil || young < 0 || young > 2*time.Second {
+		t.Errorf("a process just started: age %v, %v", young, err)
+	}
+	old, err := processAge(1)
+	if err != nil || old < young {
+		t.Errorf("process 1: age %v, %v; want more than %v", old, err, young)
+	}
+}
+
+// statIn resolves a path as the process sees it: in its own mount
+// namespace, and an absolute link from its root, not the caller's (a
+// stat of /proc/PID/root/PATH follows such a link from the caller's).
+func TestStatInResolvesInTheProcesssRoot(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root (a mount namespace)")
+	}
+	if _, err := exec.LookPath("unshare"); err != nil {
+		t.Skip("no unshare")
+	}
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "target"), []byte("the caller's"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// The child mounts a tmpfs over dir in its own namespace, with its own
+	// target and a link to it by its absolute path, and says the target's
+	// device and inode.
+	script := fmt.Sprintf(`mount -t tmpfs tmpfs %[1]s && echo child > %[1]s/target && ln -s %[1]s/target %[1]s/link && stat -c '%%d %%i' %[1]s/target && exec sleep 30`, dir)
+	cmd := exec.Command("unshare", "--mount", "--propagation", "private", "sh", "-c", script)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer cmd.Wait()
+	defer cmd.Process.Kill()
+	var dev, ino uint64
+	if _, err := fmt.Fscan(out, &dev, &ino); err != nil {
+		t.Fatalf("the child's target: %v", err)
+	}
+	fi, err := statIn(cmd.Process.Pid, filepath.Join(dir, "link"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := fi.Sys().(*syscall.Stat_t)
+	if st.Dev != dev || st.Ino != ino {
+		t.Errorf("the link resolved to device %d inode %d, want the child's target %d %d", st.Dev, st.Ino, dev, ino)
+	}
+	// The test tells the two apart: through /proc/PID/root the link's
+	// target is the caller's.
+	if naive, err := os.Stat("/proc/" + strconv.Itoa(cmd.Process.Pid) + "/root" + filepath.Join(dir, "link")); err != nil || os.SameFile(naive, fi) {
+		t.Errorf("through /proc/PID/root: %v; want the caller's target, another file", err)
 	}
 }
