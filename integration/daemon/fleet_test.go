@@ -183,6 +183,60 @@ func TestFleetListingsAreTheLeaders(t *testing.T) {
 	}
 }
 
+// A job's record is read from its stream's leader: a replica that lagged
+// (stopped while the submits went through the other two) answers direct
+// gets as soon as it is back, before it has caught up, and a reader
+// connected to it is answered by it first. With the record read by a
+// direct get, a submitter's Status (or Result) right after its Submit
+// could say "not found" (or give an older record).
+func TestFleetRecordsAreTheLeaders(t *testing.T) {
+	c := testharness.StartNATS(t, 3)
+	openFleet(t, c, true)
+	ctx := ctxFor(t, 2*time.Minute)
+	lagging := laggingNode(t, c, "KV_sandboxd-jobs", "SANDBOXD_JOBS")
+	var urls []string
+	for i, n := range c.Nodes {
+		if i != lagging {
+			urls = append(urls, n.URL())
+		}
+	}
+	opts := fleet.Options{URLs: urls, Name: t.Name(), CallTimeout: 3 * time.Second, AckWait: 3 * time.Second}
+	writer, err := fleet.Open(ctx, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer writer.Close()
+	opts.URLs = []string{c.Nodes[lagging].URL()} // the reader is on the node that lags
+	reader, err := fleet.Open(ctx, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer reader.Close()
+	stale := 0
+	for round := range 6 {
+		var want []fleet.Record
+		c.Stop(lagging)
+		for i := range 20 {
+			rec, err := writer.Submit(ctx, jobWithoutEngine(t, fmt.Sprintf("lag-%d-%02d-%s", round, i, randHex(3)), "true"))
+			if err != nil {
+				c.Cont(lagging)
+				t.Fatal(err)
+			}
+			want = append(want, rec)
+		}
+		c.Cont(lagging)
+		for _, w := range want {
+			got, err := reader.Record(ctx, w.ID)
+			if err != nil || got.Revision < w.Revision || got.Digest != w.Digest {
+				stale++
+				t.Errorf("round %d: %s just after a replica came back: revision %d, %v; want revision %d or later", round, w.ID, got.Revision, err, w.Revision)
+			}
+		}
+		c.WaitHealthy(lagging, 30*time.Second)
+	}
+	t.Logf("%d of 120 reads stale", stale)
+}
+
 // laggingNode is the index of a node of c that leads none of streams and
 // not the cluster's metadata: one that can be stopped while writes to
 // them go on. A stream's leader is asked to step down until there is one.
@@ -1106,6 +1160,7 @@ accounts {
             "$O.sandboxd-blobs.C.>", "$O.sandboxd-blobs.M.>",
             "$JS.API.INFO", "$JS.API.STREAM.INFO.>",
             "$JS.API.DIRECT.GET.KV_sandboxd-jobs.$KV.sandboxd-jobs.job.>",
+            "$JS.API.STREAM.MSG.GET.KV_sandboxd-jobs",
             "$JS.API.DIRECT.GET.OBJ_sandboxd-blobs.>", "$JS.API.STREAM.MSG.GET.OBJ_sandboxd-blobs",
             "$JS.API.CONSUMER.CREATE.KV_sandboxd-jobs.*.$KV.sandboxd-jobs.job.>",
             "$JS.API.CONSUMER.CREATE.OBJ_sandboxd-blobs.>",
@@ -1125,6 +1180,14 @@ accounts {
 // queue, mark a claim held or beat as a host, and what it tried leaves no
 // trace; a host, with the whole account, takes the job.
 func TestFleetPermissionsAsDocumented(t *testing.T) {
+	doc, err := os.ReadFile("../../docs/fleet.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The docs leave the passwords out.
+	if documented := strings.NewReplacer("host-secret", "…", "submitter-secret", "…").Replace(fleetAccounts); !strings.Contains(string(doc), strings.TrimSpace(documented)) {
+		t.Errorf("docs/fleet.md's account and permissions are not the ones this test runs (fleetAccounts)")
+	}
 	c := testharness.StartNATSWith(t, 1, fleetAccounts)
 	as := func(user, password string, setup bool) *fleet.JetStream {
 		t.Helper()

@@ -484,11 +484,16 @@ func classify(err error) error {
 func recordKey(id string) string { return "job." + keyOf(id) }
 
 func decodeRecord(e jetstream.KeyValueEntry) (Record, error) {
+	return decodeRecordAt(e.Key(), e.Value(), e.Revision())
+}
+
+// decodeRecordAt decodes the record stored under key at revision rev.
+func decodeRecordAt(key string, value []byte, rev uint64) (Record, error) {
 	var r Record
-	if err := json.Unmarshal(e.Value(), &r); err != nil || r.Schema != RecordSchema {
-		return Record{}, fmt.Errorf("fleet record %s (revision %d) is not a %s record: %v", e.Key(), e.Revision(), RecordSchema, err)
+	if err := json.Unmarshal(value, &r); err != nil || r.Schema != RecordSchema {
+		return Record{}, fmt.Errorf("fleet record %s (revision %d) is not a %s record: %v", key, rev, RecordSchema, err)
 	}
-	r.Revision = e.Revision()
+	r.Revision = rev
 	return r, nil
 }
 
@@ -583,15 +588,25 @@ func (f *JetStream) bindJob(ctx context.Context, job sandbox.Job, rec Record) (R
 	return rec, false, nil
 }
 
-// Record implements Coordinator.
+// Record implements Coordinator. The record is read from its stream's
+// leader, by a get that is not direct: a direct get is answered by any
+// replica that counts itself current, and one back from a pause answers
+// before it has caught up (TestFleetRecordsAreTheLeaders: a submitter's
+// read right after its submit, "not found"). While the stream has no
+// leader the read fails as unavailable, rather than give an older record.
 func (f *JetStream) Record(ctx context.Context, id string) (Record, error) {
 	c, cancel := f.call(ctx)
 	defer cancel()
-	e, err := f.records.Get(c, recordKey(id))
-	if err != nil {
-		return Record{}, fmt.Errorf("fleet: job %s: %w", id, classify(err))
+	began := time.Now()
+	bucket, key := f.records.Bucket(), recordKey(id)
+	m, err := f.leaderLast(c, "KV_"+bucket, "$KV."+bucket+"."+key)
+	if errors.Is(err, jetstream.ErrMsgNotFound) || (err == nil && m.removed()) {
+		return Record{}, fmt.Errorf("fleet: job %s: %w", id, sandbox.ErrNotFound)
 	}
-	return decodeRecord(e)
+	if err != nil {
+		return Record{}, fmt.Errorf("fleet: job %s: %w", id, f.denied(classify(err), began))
+	}
+	return decodeRecordAt(key, m.data, m.seq)
 }
 
 // Watch implements Coordinator. A watcher hands over the record as it is
@@ -599,21 +614,26 @@ func (f *JetStream) Record(ctx context.Context, id string) (Record, error) {
 // also read every second: a watcher alone stops without a word when its
 // stream's leader moves or the connection is lost, and its restart can
 // block as long as the election takes. done is asked about what the
-// watcher hands over, not about a read made on its word: a read is a
-// direct get that any replica answers, and one that had not applied the
-// write yet answered the record before it (a receipt written, the read
-// after the watcher's word without it: the wait took a second more).
+// watcher hands over, not about a read made on its word: when reads were
+// direct gets, one answered by a replica that had not applied the write
+// yet gave the record before it (a receipt written, the read after the
+// watcher's word without it: the wait took a second more).
 func (f *JetStream) Watch(ctx context.Context, id string, done func(Record) bool) (Record, error) {
+	return f.watch(ctx, id, done, f.Record)
+}
+
+// watch is Watch with its reads made by read.
+func (f *JetStream) watch(ctx context.Context, id string, done func(Record) bool, read func(context.Context, string) (Record, error)) (Record, error) {
 	wctx, cancel := context.WithCancel(ctx)
 	var watching sync.WaitGroup
 	defer watching.Wait()
 	defer cancel()
 	watched := make(chan Record)
 	watching.Go(func() { f.watchRecord(wctx, id, watched) })
-	read := true
+	reading := true
 	for {
-		if read {
-			rec, err := f.Record(ctx, id)
+		if reading {
+			rec, err := read(ctx, id)
 			switch {
 			case err == nil && done(rec):
 				return rec, nil
@@ -634,9 +654,9 @@ func (f *JetStream) Watch(ctx context.Context, id string, done func(Record) bool
 			if done(rec) {
 				return rec, nil
 			}
-			read = false
+			reading = false
 		case <-t.C:
-			read = true
+			reading = true
 		}
 	}
 }
@@ -855,61 +875,76 @@ func (f *JetStream) leaderEntries(ctx context.Context, kv jetstream.KeyValue, fi
 	}
 	out := make(map[string][]byte, len(info.State.Subjects))
 	for subject := range info.State.Subjects {
-		hdr, data, err := f.leaderLast(ctx, name, subject)
+		m, err := f.leaderLast(ctx, name, subject)
 		if errors.Is(err, jetstream.ErrMsgNotFound) {
 			continue // gone since listed
 		}
 		if err != nil {
 			return nil, err
 		}
-		if op := hdr.Get("KV-Operation"); op == "DEL" || op == "PURGE" || hdr.Get(jetstream.MarkerReasonHeader) != "" {
+		if m.removed() {
 			continue
 		}
-		out[strings.TrimPrefix(subject, prefix)] = data
+		out[strings.TrimPrefix(subject, prefix)] = m.data
 	}
 	return out, nil
+}
+
+// lastMsg is the last message of a key's subject.
+type lastMsg struct {
+	hdr  nats.Header
+	data []byte
+	seq  uint64
+}
+
+// removed says whether the key was deleted or purged (or aged out, with a
+// marker), not written.
+func (m lastMsg) removed() bool {
+	op := m.hdr.Get("KV-Operation")
+	return op == "DEL" || op == "PURGE" || m.hdr.Get(jetstream.MarkerReasonHeader) != ""
 }
 
 // leaderLast reads the last message on subject in stream from the
 // stream's leader ($JS.API.STREAM.MSG.GET, which the jetstream package
 // makes a direct get when the stream allows those, as KV streams do).
-func (f *JetStream) leaderLast(ctx context.Context, stream, subject string) (nats.Header, []byte, error) {
+func (f *JetStream) leaderLast(ctx context.Context, stream, subject string) (lastMsg, error) {
 	body, err := json.Marshal(struct {
 		LastBySubject string `json:"last_by_subj"`
 	}{subject})
 	if err != nil {
-		return nil, nil, err
+		return lastMsg{}, err
 	}
 	m, err := f.nc.RequestWithContext(ctx, "$JS.API.STREAM.MSG.GET."+stream, body)
 	if err != nil {
-		return nil, nil, err
+		return lastMsg{}, err
 	}
 	var resp struct {
 		Error   *jetstream.APIError `json:"error"`
 		Message *struct {
-			Subject string `json:"subject"`
-			Header  []byte `json:"hdrs"`
-			Data    []byte `json:"data"`
+			Subject  string `json:"subject"`
+			Sequence uint64 `json:"seq"`
+			Header   []byte `json:"hdrs"`
+			Data     []byte `json:"data"`
 		} `json:"message"`
 	}
 	if err := json.Unmarshal(m.Data, &resp); err != nil {
-		return nil, nil, fmt.Errorf("the answer to a get of %s in %s: %w", subject, stream, err)
+		return lastMsg{}, fmt.Errorf("the answer to a get of %s in %s: %w", subject, stream, err)
 	}
 	switch {
 	case resp.Error != nil && resp.Error.ErrorCode == jetstream.JSErrCodeMessageNotFound:
-		return nil, nil, jetstream.ErrMsgNotFound
+		return lastMsg{}, jetstream.ErrMsgNotFound
 	case resp.Error != nil:
-		return nil, nil, resp.Error
-	case resp.Message == nil || resp.Message.Subject != subject:
-		return nil, nil, fmt.Errorf("the answer to a get of %s in %s is not a message of it", subject, stream)
+		return lastMsg{}, resp.Error
+	case resp.Message == nil || resp.Message.Subject != subject || resp.Message.Sequence == 0:
+		return lastMsg{}, fmt.Errorf("the answer to a get of %s in %s is not a message of it", subject, stream)
 	}
-	hdr := nats.Header{}
+	out := lastMsg{hdr: nats.Header{}, data: resp.Message.Data, seq: resp.Message.Sequence}
 	if len(resp.Message.Header) > 0 {
-		if hdr, err = nats.DecodeHeadersMsg(resp.Message.Header); err != nil {
-			return nil, nil, fmt.Errorf("the headers of %s in %s: %w", subject, stream, err)
+		if out.hdr, err = nats.DecodeHeadersMsg(resp.Message.Header); err != nil {
+			return lastMsg{}, fmt.Errorf("the headers of %s in %s: %w", subject, stream, err)
 		}
 	}
-	return hdr, resp.Message.Data, nil
+	return out, nil
 }
 
 // errNoMarks: a tenant's submitter does not see the hosts' held marks.

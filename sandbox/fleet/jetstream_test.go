@@ -86,9 +86,9 @@ func TestEmptyBlobIsNeitherStoredNorRead(t *testing.T) {
 	}
 }
 
-// laggingRecords is a key-value bucket whose reads are answered by a
-// replica that has not applied the last write (JetStream's direct gets
-// may be), while its watchers deliver every write.
+// laggingRecords is a key-value bucket whose watchers deliver every
+// write, and read, what a replica that has not applied the last write
+// answers (a direct get may be).
 type laggingRecords struct {
 	jetstream.KeyValue
 	read    Record   // what a read answers
@@ -113,10 +113,6 @@ type watcher struct{ updates chan jetstream.KeyValueEntry }
 
 func (w watcher) Updates() <-chan jetstream.KeyValueEntry { return w.updates }
 func (w watcher) Stop() error                             { return nil }
-
-func (l *laggingRecords) Get(_ context.Context, key string) (jetstream.KeyValueEntry, error) {
-	return entry{key, l.read}, nil
-}
 
 func (l *laggingRecords) Watch(ctx context.Context, key string, _ ...jetstream.WatchOpt) (jetstream.KeyWatcher, error) {
 	l.watches++
@@ -144,7 +140,8 @@ func TestWatchTakesTheWatchersRecord(t *testing.T) {
 
 	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
 	defer cancel()
-	got, err := f.Watch(ctx, "j1", func(r Record) bool { return r.State == StateEnded })
+	read := func(context.Context, string) (Record, error) { return records.read, nil }
+	got, err := f.watch(ctx, "j1", func(r Record) bool { return r.State == StateEnded }, read)
 	if err != nil || got.Revision != ended.Revision {
 		t.Fatalf("watch for the end: revision %d, %v; want revision %d within 500ms (reads answer revision %d)", got.Revision, err, ended.Revision, claimed.Revision)
 	}

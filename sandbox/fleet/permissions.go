@@ -39,7 +39,10 @@ func TenantPermissions(tenant string, submit bool, read ...string) Permissions {
 				"$JS.API.CONSUMER.DELETE."+stream+".>",
 			)
 		}
-		p.Publish = append(p.Publish, "$JS.API.STREAM.MSG.GET.OBJ_"+blobBucketOf(t))
+		// Gets that only a stream's leader answers: a record as last
+		// written (Record), a blob's chunks. Each of these streams holds
+		// only t's records or blobs.
+		p.Publish = append(p.Publish, "$JS.API.STREAM.MSG.GET.KV_"+recordBucketOf(t), "$JS.API.STREAM.MSG.GET.OBJ_"+blobBucketOf(t))
 	}
 	if submit {
 		blobs := blobBucketOf(tenant)
