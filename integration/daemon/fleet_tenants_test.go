@@ -131,6 +131,8 @@ func TestFleetTenantsAsGenerated(t *testing.T) {
 	aKey := "$KV.sandboxd-jobs-team-a.job." + strings.ReplaceAll(job.ID, ".", "=")
 	tries := []struct{ what, subject string }{
 		{"read A's record", "$JS.API.DIRECT.GET.KV_sandboxd-jobs-team-a." + aKey},
+		{"read A's record from its leader", "$JS.API.STREAM.MSG.GET.KV_sandboxd-jobs-team-a"},
+		{"read the held marks from their leader", "$JS.API.STREAM.MSG.GET.KV_sandboxd-jobs"},
 		{"write A's record", aKey},
 		{"list A's record keys", "$JS.API.STREAM.INFO.KV_sandboxd-jobs-team-a"},
 		{"list the fleet's own keys (held marks)", "$JS.API.STREAM.INFO.KV_sandboxd-jobs"},

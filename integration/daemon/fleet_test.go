@@ -225,7 +225,8 @@ func TestFleetRecordsAreTheLeaders(t *testing.T) {
 			want = append(want, rec)
 		}
 		c.Cont(lagging)
-		for _, w := range want {
+		for i := range want { // the newest first: the last a replica catches up with
+			w := want[len(want)-1-i]
 			got, err := reader.Record(ctx, w.ID)
 			if err != nil || got.Revision < w.Revision || got.Digest != w.Digest {
 				stale++
@@ -1173,6 +1174,41 @@ accounts {
   }
 }
 `
+
+// A submitter whose permissions predate the leader's read of a record
+// (no STREAM.MSG.GET on the records' stream) still reads its records: the
+// first read is refused, and that connection's reads are direct gets
+// again (docs/fleet.md, "Upgrading").
+func TestFleetSubmitterWithPermissionsFromBefore(t *testing.T) {
+	before := strings.Replace(fleetAccounts, `"$JS.API.STREAM.MSG.GET.KV_sandboxd-jobs",`, "", 1)
+	if before == fleetAccounts {
+		t.Fatal("the documented permissions have no leader read of the records to take out")
+	}
+	c := testharness.StartNATSWith(t, 1, before)
+	as := func(user, password string, setup bool) *fleet.JetStream {
+		t.Helper()
+		url := strings.Replace(c.URLs()[0], "nats://", "nats://"+user+":"+password+"@", 1)
+		co, err := fleet.Open(ctxFor(t, 30*time.Second), fleet.Options{URLs: []string{url}, Name: t.Name() + "-" + user, Setup: setup, Replicas: 1,
+			CallTimeout: time.Second, AckWait: 3 * time.Second})
+		if err != nil {
+			t.Fatalf("open the fleet as %s: %v", user, err)
+		}
+		t.Cleanup(co.Close)
+		return co
+	}
+	as("host", "host-secret", true)
+	sub := as("submitter", "submitter-secret", false)
+	ctx := ctxFor(t, time.Minute)
+	job := jobWithoutEngine(t, "before-"+randHex(3), "true")
+	if _, err := sub.Submit(ctx, job); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 2 {
+		if got, err := sub.Record(ctx, job.ID); err != nil || got.Digest != job.Digest {
+			t.Errorf("read %d of its record: %+v, %v", i+1, got, err)
+		}
+	}
+}
 
 // TestFleetPermissionsAsDocumented runs docs/fleet.md's account and
 // permissions on a real server: a submitter queues a job, reads its record

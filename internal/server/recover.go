@@ -369,7 +369,15 @@ func (s *Server) endedByTheFleet(ctx context.Context, rec journal.Record) (strin
 	co, err := s.cfg.Fleet.Coordinator.Tenant(ctx, rec.Tenant)
 	var fr fleet.Record
 	if err == nil {
-		fr, err = co.Record(ctx, rec.ID)
+		// A stream (or the cluster's metadata) without a leader for a
+		// moment answers at once that it cannot: asked again within
+		// requeuedReadWait.
+		for {
+			fr, err = co.Record(ctx, rec.ID)
+			if !errors.Is(err, fleet.ErrUnavailable) || !pause(ctx, 250*time.Millisecond) {
+				break
+			}
+		}
 	}
 	if err != nil {
 		if errors.Is(err, fleet.ErrUnavailable) || errors.Is(err, context.DeadlineExceeded) {

@@ -13,6 +13,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/nats-io/nats.go"
@@ -139,6 +140,9 @@ type JetStream struct {
 	cons    jetstream.Consumer    // nil until Next is first called
 	views   *views
 	denials *denials
+	// leaderReadDenied: this view's user may not read its records from
+	// their stream's leader (permissions from before that read: Record).
+	leaderReadDenied atomic.Bool
 }
 
 // denials are the permission violations the servers reported on the
@@ -592,9 +596,18 @@ func (f *JetStream) bindJob(ctx context.Context, job sandbox.Job, rec Record) (R
 // leader, by a get that is not direct: a direct get is answered by any
 // replica that counts itself current, and one back from a pause answers
 // before it has caught up (TestFleetRecordsAreTheLeaders: a submitter's
-// read right after its submit, "not found"). While the stream has no
-// leader the read fails as unavailable, rather than give an older record.
+// read right after its submit, "not found"). While the stream, or the
+// cluster's metadata, has no leader the read fails as unavailable, rather
+// than give an older record. (A leader cut off from its peers answers
+// until it steps down, within seconds, to the clients on its side.)
+//
+// A user whose permissions predate this read (no STREAM.MSG.GET on the
+// records' stream: docs/fleet.md) is refused it, after the call's
+// timeout; its reads are then direct gets, as they were, from that view.
 func (f *JetStream) Record(ctx context.Context, id string) (Record, error) {
+	if f.leaderReadDenied.Load() {
+		return f.directRecord(ctx, id)
+	}
 	c, cancel := f.call(ctx)
 	defer cancel()
 	began := time.Now()
@@ -604,9 +617,27 @@ func (f *JetStream) Record(ctx context.Context, id string) (Record, error) {
 		return Record{}, fmt.Errorf("fleet: job %s: %w", id, sandbox.ErrNotFound)
 	}
 	if err != nil {
-		return Record{}, fmt.Errorf("fleet: job %s: %w", id, f.denied(classify(err), began))
+		err = f.denied(classify(err), began)
+		if errors.Is(err, ErrDenied) {
+			f.leaderReadDenied.Store(true)
+			return f.directRecord(ctx, id)
+		}
+		return Record{}, fmt.Errorf("fleet: job %s: %w", id, err)
 	}
 	return decodeRecordAt(key, m.data, m.seq)
+}
+
+// directRecord reads a job's record by a direct get, which any replica
+// answers: what Watch polls with (its watcher's values decide, so an older
+// record only delays it), and what a view refused the leader's read uses.
+func (f *JetStream) directRecord(ctx context.Context, id string) (Record, error) {
+	c, cancel := f.call(ctx)
+	defer cancel()
+	e, err := f.records.Get(c, recordKey(id))
+	if err != nil {
+		return Record{}, fmt.Errorf("fleet: job %s: %w", id, classify(err))
+	}
+	return decodeRecord(e)
 }
 
 // Watch implements Coordinator. A watcher hands over the record as it is
@@ -614,12 +645,15 @@ func (f *JetStream) Record(ctx context.Context, id string) (Record, error) {
 // also read every second: a watcher alone stops without a word when its
 // stream's leader moves or the connection is lost, and its restart can
 // block as long as the election takes. done is asked about what the
-// watcher hands over, not about a read made on its word: when reads were
-// direct gets, one answered by a replica that had not applied the write
-// yet gave the record before it (a receipt written, the read after the
-// watcher's word without it: the wait took a second more).
+// watcher hands over, not about a read made on its word: a direct get
+// answered by a replica that had not applied the write yet gave the record
+// before it (a receipt written, the read after the watcher's word without
+// it: the wait took a second more).
+//
+// Its reads are direct gets: a read each second per waiter would otherwise
+// all go to the leaders, through every server's API queue.
 func (f *JetStream) Watch(ctx context.Context, id string, done func(Record) bool) (Record, error) {
-	return f.watch(ctx, id, done, f.Record)
+	return f.watch(ctx, id, done, f.directRecord)
 }
 
 // watch is Watch with its reads made by read.

@@ -103,7 +103,7 @@ func (r *Runner) Wait(ctx context.Context, job sandbox.Job) (sandbox.SignedResul
 // Result returns the verified result of an ended job; one that has not
 // ended is an error wrapping sandbox.ErrNotFound.
 func (r *Runner) Result(ctx context.Context, job sandbox.Job) (sandbox.SignedResult, error) {
-	rec, err := r.co.Record(ctx, job.ID)
+	rec, err := r.record(ctx, job.ID)
 	if err != nil {
 		return sandbox.SignedResult{}, fmt.Errorf("job %s: %w", job.ID, err)
 	}
@@ -135,7 +135,18 @@ func (r *Runner) verifyResult(ctx context.Context, job sandbox.Job, rec Record) 
 
 // Status returns the fleet's (unverified) record of a job.
 func (r *Runner) Status(ctx context.Context, id string) (Record, error) {
-	return r.co.Record(ctx, id)
+	return r.record(ctx, id)
+}
+
+// record reads a job's record, riding out a fleet that cannot answer for
+// a while (a record is read from its stream's leader: an election takes
+// seconds).
+func (r *Runner) record(ctx context.Context, id string) (rec Record, err error) {
+	err = r.rideOut(ctx, func() (err error) {
+		rec, err = r.co.Record(ctx, id)
+		return err
+	})
+	return rec, err
 }
 
 // PutBlob uploads content (a bundle, a workspace) under its digest,
