@@ -87,8 +87,8 @@ func TestEmptyBlobIsNeitherStoredNorRead(t *testing.T) {
 }
 
 // laggingRecords is a key-value bucket whose watchers deliver every
-// write, and read, what a replica that has not applied the last write
-// answers (a direct get may be).
+// write; read is the record as a replica that has not applied the last
+// write gives it (as a direct get may).
 type laggingRecords struct {
 	jetstream.KeyValue
 	read    Record   // what a read answers
