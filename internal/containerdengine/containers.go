@@ -439,7 +439,10 @@ func (e *Engine) newTask(ctx context.Context, info containers.Container, stdin b
 		}
 		req.Rootfs = append(req.Rootfs, &types.Mount{Type: m.Type, Source: m.Source, Target: m.Target, Options: m.Options})
 	}
-	err = e.createTask(ctx, info.ID, req)
+	err = e.createTask(ctx, info.ID, func(ctx context.Context) error {
+		_, err := e.c.TaskService().Create(ctx, req)
+		return ctrderrdefs.FromGRPC(err)
+	})
 	if errdefs.IsAlreadyExists(err) {
 		return fmt.Errorf("container %s already has a task: %w", info.ID, errdefs.ErrConflict)
 	}
@@ -450,14 +453,14 @@ func (e *Engine) newTask(ctx context.Context, info containers.Container, stdin b
 // for.
 const taskCreateTimeout = 2 * time.Minute
 
-// createTask asks containerd to create a task and lets that create run to
-// its end even if ctx ends first (the caller is told ctx's error at
-// once). containerd 1.6 does not undo a create cut short while its shim
+// createTask asks containerd to create container id's task (create) and
+// lets that create run to its end even if ctx ends first (the caller is
+// told ctx's error at once). containerd 1.6 does not undo a create cut short while its shim
 // starts: that shim is left running with no task containerd can delete
 // (EndOrphanedShims). A removal of the container waits for the create
 // (beginRemoval), so the task it made is deleted with the container; a
 // create asked for while the container is being removed is refused.
-func (e *Engine) createTask(ctx context.Context, id string, req *tasks.CreateTaskRequest) error {
+func (e *Engine) createTask(ctx context.Context, id string, create func(context.Context) error) error {
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("create the task of %s: %w", id, err)
 	}
@@ -494,8 +497,7 @@ func (e *Engine) createTask(ctx context.Context, id string, req *tasks.CreateTas
 		}()
 		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), taskCreateTimeout)
 		defer cancel()
-		_, err := e.c.TaskService().Create(cctx, req)
-		result <- ctrderrdefs.FromGRPC(err)
+		result <- create(cctx)
 	}()
 	select {
 	case err := <-result:
