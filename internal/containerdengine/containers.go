@@ -600,21 +600,24 @@ func (e *Engine) deleteTask(ctx context.Context, c containerd.Container, st cont
 }
 
 // killSandboxProcess kills a task's own process if it is still the one
-// of that container (its command line names the container).
+// of that container (its command line names the container), through a
+// pidfd opened before the check (never a reused pid), and waits up to 2 s
+// for it to end.
 func killSandboxProcess(pid int, id string) {
 	if pid <= 1 {
 		return
 	}
+	fd, err := unix.PidfdOpen(pid, 0)
+	if err != nil {
+		return
+	}
+	defer unix.Close(fd)
 	cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
 	if err != nil || !slices.Contains(strings.Split(string(cmdline), "\x00"), id) {
 		return
 	}
-	syscall.Kill(pid, syscall.SIGKILL)
-	for i := 0; i < 100; i++ {
-		if syscall.Kill(pid, 0) != nil {
-			return
-		}
-		time.Sleep(20 * time.Millisecond)
+	if unix.PidfdSendSignal(fd, unix.SIGKILL, nil, 0) == nil {
+		exited(fd, 2*time.Second)
 	}
 }
 
