@@ -604,6 +604,8 @@ func (f *JetStream) bindJob(ctx context.Context, job sandbox.Job, rec Record) (R
 // A user whose permissions predate this read (no STREAM.MSG.GET on the
 // records' stream: docs/fleet.md) is refused it, after the call's
 // timeout; its reads are then direct gets, as they were, from that view.
+// Only a refusal of that very get does this: another violation on the
+// connection meanwhile is reported as it is.
 func (f *JetStream) Record(ctx context.Context, id string) (Record, error) {
 	if f.leaderReadDenied.Load() {
 		return f.directRecord(ctx, id)
@@ -618,7 +620,7 @@ func (f *JetStream) Record(ctx context.Context, id string) (Record, error) {
 	}
 	if err != nil {
 		err = f.denied(classify(err), began)
-		if errors.Is(err, ErrDenied) {
+		if errors.Is(err, ErrDenied) && strings.Contains(err.Error(), `"$JS.API.STREAM.MSG.GET.KV_`+bucket+`"`) {
 			f.leaderReadDenied.Store(true)
 			return f.directRecord(ctx, id)
 		}
