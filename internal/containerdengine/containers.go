@@ -12,6 +12,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -467,7 +468,7 @@ func (e *Engine) createTask(ctx context.Context, id string, create func(context.
 	done := make(chan struct{})
 	for {
 		e.taskMu.Lock()
-		if e.removingTasks[id] {
+		if e.removingTasks[id] > 0 {
 			e.taskMu.Unlock()
 			return fmt.Errorf("container %s is being removed: %w", id, errdefs.ErrNotFound)
 		}
@@ -517,14 +518,19 @@ func (e *Engine) beginRemoval(ctx context.Context, id string) (end func(), err e
 		making := e.makingTasks[id]
 		if making == nil {
 			if e.removingTasks == nil {
-				e.removingTasks = map[string]bool{}
+				e.removingTasks = map[string]int{}
 			}
-			e.removingTasks[id] = true
+			e.removingTasks[id]++
 			e.taskMu.Unlock()
+			var once sync.Once
 			return func() {
-				e.taskMu.Lock()
-				delete(e.removingTasks, id)
-				e.taskMu.Unlock()
+				once.Do(func() {
+					e.taskMu.Lock()
+					if e.removingTasks[id]--; e.removingTasks[id] <= 0 {
+						delete(e.removingTasks, id)
+					}
+					e.taskMu.Unlock()
+				})
 			}, nil
 		}
 		e.taskMu.Unlock()

@@ -89,3 +89,29 @@ func TestATaskCreateRunsToItsEnd(t *testing.T) {
 		t.Errorf("%d creates still recorded in flight", n)
 	}
 }
+
+// Two removals of a container at once (the job's own and the reaper's):
+// creates stay refused until the last has ended.
+func TestOverlappingRemovalsRefuseCreatesUntilTheLast(t *testing.T) {
+	var e Engine
+	first, err := e.beginRemoval(context.Background(), "c.0123abcd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	second, err := e.beginRemoval(context.Background(), "c.0123abcd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	create := func() error {
+		return e.createTask(context.Background(), "c.0123abcd", func(context.Context) error { return nil })
+	}
+	first()
+	first() // ending twice counts once
+	if err := create(); !errdefs.IsNotFound(err) {
+		t.Errorf("a create while the second removal is under way: %v, want refused", err)
+	}
+	second()
+	if err := create(); err != nil {
+		t.Errorf("a create after both removals: %v", err)
+	}
+}

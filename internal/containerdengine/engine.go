@@ -82,11 +82,11 @@ type Engine struct {
 	// makingTasks are the task creates under way in this process, by
 	// container ID: each runs to its end whatever becomes of its caller
 	// (see newTask), and a removal of the container waits for it.
-	// removingTasks are the containers a removal is under way of: no
-	// task create of them begins.
+	// removingTasks count the removals under way of each container: no
+	// task create of it begins while there is one.
 	taskMu        sync.Mutex
 	makingTasks   map[string]chan struct{}
-	removingTasks map[string]bool
+	removingTasks map[string]int
 }
 
 // New connects to containerd. It makes the state directory; nothing else
