@@ -201,23 +201,14 @@ func isShimProcess(pid int) (bool, error) {
 // shimMinAge is how long a shim must have run to be taken for an orphan.
 const shimMinAge = 5 * time.Second
 
-// processAge is how long pid has run (its start time, field 22 of its
-// stat, in clock ticks since boot; Linux's are 100 per second).
+// processAge is how long pid has run (its start time in clock ticks
+// since boot; Linux's are 100 per second).
 func processAge(pid int) (time.Duration, error) {
-	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	start, err := startTime(pid)
 	if err != nil {
 		return 0, err
 	}
-	// The command name, field 2, is in parentheses and may hold spaces.
-	i := bytes.LastIndexByte(stat, ')')
-	if i < 0 {
-		return 0, fmt.Errorf("/proc/%d/stat: no command name", pid)
-	}
-	fields := strings.Fields(string(stat[i+1:]))
-	if len(fields) < 20 {
-		return 0, fmt.Errorf("/proc/%d/stat: %d fields", pid, len(fields)+2)
-	}
-	ticks, err := strconv.ParseUint(fields[19], 10, 64)
+	ticks, err := strconv.ParseUint(start, 10, 64)
 	if err != nil {
 		return 0, fmt.Errorf("/proc/%d/stat: start time: %w", pid, err)
 	}

@@ -358,18 +358,30 @@ func copyTail(w io.Writer, path string, limit int64) error {
 const labelAttacher = "sandboxd.ctr/attacher"
 
 func attacher(pid int) string {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	start, err := startTime(pid)
 	if err != nil {
 		return ""
 	}
-	// The start time is field 22; the command (field 2) may hold spaces
-	// but ends at the last ')'.
-	rest := string(b[bytes.LastIndexByte(b, ')')+1:])
-	f := strings.Fields(rest)
-	if len(f) < 20 {
-		return ""
+	return fmt.Sprintf("%d:%s", pid, start)
+}
+
+// startTime is pid's start time as its stat says it: field 22, in clock
+// ticks since boot (the command, field 2, may hold spaces but ends at the
+// last ')').
+func startTime(pid int) (string, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return "", err
 	}
-	return fmt.Sprintf("%d:%s", pid, f[19])
+	i := bytes.LastIndexByte(b, ')')
+	if i < 0 {
+		return "", fmt.Errorf("/proc/%d/stat: no command name", pid)
+	}
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 20 {
+		return "", fmt.Errorf("/proc/%d/stat: %d fields", pid, len(f)+2)
+	}
+	return f[19], nil
 }
 
 // endOrphanedStdin ends the stdin of a container whose attaching process
