@@ -293,7 +293,7 @@ func (s *Server) reapContainers(ctx context.Context) error {
 // endOrphanedShims ends the processes of task creates cut short (an
 // earlier process killed in one), which no container reaches any more.
 func (s *Server) endOrphanedShims(ctx context.Context) error {
-	e, ok := s.cfg.Broker.(ShimEnder)
+	e, ok := s.cfg.Broker.(broker.ShimEnder)
 	if !ok {
 		return nil
 	}

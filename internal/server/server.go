@@ -48,13 +48,7 @@ type NameHolder interface {
 
 var _ NameHolder = (*broker.Broker)(nil)
 
-// ShimEnder is a broker whose engine can leave processes that serve no
-// container (broker.ShimEnder); the reaper ends them.
-type ShimEnder interface {
-	EndOrphanedShims(ctx context.Context) ([]string, error)
-}
-
-var _ ShimEnder = (*broker.Broker)(nil)
+var _ broker.ShimEnder = (*broker.Broker)(nil)
 
 // errCancelledByAPI is the cause of a job's context cancelled through the
 // API: a job stopped by it before it ran ends cancelled, not error.
