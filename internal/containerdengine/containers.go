@@ -825,7 +825,11 @@ func (e *Engine) state(ctx context.Context, info containers.Container) (*contain
 // provably never ran), so:
 //   - a task that is created never started, whatever the label (it is
 //     set just before the start is asked, by a process that may have
-//     been killed before it asked);
+//     been killed before it asked). A task still reading "created" while
+//     a start of a killed process goes on may have its helper running,
+//     but no job does: the broker sends the job's config only once the
+//     start has returned, and recovery ends the stdin a killed attacher
+//     held (endOrphanedStdin), so that helper has nothing to run;
 //   - no task and no label: created, never started;
 //   - no task after a start was asked (the task deleted after a failed
 //     start, or lost with containerd's state): dead, for how it ended is
