@@ -243,7 +243,8 @@ func collectFrames(w io.Writer, cfg *shim.Config) int {
 	if c.dropped > 0 {
 		c.o.json(shim.FrameRejected, shim.Rejected{Path: "", Reason: fmt.Sprintf("%d more rejected entries not listed", c.dropped)})
 	}
-	sum := shim.CollectSummary{Files: c.files, Bytes: c.bytes, LimitsHit: []string{}}
+	sum := emptyCollection()
+	sum.Files, sum.Bytes = c.files, c.bytes
 	for l := range c.limits {
 		sum.LimitsHit = append(sum.LimitsHit, l)
 	}
@@ -252,6 +253,11 @@ func collectFrames(w io.Writer, cfg *shim.Config) int {
 		return 1
 	}
 	return 0
+}
+
+// emptyCollection is the summary of a collection that found nothing.
+func emptyCollection() shim.CollectSummary {
+	return shim.CollectSummary{LimitsHit: []string{}}
 }
 
 func (c *collector) reject(path, reason string) {

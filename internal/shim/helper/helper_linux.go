@@ -334,7 +334,14 @@ func runJob(o *out) (*shim.Status, error) {
 
 	// Collect outputs as the candidate uid, now that no candidate process
 	// remains; the collector writes its frames straight to our stdout, and
-	// nothing else writes meanwhile.
+	// nothing else writes meanwhile. Where it would find nothing, its
+	// summary is written here, without a process start.
+	if nothingToCollect(cfg) {
+		if err := o.json(shim.FrameCollected, emptyCollection()); err != nil {
+			return nil, fmt.Errorf("collect outputs: %w", err)
+		}
+		return st, nil
+	}
 	coll := exec.Command(self(), "collect")
 	coll.Stdout = os.Stdout
 	coll.Stderr = os.Stderr
@@ -507,6 +514,48 @@ func cgroupCount(files []string, key string) (int64, bool) {
 
 // allDirs reports whether every path is a directory already, reached
 // without following a link.
+// nothingToCollect reports whether the collector would find nothing at
+// all: every output directory is a scratch directory or lies in one, and
+// every scratch directory is empty, as the helper sees it once no process
+// of the candidate or code uid is left (nothing can add an entry after it
+// looked). The collector reads the outputs and scans the scratch space
+// for files over the size limit, both as the candidate uid; with no entry
+// there, neither has anything to read. Whatever it cannot tell (a scratch
+// directory it cannot open or list, a link on its path) counts as
+// something: the collector runs.
+func nothingToCollect(cfg *shim.Config) bool {
+	for _, out := range cfg.Outputs {
+		if !slices.ContainsFunc(cfg.Scratch, func(dir string) bool { return within(out, dir) }) {
+			return false
+		}
+	}
+	for _, dir := range cfg.Scratch {
+		if !emptyDir(dir) {
+			return false
+		}
+	}
+	return true
+}
+
+// within reports whether path is dir or lies below it.
+func within(path, dir string) bool {
+	path, dir = filepath.Clean(path), filepath.Clean(dir)
+	return filepath.IsAbs(dir) && (path == dir || strings.HasPrefix(path, strings.TrimSuffix(dir, "/")+"/"))
+}
+
+// emptyDir reports whether dir, reached without following a link, has no
+// entry.
+func emptyDir(dir string) bool {
+	fd, err := openDirNoLinks(dir)
+	if err != nil {
+		return false
+	}
+	f := os.NewFile(uintptr(fd), dir)
+	defer f.Close()
+	_, err = f.Readdirnames(1)
+	return err == io.EOF
+}
+
 func allDirs(paths []string) bool {
 	for _, p := range paths {
 		for q := p; q != "/" && q != "."; q = filepath.Dir(q) {

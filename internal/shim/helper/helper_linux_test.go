@@ -303,6 +303,69 @@ func TestAllDirs(t *testing.T) {
 	}
 }
 
+func TestNothingToCollect(t *testing.T) {
+	root := t.TempDir()
+	dir := func(p string) string {
+		p = filepath.Join(root, p)
+		if err := os.MkdirAll(p, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	work, tmp := dir("empty/work"), dir("empty/tmp")
+	withFile := dir("file/work")
+	if err := os.WriteFile(filepath.Join(withFile, ".hidden"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	withDir := dir("dir/work")
+	dir("dir/work/out")
+	if err := os.Symlink(work, filepath.Join(root, "link")); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name             string
+		scratch, outputs []string
+		want             bool
+	}{
+		{"empty scratch, outputs in it", []string{work, tmp}, []string{work + "/out", tmp}, true},
+		{"empty scratch, no outputs", []string{work, tmp}, nil, true},
+		{"a file in the scratch space", []string{tmp, withFile}, nil, false},
+		{"an empty directory in the scratch space", []string{withDir}, []string{withDir + "/out"}, false},
+		{"an output outside the scratch space", []string{work}, []string{tmp}, false},
+		{"an output beside a scratch directory, sharing its prefix", []string{work}, []string{work + "2"}, false},
+		{"an output above a scratch directory", []string{work}, []string{filepath.Dir(work)}, false},
+		{"a scratch directory through a link", []string{filepath.Join(root, "link")}, nil, false},
+		{"a missing scratch directory", []string{filepath.Join(root, "missing")}, nil, false},
+		{"a relative scratch directory", []string{"."}, []string{"out"}, false},
+	}
+	for _, tt := range tests {
+		if got := nothingToCollect(&shim.Config{Scratch: tt.scratch, Outputs: tt.outputs}); got != tt.want {
+			t.Errorf("%s: got %v, want %v", tt.name, got, tt.want)
+		}
+	}
+}
+
+// TestNothingToCollectSendsTheCollectorsSummary: where the helper writes
+// the summary itself, it is the one the collector writes for empty
+// scratch space, byte for byte.
+func TestNothingToCollectSendsTheCollectorsSummary(t *testing.T) {
+	work, tmp := t.TempDir(), t.TempDir()
+	cfg := &shim.Config{Scratch: []string{work, tmp}, Outputs: []string{work + "/out"}, OutputBytes: 1 << 20, FileCount: 10, FileSize: 1 << 20}
+	if !nothingToCollect(cfg) {
+		t.Fatal("nothingToCollect: false for empty scratch space")
+	}
+	var fromCollector, fromHelper bytes.Buffer
+	if code := collectFrames(&fromCollector, cfg); code != 0 {
+		t.Fatalf("collectFrames exited %d", code)
+	}
+	if err := (&out{w: &fromHelper}).json(shim.FrameCollected, emptyCollection()); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(fromHelper.Bytes(), fromCollector.Bytes()) || fromHelper.Len() == 0 {
+		t.Errorf("the helper's summary %q, the collector's %q", fromHelper.Bytes(), fromCollector.Bytes())
+	}
+}
+
 func TestAcceptableName(t *testing.T) {
 	tests := []struct {
 		name      string
