@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# Item 7 against an earlier build (issue 26: "at most 0.6x today's wall
+# time"): `sandboxd run` of examples/go's good candidate by the build of
+# REV (a git worktree, its binaries and its own examples/go bundle) and by
+# this checkout's, rounds alternating which goes first; medians and their
+# ratio. Both use the same Go image, built by this checkout.
+#   ./bench/evaluation-since.sh REV [rounds] [engine]   (default 5, docker)
+# For issue 26, REV is f31c585 (the commit before its first change).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+rev="${1:?usage: bench/evaluation-since.sh REV [rounds] [engine]}"
+rounds="${2:-5}"
+engine="${3:-docker}"
+./scripts/setup >/dev/null
+here="$PWD"
+work="$here/.cache/bench-since"
+base="$work/src"
+if [ "$(git -C "$base" rev-parse HEAD 2>/dev/null)" != "$(git rev-parse "$rev^{commit}")" ]; then
+  rm -rf "$base"
+  git worktree prune
+  git worktree add -f --detach "$base" "$rev" >/dev/null
+fi
+(cd "$base" && CGO_ENABLED=0 go build -trimpath -o bin/ ./cmd/...) # every command of that build (an older one had a hook binary too)
+image=$(./bin/sandboxd image build -q images/go | tail -n 1)
+for side in base head; do
+  src="$here"; [ "$side" = base ] && src="$base"
+  rm -rf "$work/bundle-$side" && cp -r "$src/examples/go/bundle" "$work/bundle-$side"
+  sed "s/@GO_IMAGE@/$image/" "$src/examples/go/bundle.json.in" > "$work/bundle-$side/bundle.json"
+done
+
+# One evaluation by one side, timed in milliseconds; it must pass.
+timed() {
+  local side="$1" src="$here" start
+  [ "$side" = base ] && src="$base"
+  start=$(date +%s%N)
+  if ! (cd "$src" && SANDBOXD_STATE="$work/state-$side" ./bin/sandboxd run --engine "$engine" --ephemeral-key --quiet \
+      --bundle "$work/bundle-$side" --workspace "$here/examples/go/candidates/good" > "$work/out-$side.txt" 2>&1); then
+    echo "evaluation-since: the $side side failed:" >&2
+    tail -n 5 "$work/out-$side.txt" >&2
+    exit 1
+  fi
+  echo $((($(date +%s%N) - start) / 1000000))
+}
+median() { sort -n | awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR+1)/2] : int((a[NR/2] + a[NR/2+1]) / 2)}'; }
+
+timed base >/dev/null # warm: each side's selfcheck and helper volume, the page cache
+timed head >/dev/null
+: > "$work/base.txt" && : > "$work/head.txt"
+echo "examples/go on $engine, $rounds rounds, load $(cut -d' ' -f1-3 /proc/loadavg), $(date -u +%FT%TZ)"
+for r in $(seq "$rounds"); do
+  if [ $((r % 2)) = 1 ]; then
+    timed base >> "$work/base.txt"; timed head >> "$work/head.txt"
+  else
+    timed head >> "$work/head.txt"; timed base >> "$work/base.txt"
+  fi
+done
+b=$(median < "$work/base.txt")
+h=$(median < "$work/head.txt")
+echo "$(git rev-parse --short "$rev"): $(tr '\n' ' ' < "$work/base.txt")(median $b ms)"
+echo "this checkout: $(tr '\n' ' ' < "$work/head.txt")(median $h ms)"
+echo "ratio $(awk -v h="$h" -v b="$b" 'BEGIN {printf "%.2f", h / b}'), load $(cut -d' ' -f1-3 /proc/loadavg)"
