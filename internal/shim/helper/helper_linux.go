@@ -334,8 +334,10 @@ func runJob(o *out) (*shim.Status, error) {
 
 	// Collect outputs as the candidate uid, now that no candidate process
 	// remains; the collector writes its frames straight to our stdout, and
-	// nothing else writes meanwhile. Where it would find nothing, its
-	// summary is written here, without a process start.
+	// nothing else writes meanwhile. Where it would find nothing (looked at
+	// as that uid), its summary is written here without a process start:
+	// one static-binary start fewer per such job, and no fork needed from
+	// a pids cgroup a candidate may have filled.
 	if nothingToCollect(cfg) {
 		if err := o.json(shim.FrameCollected, emptyCollection()); err != nil {
 			return nil, fmt.Errorf("collect outputs: %w", err)
@@ -512,50 +514,75 @@ func cgroupCount(files []string, key string) (int64, bool) {
 	return 0, false
 }
 
-// allDirs reports whether every path is a directory already, reached
-// without following a link.
 // nothingToCollect reports whether the collector would find nothing at
 // all: every output directory is a scratch directory or lies in one, and
-// every scratch directory is empty, as the helper sees it once no process
-// of the candidate or code uid is left (nothing can add an entry after it
-// looked). The collector reads the outputs and scans the scratch space
-// for files over the size limit, both as the candidate uid; with no entry
-// there, neither has anything to read. Whatever it cannot tell (a scratch
-// directory it cannot open or list, a link on its path) counts as
-// something: the collector runs.
+// every scratch directory is empty. It looks as the collector would (the
+// candidate's uid, on one thread: see asUID), once no process of the
+// candidate or code uid is left (nothing can add an entry after it
+// looked): the collector reads the outputs and scans the scratch space for
+// files over the size limit, both as that uid, and with no entry there has
+// nothing to read or reject. Whatever it cannot tell (a scratch directory
+// the candidate's uid cannot open or list, a link on its path, a relative
+// path) counts as something: the collector runs.
 func nothingToCollect(cfg *shim.Config) bool {
 	for _, out := range cfg.Outputs {
 		if !slices.ContainsFunc(cfg.Scratch, func(dir string) bool { return within(out, dir) }) {
 			return false
 		}
 	}
-	for _, dir := range cfg.Scratch {
-		if !emptyDir(dir) {
-			return false
+	empty := true
+	// Only the uid decides what the candidate may list here: /work is the
+	// candidate's own (its owner class), /tmp is root's and 1777, which no
+	// group class changes.
+	err := asUID(cfg.UID, func() {
+		for _, dir := range cfg.Scratch {
+			if !emptyDir(dir) {
+				empty = false
+				return
+			}
 		}
-	}
-	return true
+	})
+	return err == nil && empty
 }
 
-// within reports whether path is dir or lies below it.
+// within reports whether path is dir or lies below it, dir being absolute.
+// (sandbox.Job's own check keeps outputs below /work or /tmp; this is the
+// helper's, on what it was sent.)
 func within(path, dir string) bool {
 	path, dir = filepath.Clean(path), filepath.Clean(dir)
 	return filepath.IsAbs(dir) && (path == dir || strings.HasPrefix(path, strings.TrimSuffix(dir, "/")+"/"))
 }
 
-// emptyDir reports whether dir, reached without following a link, has no
-// entry.
+// emptyDir reports whether dir, an absolute path reached without
+// following a link, can be listed and has no entry. It makes its system
+// calls on the calling thread (no os.File), so that asUID's credentials
+// are the ones that list it.
 func emptyDir(dir string) bool {
+	if !filepath.IsAbs(dir) {
+		return false
+	}
 	fd, err := openDirNoLinks(dir)
 	if err != nil {
 		return false
 	}
-	f := os.NewFile(uintptr(fd), dir)
-	defer f.Close()
-	_, err = f.Readdirnames(1)
-	return err == io.EOF
+	defer unix.Close(fd)
+	buf := make([]byte, 4096)
+	for {
+		n, err := unix.Getdents(fd, buf)
+		if err != nil {
+			return false
+		}
+		if n == 0 {
+			return true
+		}
+		if _, count, _ := unix.ParseDirent(buf[:n], -1, nil); count > 0 { // "." and ".." are not counted
+			return false
+		}
+	}
 }
 
+// allDirs reports whether every path is a directory already, reached
+// without following a link.
 func allDirs(paths []string) bool {
 	for _, p := range paths {
 		for q := p; q != "/" && q != "."; q = filepath.Dir(q) {

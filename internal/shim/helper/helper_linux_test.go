@@ -303,8 +303,14 @@ func TestAllDirs(t *testing.T) {
 	}
 }
 
+// TestNothingToCollect: the helper writes the collection's summary itself
+// only where the collector, as the candidate's uid, would find no entry
+// at all; and then that summary is the collector's, byte for byte, and
+// the one the protocol expects.
 func TestNothingToCollect(t *testing.T) {
-	root := t.TempDir()
+	needRoot(t, "to look as the candidate's uid and to give a directory to it")
+	const uid = 65534
+	root := sharedTempDir(t)
 	dir := func(p string) string {
 		p = filepath.Join(root, p)
 		if err := os.MkdirAll(p, 0o755); err != nil {
@@ -319,7 +325,20 @@ func TestNothingToCollect(t *testing.T) {
 	}
 	withDir := dir("dir/work")
 	dir("dir/work/out")
+	// The candidate's own directory, which it made unreadable to itself:
+	// root (the "others" class here) could list it, the collector could
+	// not (it would reject the output directory).
+	closed := dir("closed/work")
+	if err := os.Chown(closed, uid, uid); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(closed, 0o055); err != nil {
+		t.Fatal(err)
+	}
 	if err := os.Symlink(work, filepath.Join(root, "link")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(filepath.Join(root, "empty"), filepath.Join(root, "linkabove")); err != nil {
 		t.Fatal(err)
 	}
 	tests := []struct {
@@ -329,41 +348,67 @@ func TestNothingToCollect(t *testing.T) {
 	}{
 		{"empty scratch, outputs in it", []string{work, tmp}, []string{work + "/out", tmp}, true},
 		{"empty scratch, no outputs", []string{work, tmp}, nil, true},
+		{"no scratch, no outputs", nil, nil, true},
 		{"a file in the scratch space", []string{tmp, withFile}, nil, false},
 		{"an empty directory in the scratch space", []string{withDir}, []string{withDir + "/out"}, false},
+		{"a scratch directory the candidate cannot list", []string{closed}, []string{closed + "/out"}, false},
 		{"an output outside the scratch space", []string{work}, []string{tmp}, false},
 		{"an output beside a scratch directory, sharing its prefix", []string{work}, []string{work + "2"}, false},
 		{"an output above a scratch directory", []string{work}, []string{filepath.Dir(work)}, false},
 		{"a scratch directory through a link", []string{filepath.Join(root, "link")}, nil, false},
+		{"a link above a scratch directory", []string{filepath.Join(root, "linkabove", "work")}, nil, false},
 		{"a missing scratch directory", []string{filepath.Join(root, "missing")}, nil, false},
-		{"a relative scratch directory", []string{"."}, []string{"out"}, false},
+		{"a relative scratch directory", []string{"."}, nil, false},
 	}
+	wantFrame := frameBytes(t, shim.FrameCollected, []byte(`{"files":0,"bytes":0,"limits_hit":[]}`))
 	for _, tt := range tests {
-		if got := nothingToCollect(&shim.Config{Scratch: tt.scratch, Outputs: tt.outputs}); got != tt.want {
+		cfg := &shim.Config{UID: uid, GID: uid, Scratch: tt.scratch, Outputs: tt.outputs, OutputBytes: 1 << 20, FileCount: 10, FileSize: 1 << 20}
+		if got := nothingToCollect(cfg); got != tt.want {
 			t.Errorf("%s: got %v, want %v", tt.name, got, tt.want)
 		}
+		if !tt.want {
+			continue
+		}
+		var fromHelper, fromCollector bytes.Buffer
+		if err := (&out{w: &fromHelper}).json(shim.FrameCollected, emptyCollection()); err != nil {
+			t.Fatal(err)
+		}
+		if code := collectFrames(&fromCollector, cfg); code != 0 {
+			t.Fatalf("%s: collectFrames exited %d", tt.name, code)
+		}
+		if !bytes.Equal(fromHelper.Bytes(), wantFrame) || !bytes.Equal(fromCollector.Bytes(), wantFrame) {
+			t.Errorf("%s: the helper's summary %q, the collector's %q, want %q", tt.name, fromHelper.Bytes(), fromCollector.Bytes(), wantFrame)
+		}
+	}
+	if os.Geteuid() != 0 {
+		t.Error("the thread that looked did not become root again")
 	}
 }
 
-// TestNothingToCollectSendsTheCollectorsSummary: where the helper writes
-// the summary itself, it is the one the collector writes for empty
-// scratch space, byte for byte.
-func TestNothingToCollectSendsTheCollectorsSummary(t *testing.T) {
-	work, tmp := t.TempDir(), t.TempDir()
-	cfg := &shim.Config{Scratch: []string{work, tmp}, Outputs: []string{work + "/out"}, OutputBytes: 1 << 20, FileCount: 10, FileSize: 1 << 20}
-	if !nothingToCollect(cfg) {
-		t.Fatal("nothingToCollect: false for empty scratch space")
-	}
-	var fromCollector, fromHelper bytes.Buffer
-	if code := collectFrames(&fromCollector, cfg); code != 0 {
-		t.Fatalf("collectFrames exited %d", code)
-	}
-	if err := (&out{w: &fromHelper}).json(shim.FrameCollected, emptyCollection()); err != nil {
+// sharedTempDir is a temporary directory, by its real path, that other
+// uids may enter.
+func sharedTempDir(t *testing.T) string {
+	t.Helper()
+	root, err := filepath.EvalSymlinks(t.TempDir())
+	if err != nil {
 		t.Fatal(err)
 	}
-	if !bytes.Equal(fromHelper.Bytes(), fromCollector.Bytes()) || fromHelper.Len() == 0 {
-		t.Errorf("the helper's summary %q, the collector's %q", fromHelper.Bytes(), fromCollector.Bytes())
+	for _, d := range []string{filepath.Dir(root), root} {
+		if err := os.Chmod(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
 	}
+	return root
+}
+
+// frameBytes is one frame as the helper writes it.
+func frameBytes(t *testing.T, typ byte, p []byte) []byte {
+	t.Helper()
+	var b bytes.Buffer
+	if err := (&out{w: &b}).frame(typ, p); err != nil {
+		t.Fatal(err)
+	}
+	return b.Bytes()
 }
 
 func TestAcceptableName(t *testing.T) {
