@@ -38,11 +38,13 @@ var (
 
 func TestMain(m *testing.M) {
 	cmds := map[string]func() int{
-		// As main runs it: SIGTERM and SIGINT cancel the command.
+		// As main runs it: SIGTERM and SIGINT cancel the command. An
+		// evaluation that the engine's listing fault made inconclusive is
+		// run again, once (listingfault_test.go).
 		"sandboxd": func() int {
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
-			return run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+			return scriptCommand(ctx, os.Args[1:], os.Stdout, os.Stderr, run)
 		},
 	}
 	if filepath.Base(os.Args[0]) == "sandboxd" {
