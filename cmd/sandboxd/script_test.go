@@ -38,13 +38,11 @@ var (
 
 func TestMain(m *testing.M) {
 	cmds := map[string]func() int{
-		// As main runs it: SIGTERM and SIGINT cancel the command. An
-		// evaluation that the engine's listing fault made inconclusive is
-		// run again, once (listingfault_test.go).
+		// As main runs it: SIGTERM and SIGINT cancel the command.
 		"sandboxd": func() int {
 			ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 			defer stop()
-			return scriptCommand(ctx, os.Args[1:], os.Stdout, os.Stderr, run)
+			return run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 		},
 	}
 	if filepath.Base(os.Args[0]) == "sandboxd" {
