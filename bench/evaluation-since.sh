@@ -6,6 +6,9 @@
 # ratio. Both use the same Go image, built by this checkout.
 #   ./bench/evaluation-since.sh REV [rounds] [engine]   (default 5, docker)
 # For issue 26, REV is f31c585 (the commit before its first change).
+# Its containers and cache volumes carry a broker name of its own and are
+# removed at exit (bench/oneshot.sh); the worktree stays in
+# .cache/bench-since/src for the next run (`git worktree remove` drops it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 rev="${1:?usage: bench/evaluation-since.sh REV [rounds] [engine]}"
@@ -14,6 +17,8 @@ engine="${3:-docker}"
 ./scripts/setup >/dev/null
 here="$PWD"
 work="$here/.cache/bench-since"
+mkdir -p "$work"
+. bench/oneshot.sh "$work"
 base="$work/src"
 if [ "$(git -C "$base" rev-parse HEAD 2>/dev/null)" != "$(git rev-parse "$rev^{commit}")" ]; then
   rm -rf "$base"

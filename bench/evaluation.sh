@@ -7,7 +7,8 @@
 # the two, and the medians and their ratio are printed.
 #   ./bench/evaluation.sh [rounds]   (default 5)
 # It builds what it needs (binaries, the Go and Python images); each run
-# removes its containers itself.
+# removes its containers itself, and the cache volumes of its broker name
+# are removed at exit (bench/oneshot.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 rounds="${1:-5}"
@@ -15,6 +16,7 @@ rounds="${1:-5}"
 export SANDBOXD_STATE="${SANDBOXD_STATE:-$PWD/.cache/bench-state}"
 work="$PWD/.cache/bench-evaluation"
 rm -rf "$work" && mkdir -p "$work"
+. bench/oneshot.sh "$work"
 
 go_image=$(./bin/sandboxd image build -q images/go | tail -n 1)
 py_image=$(./bin/sandboxd image build -q images/python | tail -n 1)
