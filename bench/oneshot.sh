@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Sourced by the bench scripts that time one-shot `sandboxd run`s, with the
 # directory for their engine state as $1: a broker name of this run's own
 # (its containers and cache volumes carry it), containerd's engine state
@@ -10,10 +11,8 @@ SANDBOXD_CONTAINERD_STATE="$oneshot_dir/containerd"
 export SANDBOXD_BROKER_NAME SANDBOXD_CONTAINERD_STATE
 oneshot_cleanup() {
   local c v
-  c=$(docker ps -aq --filter "name=$SANDBOXD_BROKER_NAME-")
-  [ -z "$c" ] || docker rm -f $c >/dev/null 2>&1 || true
-  v=$(docker volume ls -q | grep "^$SANDBOXD_BROKER_NAME-" || true)
-  [ -z "$v" ] || docker volume rm -f $v >/dev/null 2>&1 || true
+  docker ps -aq --filter "name=$SANDBOXD_BROKER_NAME-" | xargs -r docker rm -f >/dev/null 2>&1 || true
+  docker volume ls -q | grep "^$SANDBOXD_BROKER_NAME-" | xargs -r docker volume rm -f >/dev/null 2>&1 || true
   rm -rf "$SANDBOXD_CONTAINERD_STATE"
   c=$(docker ps -aq --filter "name=$SANDBOXD_BROKER_NAME-")
   v=$(docker volume ls -q | grep "^$SANDBOXD_BROKER_NAME-" || true)
