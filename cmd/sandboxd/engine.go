@@ -26,9 +26,32 @@ const (
 
 // engineOptions are the flags choosing the broker's engine.
 type engineOptions struct {
-	name      string
-	address   string
-	namespace string
+	name       string
+	address    string
+	namespace  string
+	imageTrees imageTreesFlag
+}
+
+// imageTreesFlag is --image-trees: auto, on or off (broker.Config.ImageTrees).
+type imageTreesFlag string
+
+func (f *imageTreesFlag) String() string {
+	if *f == broker.ImageTreesAuto {
+		return "auto"
+	}
+	return string(*f)
+}
+
+func (f *imageTreesFlag) Set(v string) error {
+	switch v {
+	case "auto":
+		*f = broker.ImageTreesAuto
+	case broker.ImageTreesOn, broker.ImageTreesOff:
+		*f = imageTreesFlag(v)
+	default:
+		return fmt.Errorf("want auto, %s or %s", broker.ImageTreesOn, broker.ImageTreesOff)
+	}
+	return nil
 }
 
 // addEngineFlags adds --engine (default $SANDBOXD_ENGINE, else docker),
@@ -42,6 +65,12 @@ func addEngineFlags(fs *flag.FlagSet) *engineOptions {
 	fs.StringVar(&o.name, "engine", def, "engine that runs sandboxes: docker or containerd (default $SANDBOXD_ENGINE, else docker)")
 	fs.StringVar(&o.address, "containerd-address", os.Getenv("SANDBOXD_CONTAINERD_ADDRESS"), "containerd socket (default: /run/containerd/containerd.sock, else dockerd's own)")
 	fs.StringVar(&o.namespace, "containerd-namespace", "sandboxd", "containerd namespace of sandboxd's containers (never moby)")
+	if v := os.Getenv("SANDBOXD_IMAGE_TREES"); v != "" {
+		if err := o.imageTrees.Set(v); err != nil {
+			o.imageTrees = imageTreesFlag(v) // refused by the broker's config check, naming it
+		}
+	}
+	fs.Var(&o.imageTrees, "image-trees", "where jobs read the directories an image marks as trees (its Go toolchain, say): auto (from read-only volumes filled from the image and checked against it, where Docker's storage driver is fuse-overlayfs), on (so on any Docker engine), off (from the image); default $SANDBOXD_IMAGE_TREES, else auto")
 	return o
 }
 
@@ -153,6 +182,7 @@ func (s *sandboxes) open(ctx context.Context, eo *engineOptions, cfg broker.Conf
 		}
 	}
 	cfg.Version = version
+	cfg.ImageTrees = string(eo.imageTrees)
 	cfg.CacheDir = filepath.Join(s.state, "checked-volumes")
 	cfg.DigestMemo = digestMemo(s.state)
 	s.broker, err = broker.New(s.engine, s.blobs, cfg)

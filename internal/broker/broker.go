@@ -46,7 +46,8 @@ type Broker struct {
 	factsErr  error
 
 	hostMu sync.Mutex
-	host   *hostLimits // once the engine told them
+	host   *hostLimits         // once the engine told them
+	trees  map[string][]string // image ID → its trees served from volumes (trees.go)
 }
 
 // New returns a broker. It takes the helper binary's digest (read and
@@ -205,6 +206,9 @@ func (b *Broker) preflight(ctx context.Context, job sandbox.Job) (imagePath stri
 	if err != nil {
 		return "", err
 	}
+	if _, err := b.imageTrees(ctx, job.Image); err != nil {
+		return "", err
+	}
 	for i, in := range job.Inputs {
 		if !b.blobs.Has(in.Digest) {
 			return "", &sandbox.FieldError{Field: fmt.Sprintf("job.inputs[%d].digest", i), Reason: fmt.Sprintf("blob %s is not in the store", in.Digest)}
@@ -286,6 +290,7 @@ func (b *Broker) RunWithHooks(ctx context.Context, job sandbox.Job, hooks Hooks)
 type hostLimits struct {
 	cpus   int
 	memory int64
+	driver string // the storage driver (Docker's; "" on containerd)
 }
 
 // hostLimitsOf asks the engine once (an answer is kept; an error is not).
@@ -304,7 +309,7 @@ func (b *Broker) hostLimitsOf(ctx context.Context) (hostLimits, error) {
 	if info.Info.NCPU < 1 || info.Info.MemTotal <= 0 {
 		return hostLimits{}, fmt.Errorf("engine info: the engine reports %d CPUs and %d bytes of memory", info.Info.NCPU, info.Info.MemTotal)
 	}
-	b.host = &hostLimits{cpus: info.Info.NCPU, memory: info.Info.MemTotal}
+	b.host = &hostLimits{cpus: info.Info.NCPU, memory: info.Info.MemTotal, driver: info.Info.Driver}
 	return *b.host, nil
 }
 
@@ -384,12 +389,14 @@ func (b *Broker) removeFound(id string) (bool, error) {
 func (b *Broker) ensureShim(ctx context.Context, image string) (string, error) {
 	name := b.shimVolumeName(b.shimDigest)
 	labels := map[string]string{LabelRole: roleShim, LabelDigest: b.shimDigest, LabelBroker: b.cfg.Name}
-	_, err := b.volumes.ensure(ctx, name, image, labels, b.shimTree, func() (io.ReadCloser, error) {
-		content, err := b.shimTar()
-		if err != nil {
-			return nil, err
-		}
-		return io.NopCloser(bytes.NewReader(content)), nil
+	_, err := b.volumes.ensure(ctx, name, image, sumsKey(b.shimTree), func() (volumeSource, error) {
+		return volumeSource{labels: labels, sums: b.shimTree, open: func() (io.ReadCloser, error) {
+			content, err := b.shimTar()
+			if err != nil {
+				return nil, err
+			}
+			return io.NopCloser(bytes.NewReader(content)), nil
+		}}, nil
 	})
 	return name, err
 }
@@ -464,7 +471,7 @@ func (b *Broker) ensureInput(ctx context.Context, image, digest string) (string,
 	if err != nil {
 		return "", false, err
 	}
-	want, err := treeSums(f, "")
+	want, err := treeSums(f, "", false)
 	f.Close()
 	if err != nil {
 		return "", false, fmt.Errorf("input %s: not a valid tar: %w", digest, err)
@@ -475,8 +482,10 @@ func (b *Broker) ensureInput(ctx context.Context, image, digest string) (string,
 	if n, err := b.blobs.Size(digest); err == nil {
 		labels[LabelSize] = strconv.FormatInt(n, 10)
 	}
-	populated, err := b.volumes.ensure(ctx, name, image, labels, want, func() (io.ReadCloser, error) {
-		return b.blobs.Open(digest)
+	populated, err := b.volumes.ensure(ctx, name, image, sumsKey(want), func() (volumeSource, error) {
+		return volumeSource{labels: labels, sums: want, open: func() (io.ReadCloser, error) {
+			return b.blobs.Open(digest)
+		}}, nil
 	})
 	if populated {
 		b.stats.VolumesPopulated.Add(1)

@@ -49,6 +49,12 @@ type Config struct {
 	// VolumePrefix starts the names of the broker's cache volumes (the
 	// helper and read-only inputs, named by content digest).
 	VolumePrefix string
+	// ImageTrees says where the trees an image names in
+	// sandbox.ImageTreesLabel are read from: ImageTreesAuto (from volumes
+	// the broker fills from the image where the engine's storage driver is
+	// fuse-overlayfs), ImageTreesOn (from volumes on any Docker engine) or
+	// ImageTreesOff (from the image). See trees.go.
+	ImageTrees string
 	// PoolSize is how many started sandboxes the broker keeps ready for
 	// each container shape (image, runtime, resource limits) a job without
 	// read-only inputs has used; 0 disables the pool. See pool.go.
@@ -101,6 +107,8 @@ func (c Config) Validate() error {
 		return fmt.Errorf("broker config: EngineTimeout %v is under 1s", c.EngineTimeout)
 	case c.NProc < 64:
 		return fmt.Errorf("broker config: NProc %d is under 64", c.NProc)
+	case c.ImageTrees != ImageTreesAuto && c.ImageTrees != ImageTreesOn && c.ImageTrees != ImageTreesOff:
+		return fmt.Errorf("broker config: ImageTrees %q is not %q, %q or %q (automatic)", c.ImageTrees, ImageTreesOn, ImageTreesOff, ImageTreesAuto)
 	case !validVolumePrefix(c.VolumePrefix):
 		return fmt.Errorf("broker config: VolumePrefix %q is not [a-zA-Z0-9][a-zA-Z0-9_.-]{0,63}", c.VolumePrefix)
 	case c.PoolSize < 0 || c.PoolSize > 64:

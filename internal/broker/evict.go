@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/containerd/errdefs"
+	"github.com/moby/moby/api/types/volume"
 	"github.com/moby/moby/client"
 
 	"github.com/sandboxd/sandboxd/internal/store"
@@ -26,10 +27,14 @@ func inputDigests(j *sandbox.Job) []string {
 	return ds
 }
 
-// InputVolume is a cache volume holding a read-only input.
+// InputVolume is a cache volume holding a read-only input, or a tree of
+// an image (trees.go).
 type InputVolume struct {
-	Name   string
+	Name string
+	// Digest is the input's, or the image ID of a tree.
 	Digest string
+	// Tree is the directory of the image a tree's volume holds, or "".
+	Tree string
 	// Size is the input's size (its tar's), or 0 if the blob is gone and
 	// the volume does not say.
 	Size int64
@@ -38,16 +43,24 @@ type InputVolume struct {
 	Used time.Time
 }
 
-// InputVolumes lists this broker's read-only input volumes.
+// InputVolumes lists this broker's read-only input volumes and image
+// tree volumes.
 func (b *Broker) InputVolumes(ctx context.Context) ([]InputVolume, error) {
-	f := make(client.Filters).Add("label", LabelBroker+"="+b.cfg.Name).Add("label", LabelRole+"="+roleInput)
-	vs, err := b.eng.VolumeList(ctx, client.VolumeListOptions{Filters: f})
-	if err != nil {
-		return nil, fmt.Errorf("list input volumes: %w", err)
+	var vs []volume.Volume
+	for _, role := range []string{roleInput, roleTree} {
+		f := make(client.Filters).Add("label", LabelBroker+"="+b.cfg.Name).Add("label", LabelRole+"="+role)
+		got, err := b.eng.VolumeList(ctx, client.VolumeListOptions{Filters: f})
+		if err != nil {
+			return nil, fmt.Errorf("list %s volumes: %w", role, err)
+		}
+		vs = append(vs, got.Items...)
 	}
-	out := make([]InputVolume, 0, len(vs.Items))
-	for _, v := range vs.Items {
+	out := make([]InputVolume, 0, len(vs))
+	for _, v := range vs {
 		iv := InputVolume{Name: v.Name, Digest: v.Labels[LabelDigest]}
+		if v.Labels[LabelRole] == roleTree {
+			iv.Tree = v.Labels[LabelTree]
+		}
 		if n, err := strconv.ParseInt(v.Labels[LabelSize], 10, 64); err == nil {
 			iv.Size = n
 		} else if n, err := b.blobs.Size(iv.Digest); err == nil {
@@ -128,10 +141,17 @@ func (b *Broker) CollectInputVolumes(ctx context.Context, p VolumePolicy) (Volum
 	}
 	// A volume whose blob is gone serves no job of this store (each use
 	// reads the blob to check the volume): it goes first, whatever the
-	// budget, unless other stores share the volumes.
+	// budget, unless other stores share the volumes. So does a tree whose
+	// image the engine no longer has.
 	has := map[string]bool{}
 	for _, v := range vols {
-		has[v.Digest] = p.Shared || b.blobs.Has(v.Digest)
+		switch {
+		case v.Tree != "":
+			_, err := b.eng.ImageInspect(ctx, v.Digest)
+			has[v.Digest] = !errdefs.IsNotFound(err)
+		default:
+			has[v.Digest] = p.Shared || b.blobs.Has(v.Digest)
+		}
 	}
 	slices.SortFunc(vols, func(x, y InputVolume) int {
 		if has[x.Digest] != has[y.Digest] {
@@ -182,7 +202,7 @@ func (b *Broker) evictVolume(ctx context.Context, v InputVolume, minAge time.Dur
 		return false, fmt.Errorf("remove volume %s: %w", v.Name, err)
 	}
 	b.volumes.forget(v.Name)
-	b.log.Info("evicted an input volume", "volume", v.Name, "bytes", v.Size)
+	b.log.Info("evicted a cache volume", "volume", v.Name, "bytes", v.Size, "tree", v.Tree)
 	return true, nil
 }
 

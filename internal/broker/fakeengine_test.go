@@ -431,7 +431,7 @@ func jobContainer(t *testing.T, b *Broker, eng *enginefake.Engine, job sandbox.J
 	if _, err := b.ensureShim(context.Background(), job.Image); err != nil {
 		t.Fatal(err)
 	}
-	spec := b.containerSpec(b.planFor(&job, labels))
+	spec := b.containerSpec(b.planFor(&job, labels, nil))
 	created, err := eng.ContainerCreate(context.Background(), spec)
 	if err != nil {
 		t.Fatal(err)
@@ -712,7 +712,7 @@ func TestListingForTheReaper(t *testing.T) {
 	foreign := eng.Container(live)
 	spec := b.containerSpec(b.planFor(&sandbox.Job{Image: fakeImage, Limits: sandbox.DefaultLimits(), Runtime: sandbox.RuntimeRunc}, map[string]string{
 		LabelBroker: b.cfg.Name, LabelRole: rolePool, LabelPool: "an-earlier-generation", LabelPoolKey: "k", LabelStream: "s",
-	}))
+	}, nil))
 	spec.Name = "sandboxd-pool-earlier"
 	created, err := eng.ContainerCreate(context.Background(), spec)
 	if err != nil || foreign == nil {
@@ -764,7 +764,7 @@ func TestAReclaimedNameTakesOnlyWhatTheDispatcherLeft(t *testing.T) {
 			}
 			spec := b.containerSpec(b.planFor(&job, map[string]string{
 				LabelBroker: b.cfg.Name, LabelRole: rolePool, LabelPool: generation, LabelPoolKey: "k", LabelStream: "s",
-			}))
+			}, nil))
 			spec.Name = ContainerName(b.cfg.Name, job.ID, job.Digest) // renamed to the job's
 			created, err := eng.ContainerCreate(context.Background(), spec)
 			if err != nil {

@@ -10,7 +10,7 @@ const (
 	LabelJobDigest = "sandboxd.job.digest" // job digest (containers only)
 	LabelDeadline  = "sandboxd.deadline"   // hard deadline, Unix milliseconds
 	LabelBroker    = "sandboxd.broker"     // broker name
-	LabelRole      = "sandboxd.role"       // job, populate, shim, input
+	LabelRole      = "sandboxd.role"       // job, populate, shim, input, tree
 	LabelDigest    = "sandboxd.digest"     // content digest of a cached volume
 	LabelNonce     = "sandboxd.nonce"      // random, set when a cache volume is created
 	LabelSize      = "sandboxd.size"       // an input volume's content size in bytes (its tar's)
@@ -28,6 +28,7 @@ const (
 	rolePopulate = "populate"
 	roleShim     = "shim"
 	roleInput    = "input"
+	roleTree     = "tree" // a directory of an image (trees.go)
 )
 
 // ContainerName is the deterministic name of a job's container, so that a

@@ -226,7 +226,11 @@ func (p *pool) start(key string, j sandbox.Job) (*pooled, error) {
 		LabelPoolKey: key,
 		LabelStream:  c.nonce,
 	}
-	c.spec = b.containerSpec(b.planFor(&j, labels))
+	trees, ok := b.knownTrees(j.Image)
+	if !ok {
+		return nil, fmt.Errorf("pool: the trees of image %s are not known to this process", j.Image)
+	}
+	c.spec = b.containerSpec(b.planFor(&j, labels, trees))
 	c.spec.Name = b.cfg.Name + "-pool-" + hex.EncodeToString(name[:8])
 	if got := poolKey(c.spec); got != key {
 		return nil, fmt.Errorf("pool: spec of key %s is now %s", key, got)

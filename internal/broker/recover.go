@@ -208,7 +208,11 @@ func (r *run) recover(ctx context.Context, bind Binding) error {
 		r.containerID = "" // not ours to remove
 		return fmt.Errorf("container %s has no config or state", insp.Container.ID)
 	}
-	spec := b.containerSpec(b.planFor(j, c.Config.Labels))
+	trees, err := b.imageTrees(ctx, j.Image)
+	if err != nil {
+		return fmt.Errorf("the image's trees: %w: %w", errTransient, err)
+	}
+	spec := b.containerSpec(b.planFor(j, c.Config.Labels, trees))
 	labels := c.Config.Labels
 	// A pooled container carries no job's labels: the caller's journal
 	// binds it to the job, and the engine's name does (the job's container

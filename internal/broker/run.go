@@ -34,6 +34,7 @@ type run struct {
 	job       *sandbox.Job
 	log       *slog.Logger
 	imagePath string
+	trees     []string // the image's directories served from volumes
 	hooks     Hooks
 
 	containerID string
@@ -210,7 +211,7 @@ func (r *run) sandbox(ctx context.Context, hardDeadline time.Time) (client.Hijac
 		LabelBroker:    b.cfg.Name,
 		LabelRole:      roleJob,
 		LabelStream:    hex.EncodeToString(nonce[:]),
-	}))
+	}, r.trees))
 	if b.pool != nil && poolable(j) {
 		key := poolKey(spec)
 		r.poolKey = key
@@ -422,14 +423,20 @@ func (r *run) reclaimName(ctx context.Context, name string) bool {
 	return true
 }
 
-// prepareInputs makes the helper volume and every read-only input's volume
-// ready and re-checks every writable input. These are independent (their
-// own volumes, their own blobs), so they run at once: on a cold broker each
-// volume check is a create, an archive read and a remove on the engine.
+// prepareInputs makes the helper volume, the image's tree volumes and every
+// read-only input's volume ready and re-checks every writable input. These
+// are independent (their own volumes, their own blobs), so they run at
+// once: on a cold broker each volume check is a create, an archive read and
+// a remove on the engine.
 // It returns the writable inputs and their total content bytes.
 func (r *run) prepareInputs(ctx context.Context) ([]sandbox.Input, int64, error) {
 	b, j := r.b, r.job
-	errs := make([]error, 1+len(j.Inputs))
+	trees, err := b.imageTrees(ctx, j.Image)
+	if err != nil {
+		return nil, 0, err
+	}
+	r.trees = trees
+	errs := make([]error, 2+len(j.Inputs))
 	sizes := make([]int64, len(j.Inputs))
 	var wg sync.WaitGroup
 	// Each goroutine turns a panic into its error, as RunWithHooks does
@@ -450,6 +457,7 @@ func (r *run) prepareInputs(ctx context.Context) ([]sandbox.Input, int64, error)
 		}
 		return nil
 	})
+	do(1, func() error { return b.ensureTrees(ctx, j.Image, trees) })
 	var writable []sandbox.Input
 	for i, in := range j.Inputs {
 		if in.Writable {
@@ -463,7 +471,7 @@ func (r *run) prepareInputs(ctx context.Context) ([]sandbox.Input, int64, error)
 			sizes[i] = n
 			continue
 		}
-		do(1+i, func() error {
+		do(2+i, func() error {
 			vol, populated, err := b.ensureInput(ctx, j.Image, in.Digest)
 			if err != nil {
 				return fmt.Errorf("input %s: %w", in.Name, err)
@@ -794,7 +802,8 @@ func (c *cappedBuffer) String() string {
 
 // planFor decides a job's container: every name in it is derived from the
 // job and content digests, so a recovering broker derives the same plan.
-func (b *Broker) planFor(j *sandbox.Job, labels map[string]string) *plan {
+// trees are the image's directories served from volumes (imageTrees).
+func (b *Broker) planFor(j *sandbox.Job, labels map[string]string, trees []string) *plan {
 	p := &plan{
 		job:        j,
 		name:       ContainerName(b.cfg.Name, j.ID, j.Digest),
@@ -810,6 +819,12 @@ func (b *Broker) planFor(j *sandbox.Job, labels map[string]string) *plan {
 				VolumeOptions: &mount.VolumeOptions{NoCopy: true},
 			})
 		}
+	}
+	for _, dir := range trees {
+		p.roVolumes = append(p.roVolumes, mount.Mount{
+			Type: mount.TypeVolume, Source: b.treeVolumeName(j.Image, dir), Target: dir, ReadOnly: true,
+			VolumeOptions: &mount.VolumeOptions{NoCopy: true},
+		})
 	}
 	return p
 }

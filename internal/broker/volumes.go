@@ -30,7 +30,9 @@ type fileSum struct {
 	mode   int64
 	size   int64
 	digest string
-	gid    int // compared for the volume's root only
+	// The owner: the root's group always, every entry's uid and gid in a
+	// listing with owners (an image's tree keeps the image's owners).
+	uid, gid int
 }
 
 // rootKey holds the volume's root directory in a tree listing.
@@ -45,8 +47,8 @@ func volumeRoot(mode int64, gid int) fileSum { return fileSum{dir: true, mode: m
 
 // treeSums lists the entries of a tar by path, hashing file contents. strip
 // removes a leading path component (the archive API prefixes the source
-// directory's name).
-func treeSums(r io.Reader, strip string) (map[string]fileSum, error) {
+// directory's name). owners records every entry's uid and gid too.
+func treeSums(r io.Reader, strip string, owners bool) (map[string]fileSum, error) {
 	out := map[string]fileSum{}
 	tr := tar.NewReader(r)
 	for {
@@ -62,6 +64,9 @@ func treeSums(r io.Reader, strip string) (map[string]fileSum, error) {
 			if name == strip {
 				if h.Typeflag == tar.TypeDir {
 					out[rootKey] = fileSum{dir: true, mode: h.Mode & 0o7777, gid: h.Gid}
+					if owners {
+						out[rootKey] = fileSum{dir: true, mode: h.Mode & 0o7777, uid: h.Uid, gid: h.Gid}
+					}
 				}
 				continue
 			}
@@ -74,21 +79,37 @@ func treeSums(r io.Reader, strip string) (map[string]fileSum, error) {
 		if name == "" || name == "." {
 			continue
 		}
-		switch h.Typeflag {
-		case tar.TypeDir:
-			out[name] = fileSum{dir: true}
-		case tar.TypeReg:
-			hh := sha256.New()
-			n, err := io.Copy(hh, tr)
-			if err != nil {
-				return nil, err
-			}
-			out[name] = fileSum{mode: h.Mode & 0o777, size: n, digest: hex.EncodeToString(hh.Sum(nil))}
-		default:
-			// A volume the broker populated holds only directories and
-			// regular files; anything else fails the check.
-			out[name] = fileSum{mode: -1, digest: "type " + string(h.Typeflag)}
+		sum, err := entrySum(h, tr)
+		if err != nil {
+			return nil, err
 		}
+		if owners {
+			sum.uid, sum.gid = h.Uid, h.Gid
+		}
+		out[name] = sum
+	}
+}
+
+// entrySum is what a check compares of one tar entry, its content read
+// from r: a directory's mode, a file's mode, size and digest, a symbolic
+// link's target. Any other entry is listed as its type, which no expected
+// tree holds (a volume holds directories, regular files and, an image's
+// tree, the links of the image), so it fails the check.
+func entrySum(h *tar.Header, r io.Reader) (fileSum, error) {
+	switch h.Typeflag {
+	case tar.TypeDir:
+		return fileSum{dir: true, mode: h.Mode & 0o7777}, nil
+	case tar.TypeReg:
+		hh := sha256.New()
+		n, err := io.Copy(hh, r)
+		if err != nil {
+			return fileSum{}, err
+		}
+		return fileSum{mode: h.Mode & 0o7777, size: n, digest: hex.EncodeToString(hh.Sum(nil))}, nil
+	case tar.TypeSymlink:
+		return fileSum{mode: -1, digest: "symlink " + h.Linkname}, nil
+	default:
+		return fileSum{mode: -1, digest: "type " + string(h.Typeflag)}, nil
 	}
 }
 
@@ -121,14 +142,38 @@ func (c *volumeCache) lock(name string) func() {
 // ErrCacheCheck marks a cached volume whose content differs from its digest.
 var ErrCacheCheck = errors.New("volume content check failed")
 
-// ensure makes volume name hold exactly the tree of the tar that open
-// returns. expected lists that tree (from treeSums). image is any local
-// image to base the never-started helper container on.
-func (c *volumeCache) ensure(ctx context.Context, name, image string, labels map[string]string, expected map[string]fileSum, open func() (io.ReadCloser, error)) (bool, error) {
+// volumeSource is what a cache volume must hold.
+type volumeSource struct {
+	// labels are the volume's, set when it is created.
+	labels map[string]string
+	// sums list the tree (treeSums of the tar open returns), and owners
+	// says whether they hold every entry's owner.
+	sums   map[string]fileSum
+	owners bool
+	// open returns the tree as a tar, extracted into the volume's root.
+	open func() (io.ReadCloser, error)
+}
+
+// sumsKey is the key of a check against sums: their digest.
+func sumsKey(sums map[string]fileSum) string {
+	h := sha256.New()
+	for _, k := range slices.Sorted(maps.Keys(sums)) {
+		f := sums[k]
+		fmt.Fprintf(h, "%q %v %o %d %s %d %d\n", k, f.dir, f.mode, f.size, f.digest, f.uid, f.gid)
+	}
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// ensure makes volume name hold exactly the tree load returns. key names
+// that tree (a check record holds it): the digest of its sums, or of
+// what pins them. load is called only when the volume must be read back
+// (or filled); image is any local image to base the never-started helper
+// container on.
+func (c *volumeCache) ensure(ctx context.Context, name, image, key string, load func() (volumeSource, error)) (bool, error) {
 	unlock := c.lock(name)
 	defer unlock()
 	defer c.markUsed(name)
-	record := c.recordOf(ctx, name, expected)
+	record := c.recordOf(ctx, name, key)
 	c.mu.Lock()
 	known := c.verified[name]
 	c.mu.Unlock()
@@ -143,38 +188,43 @@ func (c *volumeCache) ensure(ctx context.Context, name, image string, labels map
 			return false, nil
 		}
 	}
+	src, err := load()
+	if err != nil {
+		return false, err
+	}
+	expected := src.sums
 	populated := false
 	waits := 0
 	for attempt := 0; ; attempt++ {
 		var checked string // the record of the volume the helper mounted
-		got, err := c.withHelper(ctx, name, image, labels, func(id string) (map[string]fileSum, error) {
-			checked = c.recordOf(ctx, name, expected)
-			sums, err := c.read(ctx, id)
+		got, err := c.withHelper(ctx, name, image, src.labels, func(id string) (map[string]fileSum, error) {
+			checked = c.recordOf(ctx, name, key)
+			sums, err := c.read(ctx, id, src.owners)
 			if err != nil {
 				return nil, err
 			}
 			if _, root := sums[rootKey]; len(sums) == 0 || (root && len(sums) == 1) {
 				// Fresh volume: populate it, then read it back.
-				rc, err := open()
+				rc, err := src.open()
 				if err != nil {
 					return nil, err
 				}
 				defer rc.Close()
-				if _, err := c.b.eng.CopyToContainer(ctx, id, client.CopyToContainerOptions{DestinationPath: "/v", Content: rc}); err != nil {
+				if _, err := c.b.eng.CopyToContainer(ctx, id, client.CopyToContainerOptions{DestinationPath: "/v", Content: rc, CopyUIDGID: src.owners}); err != nil {
 					return nil, fmt.Errorf("populate volume %s: %w", name, err)
 				}
-				// Then the root's mode and group, as listed in expected.
+				// Then the root's mode and owner, as listed in expected.
 				if root, ok := expected[rootKey]; ok {
 					var buf bytes.Buffer
 					tw := tar.NewWriter(&buf)
-					tw.WriteHeader(&tar.Header{Name: "v/", Typeflag: tar.TypeDir, Mode: root.mode, Gid: root.gid})
+					tw.WriteHeader(&tar.Header{Name: "v/", Typeflag: tar.TypeDir, Mode: root.mode, Uid: root.uid, Gid: root.gid})
 					tw.Close()
 					if _, err := c.b.eng.CopyToContainer(ctx, id, client.CopyToContainerOptions{DestinationPath: "/", Content: &buf, CopyUIDGID: true}); err != nil {
 						return nil, fmt.Errorf("set the root of volume %s: %w", name, err)
 					}
 				}
 				populated = true
-				return c.read(ctx, id)
+				return c.read(ctx, id, src.owners)
 			}
 			return sums, nil
 		})
@@ -195,7 +245,7 @@ func (c *volumeCache) ensure(ctx context.Context, name, image string, labels map
 			}
 			// Trust only the volume that was read back: if it was replaced
 			// meanwhile, its nonce differs and nothing is trusted.
-			if checked == "" || c.recordOf(ctx, name, expected) != checked {
+			if checked == "" || c.recordOf(ctx, name, key) != checked {
 				return populated, fmt.Errorf("volume %s: %w: it changed while it was checked", name, ErrCacheCheck)
 			}
 			c.mu.Lock()
@@ -243,14 +293,14 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 	}
 }
 
-func (c *volumeCache) read(ctx context.Context, id string) (map[string]fileSum, error) {
+func (c *volumeCache) read(ctx context.Context, id string, owners bool) (map[string]fileSum, error) {
 	c.b.stats.VolumesChecked.Add(1)
 	res, err := c.b.eng.CopyFromContainer(ctx, id, client.CopyFromContainerOptions{SourcePath: "/v"})
 	if err != nil {
 		return nil, fmt.Errorf("read back volume: %w", err)
 	}
 	defer res.Content.Close()
-	return treeSums(res.Content, "v")
+	return treeSums(res.Content, "v", owners)
 }
 
 // withHelper creates (never starts) a container with the volume mounted
@@ -296,20 +346,14 @@ func isNotFound(err error) bool { return errdefs.IsNotFound(err) }
 
 // recordOf names one check of a volume: the volume's nonce (a volume
 // removed and created again under the same name is checked again) and the
-// digest of the tree it was checked against. "" if the volume cannot be
+// key of the tree it was checked against. "" if the volume cannot be
 // inspected or has no nonce.
-func (c *volumeCache) recordOf(ctx context.Context, name string, expected map[string]fileSum) string {
+func (c *volumeCache) recordOf(ctx context.Context, name, key string) string {
 	v, err := c.b.eng.VolumeInspect(ctx, name, client.VolumeInspectOptions{})
 	if err != nil || v.Volume.Labels[LabelNonce] == "" {
 		return ""
 	}
-	keys := slices.Sorted(maps.Keys(expected))
-	h := sha256.New()
-	for _, k := range keys {
-		f := expected[k]
-		fmt.Fprintf(h, "%q %v %o %d %s\n", k, f.dir, f.mode, f.size, f.digest)
-	}
-	return v.Volume.Labels[LabelNonce] + " " + hex.EncodeToString(h.Sum(nil)) + "\n"
+	return v.Volume.Labels[LabelNonce] + " " + key + "\n"
 }
 
 // remember records a passed check in CacheDir, so that other processes of

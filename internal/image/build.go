@@ -15,6 +15,7 @@ import (
 	"os/exec"
 	"path"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 
@@ -22,6 +23,7 @@ import (
 	"github.com/moby/moby/client"
 
 	"github.com/sandboxd/sandboxd/internal/progress"
+	"github.com/sandboxd/sandboxd/sandbox"
 )
 
 // Engine is the subset of the engine client the builder uses.
@@ -142,6 +144,9 @@ func configJSON(spec *Spec, diffID string) ([]byte, error) {
 	if pins := packagesLabel(spec); pins != "" {
 		labels[PackagesLabel] = pins
 	}
+	if trees := volumeTrees(spec); trees != "" {
+		labels[sandbox.ImageTreesLabel] = trees
+	}
 	cfg := map[string]any{
 		"architecture": "amd64",
 		"os":           "linux",
@@ -154,6 +159,23 @@ func configJSON(spec *Spec, diffID string) ([]byte, error) {
 		"history": []map[string]any{{"created_by": "sandboxd image build", "comment": spec.Name}},
 	}
 	return json.Marshal(cfg)
+}
+
+// volumeTrees is the value of the image's sandbox.ImageTreesLabel: the
+// JSON list of the destinations of its contents marked volume, or "".
+func volumeTrees(spec *Spec) string {
+	var trees []string
+	for _, c := range spec.Contents {
+		if c.Volume {
+			trees = append(trees, c.Dst)
+		}
+	}
+	if len(trees) == 0 {
+		return ""
+	}
+	slices.Sort(trees)
+	b, _ := json.Marshal(trees)
+	return string(b)
 }
 
 func writeArchive(w io.Writer, name string, cfg []byte, layer io.Reader) error {

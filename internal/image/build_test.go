@@ -17,6 +17,8 @@ import (
 
 	"github.com/containerd/errdefs"
 	"github.com/moby/moby/client"
+
+	"github.com/sandboxd/sandboxd/sandbox"
 )
 
 // fakeEngine is an in-memory image store: it takes what ImageLoad is given
@@ -405,5 +407,35 @@ func relink(t *testing.T, f *fixture, rel, target string) {
 	}
 	if err := os.Symlink(target, p); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// Contents marked volume are named, sorted, in the config's label that a
+// broker reads (sandbox.ImageTreesLabel); an image without any has none.
+func TestVolumeTreesLabel(t *testing.T) {
+	spec := &Spec{Name: "a", Contents: []Content{
+		{Type: "tree", Src: "/x", Dst: "/usr/local/go", Volume: true},
+		{Type: "tree", Src: "/y", Dst: "/opt/plain"},
+		{Type: "gocache", Src: "/z", Dst: "/usr/local/share/gocache", Volume: true},
+	}}
+	labels := func(s *Spec) map[string]string {
+		b, err := configJSON(s, "sha256:"+strings.Repeat("0", 64))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var cfg struct {
+			Config struct{ Labels map[string]string }
+		}
+		if err := json.Unmarshal(b, &cfg); err != nil {
+			t.Fatal(err)
+		}
+		return cfg.Config.Labels
+	}
+	if got, want := labels(spec)[sandbox.ImageTreesLabel], `["/usr/local/go","/usr/local/share/gocache"]`; got != want {
+		t.Errorf("label %q, want %q", got, want)
+	}
+	spec.Contents[0].Volume, spec.Contents[2].Volume = false, false
+	if got, ok := labels(spec)[sandbox.ImageTreesLabel]; ok {
+		t.Errorf("no content marked volume: label %q", got)
 	}
 }

@@ -10,6 +10,8 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+
+	"github.com/sandboxd/sandboxd/sandbox"
 )
 
 // SpecSchema is the image spec version this release reads.
@@ -55,6 +57,13 @@ type Content struct {
 	Target string `json:"target,omitempty"`
 	// Text is the content of a text file.
 	Text string `json:"text,omitempty"`
+	// Volume marks a tree or gocache content that a broker may serve from
+	// a read-only volume it fills from this image (label
+	// sandbox.ImageTreesLabel): where the engine's storage driver is
+	// fuse-overlayfs, whose directory listings of large directories can
+	// repeat or skip entries (see README), and whose every lookup costs a
+	// round trip through FUSE.
+	Volume bool `json:"volume,omitempty"`
 }
 
 var nameRE = regexp.MustCompile(`^[a-z0-9]+([._/-][a-z0-9]+)*$`)
@@ -123,10 +132,18 @@ func (s *Spec) validate(dir string) error {
 		default:
 			return fmt.Errorf("%s.type: unknown type %q", f, c.Type)
 		}
+		if c.Volume && c.Type != "tree" && c.Type != "gocache" {
+			return fmt.Errorf("%s.volume: only a tree or a gocache can be served from a volume, not a %s", f, c.Type)
+		}
 		if c.Mode != "" {
 			if _, err := strconv.ParseUint(c.Mode, 8, 32); err != nil {
 				return fmt.Errorf("%s.mode: %q is not octal", f, c.Mode)
 			}
+		}
+	}
+	if trees := volumeTrees(s); trees != "" {
+		if _, err := sandbox.ParseImageTrees(trees); err != nil {
+			return fmt.Errorf("contents marked volume: %w", err)
 		}
 	}
 	return nil

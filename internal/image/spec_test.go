@@ -21,6 +21,9 @@ func TestLoadSpecRefuses(t *testing.T) {
 		{"file without src", `{"schema":"sandboxd.image/v1","name":"a","contents":[{"type":"file","dst":"/a"}]}`, `contents[0].src: required for file`},
 		{"tree without src", `{"schema":"sandboxd.image/v1","name":"a","contents":[{"type":"tree","dst":"/a"}]}`, `contents[0].src: required for tree`},
 		{"symlink without target", `{"schema":"sandboxd.image/v1","name":"a","contents":[{"type":"symlink","dst":"/a"}]}`, `contents[0].target: required`},
+		{"volume on a file", `{"schema":"sandboxd.image/v1","name":"a","contents":[{"type":"file","src":"/bin/sh","dst":"/a","volume":true}]}`, `contents[0].volume: only a tree or a gocache`},
+		{"volume in the scratch space", `{"schema":"sandboxd.image/v1","name":"a","contents":[{"type":"tree","src":"/usr/share","dst":"/work/share","volume":true}]}`, `overlaps /work`},
+		{"volumes nested", `{"schema":"sandboxd.image/v1","name":"a","contents":[{"type":"tree","src":"/usr/share","dst":"/opt","volume":true},{"type":"tree","src":"/usr/share","dst":"/opt/b","volume":true}]}`, `"/opt" and "/opt/b" overlap`},
 		{"mode not octal", `{"schema":"sandboxd.image/v1","name":"a","contents":[{"type":"dir","dst":"/a","mode":"0789"}]}`, `contents[0].mode: "0789" is not octal`},
 	}
 	for _, tt := range tests {

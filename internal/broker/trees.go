@@ -1,0 +1,472 @@
+package broker
+
+import (
+	"archive/tar"
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/moby/moby/client"
+	"golang.org/x/sys/unix"
+
+	"github.com/sandboxd/sandboxd/sandbox"
+)
+
+// Image trees: the directories an image names in sandbox.ImageTreesLabel
+// (the Go image: its toolchain and its warmed build cache) are mounted
+// read-only into its jobs from volumes the broker fills from the image
+// itself, where the engine's storage driver is fuse-overlayfs. There every
+// lookup in the image is a round trip through a FUSE daemon, and version
+// 1.10 of it (Debian 12's) can list an entry of a large directory twice or
+// leave one out (fixed upstream in 1.16): the Go toolchain then refuses a
+// package of its own, and a grader's report goes missing (see README). A
+// volume is a directory of the engine's host, bind-mounted.
+//
+// Nothing about what a job reads changes: a tree's volume holds exactly
+// the image layer's tree, checked entry by entry (type, mode, owner, size,
+// content digest, link target) against the layer the engine exports, whose
+// digest the image's config pins (rootfs.diff_ids), whose digest is the
+// image ID. A volume that fails the check is filled again, never used.
+
+// Values of Config.ImageTrees.
+const (
+	ImageTreesAuto = ""    // on where the engine's storage driver is fuse-overlayfs
+	ImageTreesOn   = "on"  // on whatever the driver (Docker only: it exports images)
+	ImageTreesOff  = "off" // never: jobs read the image's trees in the image
+)
+
+// fuseOverlayfs is the storage driver image trees serve by default.
+const fuseOverlayfs = "fuse-overlayfs"
+
+// LabelTree is the directory of the image a tree volume holds; its
+// LabelDigest is the image ID.
+const LabelTree = "sandboxd.tree"
+
+// imageSaver is an engine that exports images (Docker: `docker save`).
+type imageSaver interface {
+	ImageSave(ctx context.Context, imageIDs []string, opts ...client.ImageSaveOption) (client.ImageSaveResult, error)
+}
+
+// imageTrees returns the directories of image served from volumes on this
+// engine, or none. Images are immutable by ID, so an answer is kept.
+func (b *Broker) imageTrees(ctx context.Context, image string) ([]string, error) {
+	if b.cfg.ImageTrees == ImageTreesOff {
+		return nil, nil
+	}
+	if b.cfg.ImageTrees == ImageTreesAuto {
+		h, err := b.hostLimitsOf(ctx)
+		if err != nil {
+			return nil, err
+		}
+		if h.driver != fuseOverlayfs {
+			return nil, nil
+		}
+	}
+	b.hostMu.Lock()
+	trees, ok := b.trees[image]
+	b.hostMu.Unlock()
+	if ok {
+		return trees, nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, b.cfg.EngineTimeout)
+	defer cancel()
+	img, err := b.eng.ImageInspect(ctx, image)
+	if err != nil {
+		return nil, fmt.Errorf("image %s: inspect: %w", image, err)
+	}
+	if img.Config != nil && img.Config.Labels[sandbox.ImageTreesLabel] != "" {
+		trees, err = sandbox.ParseImageTrees(img.Config.Labels[sandbox.ImageTreesLabel])
+		if err != nil {
+			return nil, fmt.Errorf("image %s: %w: %w", image, sandbox.ErrImageRefused, err)
+		}
+		if n := len(img.RootFS.Layers); n != 1 {
+			return nil, fmt.Errorf("image %s: %w: label %s names trees, but the image has %d layers (a tree is served from an image of one layer only)", image, sandbox.ErrImageRefused, sandbox.ImageTreesLabel, n)
+		}
+		if _, ok := b.eng.(imageSaver); !ok {
+			return nil, fmt.Errorf("image %s: its trees cannot be served from volumes: this engine does not export images (image trees are Docker's; turn them off or to auto)", image)
+		}
+	}
+	b.hostMu.Lock()
+	if b.trees == nil {
+		b.trees = map[string][]string{}
+	}
+	b.trees[image] = trees
+	b.hostMu.Unlock()
+	return trees, nil
+}
+
+// knownTrees is what imageTrees answered for image in this process, if
+// it was asked.
+func (b *Broker) knownTrees(image string) ([]string, bool) {
+	if b.cfg.ImageTrees == ImageTreesOff {
+		return nil, true
+	}
+	b.hostMu.Lock()
+	defer b.hostMu.Unlock()
+	if b.host != nil && b.cfg.ImageTrees == ImageTreesAuto && b.host.driver != fuseOverlayfs {
+		return nil, true
+	}
+	trees, ok := b.trees[image]
+	return trees, ok
+}
+
+// treeVolumeName names the volume of one tree of one image.
+func (b *Broker) treeVolumeName(image, dir string) string {
+	return b.cfg.VolumePrefix + "-tree-" + treeKey(image, dir)[:32]
+}
+
+// treeKey is what a check record of a tree's volume names: the image ID
+// pins the tree's every byte.
+func treeKey(image, dir string) string {
+	sum := sha256.Sum256([]byte("image tree\x00" + image + "\x00" + dir))
+	return hex.EncodeToString(sum[:])
+}
+
+// ensureTrees makes the volumes of image's trees ready. The image is
+// exported only if one of them must be filled or read back; processes of
+// this broker on this host take turns (a lock file in CacheDir), so that a
+// second one waits for the first's fill instead of judging a volume that
+// is still being filled.
+func (b *Broker) ensureTrees(ctx context.Context, image string, trees []string) error {
+	if len(trees) == 0 {
+		return nil
+	}
+	unlock, err := b.lockFile(ctx, "tree-"+strings.TrimPrefix(image, "sha256:")+".lock")
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	var saved *savedImage
+	defer func() {
+		if saved != nil {
+			saved.Close()
+		}
+	}()
+	for _, dir := range trees {
+		name := b.treeVolumeName(image, dir)
+		populated, err := b.volumes.ensure(ctx, name, image, treeKey(image, dir), func() (volumeSource, error) {
+			if saved == nil {
+				s, err := b.saveImage(ctx, image)
+				if err != nil {
+					return volumeSource{}, err
+				}
+				saved = s
+			}
+			sums, size, err := saved.treeSums(dir)
+			if err != nil {
+				return volumeSource{}, fmt.Errorf("image %s: %w", image, err)
+			}
+			return volumeSource{
+				labels: map[string]string{LabelRole: roleTree, LabelDigest: image, LabelTree: dir, LabelBroker: b.cfg.Name, LabelSize: strconv.FormatInt(size, 10)},
+				sums:   sums, owners: true,
+				open: func() (io.ReadCloser, error) { return saved.treeTar(dir), nil },
+			}, nil
+		})
+		if populated {
+			b.stats.VolumesPopulated.Add(1)
+			b.log.Info("filled a volume with a tree of the image", "volume", name, "image", image, "tree", dir)
+		}
+		if err != nil {
+			return fmt.Errorf("tree %s of image %s: %w", dir, image, err)
+		}
+	}
+	return nil
+}
+
+// lockFile takes an exclusive lock on CacheDir/name for this process, or
+// nothing if there is no CacheDir. It waits while ctx lets it.
+func (b *Broker) lockFile(ctx context.Context, name string) (func(), error) {
+	dir := b.cfg.CacheDir
+	if dir == "" {
+		return func() {}, nil
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, err
+	}
+	f, err := os.OpenFile(filepath.Join(dir, name), os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	for {
+		err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB)
+		if err == nil {
+			return func() { f.Close() }, nil // closing releases it
+		}
+		if !errors.Is(err, unix.EWOULDBLOCK) {
+			f.Close()
+			return nil, fmt.Errorf("lock %s: %w", f.Name(), err)
+		}
+		if err := sleepCtx(ctx, 100*time.Millisecond); err != nil {
+			f.Close()
+			return nil, fmt.Errorf("waiting for another process of this broker (lock %s): %w", f.Name(), err)
+		}
+	}
+}
+
+// savedImage is an image as the engine exports it, in an unlinked
+// temporary file, with its one layer found and checked against the image
+// ID.
+type savedImage struct {
+	f     *os.File
+	layer *io.SectionReader
+}
+
+func (s *savedImage) Close() error { return s.f.Close() }
+
+// saveImage exports image from the engine and checks it (checkSaved).
+func (b *Broker) saveImage(ctx context.Context, image string) (*savedImage, error) {
+	eng, ok := b.eng.(imageSaver)
+	if !ok {
+		return nil, fmt.Errorf("image %s: this engine cannot export images, so it cannot serve their trees from volumes (set image trees off)", image)
+	}
+	rc, err := eng.ImageSave(ctx, []string{image})
+	if err != nil {
+		return nil, fmt.Errorf("image %s: export: %w", image, err)
+	}
+	defer rc.Close()
+	f, err := os.CreateTemp("", "sandboxd-image-*.tar")
+	if err != nil {
+		return nil, err
+	}
+	os.Remove(f.Name()) // nothing left behind, whatever happens next
+	if _, err := io.Copy(f, rc); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("image %s: export: %w", image, err)
+	}
+	st, err := f.Stat()
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	layer, err := checkSaved(io.NewSectionReader(f, 0, st.Size()), image)
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("image %s: export: %w", image, err)
+	}
+	return &savedImage{f: f, layer: layer}, nil
+}
+
+// savedEntry is one file of an image archive: where its bytes are, their
+// digest, and the bytes themselves if small.
+type savedEntry struct {
+	off, size int64
+	digest    string
+	data      []byte
+	link      string // a symbolic link's target, resolved from its directory
+}
+
+// maxSavedMeta bounds the bytes of an archive's manifest and config.
+const maxSavedMeta = 4 << 20
+
+// checkSaved finds the layer of a one-layer image in an image archive as
+// `docker save` writes it (manifest.json naming the config and the layers,
+// by paths that may be symbolic links into blobs/), and checks it: the
+// config's digest is the image ID, and the layer's digest is the config's
+// one diff ID.
+func checkSaved(r *io.SectionReader, image string) (*io.SectionReader, error) {
+	entries := map[string]*savedEntry{}
+	cr := &countingReader{r: r}
+	tr := tar.NewReader(cr)
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return nil, fmt.Errorf("not an image archive: %w", err)
+		}
+		name := path.Clean(h.Name)
+		switch h.Typeflag {
+		case tar.TypeSymlink:
+			entries[name] = &savedEntry{link: path.Join(path.Dir(name), h.Linkname)}
+		case tar.TypeReg:
+			e := &savedEntry{off: cr.n, size: h.Size}
+			hh := sha256.New()
+			var w io.Writer = hh
+			var buf bytes.Buffer
+			if h.Size <= maxSavedMeta {
+				w = io.MultiWriter(hh, &buf)
+			}
+			if _, err := io.Copy(w, tr); err != nil {
+				return nil, fmt.Errorf("not an image archive: %w", err)
+			}
+			e.digest = "sha256:" + hex.EncodeToString(hh.Sum(nil))
+			if h.Size <= maxSavedMeta {
+				e.data = buf.Bytes()
+			}
+			entries[name] = e
+		}
+	}
+	get := func(name string) (*savedEntry, error) {
+		name = path.Clean(name)
+		for range 8 {
+			e, ok := entries[name]
+			if !ok {
+				return nil, fmt.Errorf("it has no %s", name)
+			}
+			if e.link == "" {
+				return e, nil
+			}
+			name = e.link
+		}
+		return nil, fmt.Errorf("%s: too many links", name)
+	}
+	me, err := get("manifest.json")
+	if err != nil || me.data == nil {
+		return nil, fmt.Errorf("not an image archive: no manifest.json of at most %d bytes", maxSavedMeta)
+	}
+	var manifest []struct {
+		Config string
+		Layers []string
+	}
+	if err := json.Unmarshal(me.data, &manifest); err != nil || len(manifest) != 1 {
+		return nil, fmt.Errorf("manifest.json: not the manifest of one image (%v)", err)
+	}
+	ce, err := get(manifest[0].Config)
+	if err != nil || ce.data == nil {
+		return nil, fmt.Errorf("config %q: %v", manifest[0].Config, err)
+	}
+	if ce.digest != image {
+		return nil, fmt.Errorf("its config is %s, not the image %s", ce.digest, image)
+	}
+	var cfg struct {
+		RootFS struct {
+			DiffIDs []string `json:"diff_ids"`
+		} `json:"rootfs"`
+	}
+	if err := json.Unmarshal(ce.data, &cfg); err != nil {
+		return nil, fmt.Errorf("config: %w", err)
+	}
+	if len(cfg.RootFS.DiffIDs) != 1 || len(manifest[0].Layers) != 1 {
+		return nil, fmt.Errorf("%d layers (%d diff IDs): a tree is served from an image of one layer only", len(manifest[0].Layers), len(cfg.RootFS.DiffIDs))
+	}
+	le, err := get(manifest[0].Layers[0])
+	if err != nil {
+		return nil, fmt.Errorf("layer: %w", err)
+	}
+	if le.digest != cfg.RootFS.DiffIDs[0] {
+		return nil, fmt.Errorf("its layer is %s, not the config's %s", le.digest, cfg.RootFS.DiffIDs[0])
+	}
+	return io.NewSectionReader(r, le.off, le.size), nil
+}
+
+// countingReader counts the bytes read through it: where in the archive
+// an entry's content starts (archive/tar reads headers and content in
+// place, without reading ahead).
+type countingReader struct {
+	r io.Reader
+	n int64
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n += int64(n)
+	return n, err
+}
+
+// inTree returns the path of a layer entry relative to dir ("." for dir
+// itself), or false if it is not in it.
+func inTree(h *tar.Header, dir string) (string, bool) {
+	name := strings.TrimSuffix(strings.TrimPrefix(path.Clean("/"+h.Name), "/"), "/")
+	d := strings.TrimPrefix(dir, "/")
+	if name == d {
+		return rootKey, true
+	}
+	return strings.CutPrefix(name, d+"/")
+}
+
+// treeSums lists the tree of the layer at dir, with owners, and the bytes
+// of its files. A tree holds directories, regular files and symbolic
+// links: anything else (a hard link, a device, a whiteout) is refused.
+func (s *savedImage) treeSums(dir string) (map[string]fileSum, int64, error) {
+	sums := map[string]fileSum{}
+	var size int64
+	tr := tar.NewReader(io.NewSectionReader(s.layer, 0, s.layer.Size()))
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return nil, 0, fmt.Errorf("layer: %w", err)
+		}
+		rel, ok := inTree(h, dir)
+		if !ok {
+			continue
+		}
+		switch {
+		case rel == rootKey && h.Typeflag != tar.TypeDir:
+			return nil, 0, fmt.Errorf("%s is not a directory of the image", dir)
+		case h.Typeflag != tar.TypeDir && h.Typeflag != tar.TypeReg && h.Typeflag != tar.TypeSymlink,
+			strings.HasPrefix(path.Base(rel), ".wh."):
+			return nil, 0, fmt.Errorf("%s/%s (type %q) cannot be served from a volume: a tree holds directories, files and symbolic links", dir, rel, h.Typeflag)
+		}
+		if _, dup := sums[rel]; dup {
+			return nil, 0, fmt.Errorf("%s/%s is in the layer twice", dir, rel)
+		}
+		sum, err := entrySum(h, tr)
+		if err != nil {
+			return nil, 0, fmt.Errorf("layer: %w", err)
+		}
+		sum.uid, sum.gid = h.Uid, h.Gid
+		sums[rel] = sum
+		size += sum.size
+	}
+	if _, ok := sums[rootKey]; !ok {
+		return nil, 0, fmt.Errorf("%s is not a directory of the image", dir)
+	}
+	return sums, size, nil
+}
+
+// treeTar streams the tree of the layer at dir as a tar of paths relative
+// to it, owners, modes and times kept; the root itself is not in it (the
+// volume's root is set after, as for every cache volume).
+func (s *savedImage) treeTar(dir string) io.ReadCloser {
+	pr, pw := io.Pipe()
+	go func() {
+		pw.CloseWithError(func() error {
+			tr := tar.NewReader(io.NewSectionReader(s.layer, 0, s.layer.Size()))
+			tw := tar.NewWriter(pw)
+			for {
+				h, err := tr.Next()
+				if err == io.EOF {
+					return tw.Close()
+				}
+				if err != nil {
+					return err
+				}
+				rel, ok := inTree(h, dir)
+				if !ok || rel == rootKey {
+					continue
+				}
+				out := &tar.Header{
+					Name: rel, Typeflag: h.Typeflag, Mode: h.Mode, Uid: h.Uid, Gid: h.Gid,
+					Size: h.Size, ModTime: h.ModTime, Linkname: h.Linkname, Format: tar.FormatPAX,
+				}
+				if h.Typeflag == tar.TypeDir {
+					out.Name += "/"
+				}
+				if err := tw.WriteHeader(out); err != nil {
+					return err
+				}
+				if h.Typeflag == tar.TypeReg {
+					if _, err := io.Copy(tw, tr); err != nil {
+						return err
+					}
+				}
+			}
+		}())
+	}()
+	return pr
+}
