@@ -8,7 +8,9 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/moby/moby/api/types/container"
 	"github.com/moby/moby/api/types/mount"
@@ -66,9 +68,12 @@ func TestImageTreesFromVolumes(t *testing.T) {
 			t.Errorf("remove cache: %v", err)
 		}
 	})
-	job := newJob(t, sh(`cat /opt/tree/a.txt /opt/tree/sub/deeper/x; readlink /opt/tree/link; /opt/tree/sub/run.sh
+	newTreeJob := func() sandbox.Job {
+		return newJob(t, sh(`cat /opt/tree/a.txt /opt/tree/sub/deeper/x; readlink /opt/tree/link; /opt/tree/sub/run.sh
 		stat -c '%a %u:%g %n' /opt/tree/empty /opt/tree/sub/run.sh
 		touch /opt/tree/new 2>/dev/null && echo WROTE; cat /etc/marker`), func(j *sandbox.Job) { j.Image = img.ID })
+	}
+	job := newTreeJob()
 	want := "hello\ndeep\nsub/run.sh\nhi\n750 0:0 /opt/tree/empty\n755 0:0 /opt/tree/sub/run.sh\n" + t.Name()
 	run := func(b *broker.Broker, what string) {
 		t.Helper()
@@ -120,6 +125,42 @@ func TestImageTreesFromVolumes(t *testing.T) {
 	run(b2, "after eviction")
 	if got := b2.Stats().VolumesPopulated.Load(); got != 2 {
 		t.Errorf("after eviction: %d volumes filled in all, want 2", got)
+	}
+
+	// Two processes of one name on two state directories (no lock file
+	// in common) at once: one fills the volume, the other waits for it
+	// and uses what it checks; neither fills it while the other reads.
+	name = name + "x"
+	t.Cleanup(func() {
+		if err := broker.RemoveCache(context.Background(), env.Eng, name); err != nil {
+			t.Errorf("remove cache: %v", err)
+		}
+	})
+	pair := []*broker.Broker{newBroker(name), newBroker(name)}
+	var wg sync.WaitGroup
+	results := make([]sandbox.Result, 2)
+	errs := make([]error, 2)
+	jobs := []sandbox.Job{newTreeJob(), newTreeJob()}
+	for i, pb := range pair {
+		wg.Go(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+			defer cancel()
+			results[i], errs[i] = pb.Run(ctx, jobs[i])
+		})
+	}
+	wg.Wait()
+	filled := 0
+	for i := range pair {
+		if errs[i] != nil || results[i].Status != sandbox.StatusSucceeded {
+			t.Fatalf("side by side, broker %d: %v %s (%s)", i, errs[i], results[i].Status, results[i].Cause)
+		}
+		if got := stdout(t, results[i]); got != want {
+			t.Errorf("side by side, broker %d: %q, want %q", i, got, want)
+		}
+		filled += int(pair[i].Stats().VolumesPopulated.Load())
+	}
+	if filled != 1 {
+		t.Errorf("side by side: the tree's volume filled %d times, want once", filled)
 	}
 }
 

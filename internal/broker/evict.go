@@ -100,11 +100,13 @@ type VolumeReport struct {
 	Bytes        int64 `json:"bytes"`
 }
 
-// EvictInputVolumes removes read-only input volumes, least recently used
-// first, while they hold more than budget bytes. A volume whose input a
-// queued or running job needs (pinned in the blob store) is never
-// removed, nor one a container mounts (the engine refuses). A job whose
-// input volume was removed gets it populated again from the blob store.
+// EvictInputVolumes removes read-only input volumes and image tree
+// volumes, least recently used first, while they hold more than budget
+// bytes. A volume whose input a queued or running job needs (pinned in the
+// blob store), an image's tree a running job of this process uses (pinned
+// in the volume cache), and one a container mounts (the engine refuses)
+// are never removed. A job whose volume was removed gets it populated
+// again (from the blob store, or the image).
 func (b *Broker) EvictInputVolumes(ctx context.Context, budget int64) (VolumeReport, error) {
 	return b.CollectInputVolumes(ctx, VolumePolicy{Budget: budget})
 }
@@ -186,7 +188,7 @@ func (b *Broker) CollectInputVolumes(ctx context.Context, p VolumePolicy) (Volum
 func (b *Broker) evictVolume(ctx context.Context, v InputVolume, minAge time.Duration) (bool, error) {
 	unlock := b.volumes.lock(v.Name)
 	defer unlock()
-	if b.blobs.Pinned(v.Digest) {
+	if b.blobs.Pinned(v.Digest) || b.volumes.pinned(v.Name) {
 		return false, nil
 	}
 	if minAge > 0 && time.Since(b.lastUsed(v.Name, v.Used)) < minAge {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/moby/moby/api/pkg/stdcopy"
 	"github.com/moby/moby/api/types/container"
+	"github.com/moby/moby/api/types/mount"
 	"github.com/moby/moby/client"
 
 	"github.com/sandboxd/sandboxd/sandbox"
@@ -208,9 +209,17 @@ func (r *run) recover(ctx context.Context, bind Binding) error {
 		r.containerID = "" // not ours to remove
 		return fmt.Errorf("container %s has no config or state", insp.Container.ID)
 	}
-	trees, err := b.imageTrees(ctx, j.Image)
-	if err != nil {
-		return fmt.Errorf("the image's trees: %w: %w", errTransient, err)
+	// The image's trees as the container mounts them: what the broker
+	// decided when it created it, whatever its settings or the image's
+	// presence now (a tree's volume is named for the job's image and its
+	// mount point, which the plan's check then compares).
+	var trees []string
+	if c.HostConfig != nil {
+		for _, m := range c.HostConfig.Mounts {
+			if m.Type == mount.TypeVolume && m.Source == b.treeVolumeName(j.Image, m.Target) {
+				trees = append(trees, m.Target)
+			}
+		}
 	}
 	spec := b.containerSpec(b.planFor(j, c.Config.Labels, trees))
 	labels := c.Config.Labels

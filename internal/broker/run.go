@@ -35,6 +35,7 @@ type run struct {
 	log       *slog.Logger
 	imagePath string
 	trees     []string // the image's directories served from volumes
+	unpin     []func() // the pins of their volumes
 	hooks     Hooks
 
 	containerID string
@@ -96,6 +97,11 @@ func (r *run) cleanup() {
 
 func (r *run) execute(ctx context.Context) error {
 	b, j := r.b, r.job
+	defer func() {
+		for _, unpin := range r.unpin {
+			unpin()
+		}
+	}()
 	var (
 		writable     []sandbox.Input
 		hardDeadline time.Time
@@ -436,6 +442,13 @@ func (r *run) prepareInputs(ctx context.Context) ([]sandbox.Input, int64, error)
 		return nil, 0, err
 	}
 	r.trees = trees
+	names := make([]string, len(trees))
+	for i, dir := range trees {
+		names[i] = b.treeVolumeName(j.Image, dir)
+	}
+	// An image's tree has no blob a queued job pins: its volumes are
+	// pinned here until the job ends (execute).
+	r.unpin = append(r.unpin, b.volumes.pin(names...))
 	errs := make([]error, 2+len(j.Inputs))
 	sizes := make([]int64, len(j.Inputs))
 	var wg sync.WaitGroup

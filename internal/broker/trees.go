@@ -142,6 +142,23 @@ func (b *Broker) ensureTrees(ctx context.Context, image string, trees []string) 
 	if len(trees) == 0 {
 		return nil
 	}
+	// Checked before (by this process, or one of this state): no lock.
+	ready := true
+	for _, dir := range trees {
+		_, err := b.volumes.ensure(ctx, b.treeVolumeName(image, dir), image, treeKey(image, dir), func() (volumeSource, error) {
+			return volumeSource{}, errUnchecked
+		})
+		if errors.Is(err, errUnchecked) {
+			ready = false
+			break
+		}
+		if err != nil {
+			return fmt.Errorf("tree %s of image %s: %w", dir, image, err)
+		}
+	}
+	if ready {
+		return nil
+	}
 	unlock, err := b.lockFile(ctx, "tree-"+strings.TrimPrefix(image, "sha256:")+".lock")
 	if err != nil {
 		return err
@@ -165,12 +182,15 @@ func (b *Broker) ensureTrees(ctx context.Context, image string, trees []string) 
 			}
 			sums, size, err := saved.treeSums(dir)
 			if err != nil {
-				return volumeSource{}, fmt.Errorf("image %s: %w", image, err)
+				return volumeSource{}, err
 			}
 			return volumeSource{
 				labels: map[string]string{LabelRole: roleTree, LabelDigest: image, LabelTree: dir, LabelBroker: b.cfg.Name, LabelSize: strconv.FormatInt(size, 10)},
 				sums:   sums, owners: true,
 				open: func() (io.ReadCloser, error) { return saved.treeTar(dir), nil },
+				// Filling the Go image's trees takes ~10 s, longer under
+				// load; each look reads the whole volume.
+				settle: 3 * time.Minute, settleEvery: 2 * time.Second,
 			}, nil
 		})
 		if populated {
@@ -183,6 +203,9 @@ func (b *Broker) ensureTrees(ctx context.Context, image string, trees []string) 
 	}
 	return nil
 }
+
+// errUnchecked stops a look at a tree's volume that would need the image.
+var errUnchecked = errors.New("not checked yet")
 
 // lockFile takes an exclusive lock on CacheDir/name for this process, or
 // nothing if there is no CacheDir. It waits while ctx lets it.
@@ -228,21 +251,40 @@ func (s *savedImage) Close() error { return s.f.Close() }
 func (b *Broker) saveImage(ctx context.Context, image string) (*savedImage, error) {
 	eng, ok := b.eng.(imageSaver)
 	if !ok {
-		return nil, fmt.Errorf("image %s: this engine cannot export images, so it cannot serve their trees from volumes (set image trees off)", image)
+		return nil, errors.New("this engine cannot export images, so it cannot serve their trees from volumes (set image trees off)")
 	}
+	img, err := b.eng.ImageInspect(ctx, image)
+	if err != nil {
+		return nil, fmt.Errorf("inspect: %w", err)
+	}
+	// The export is the layer and a few small files: bounded by the
+	// image's size, with room for the archive's own headers.
+	most := img.Size + img.Size/8 + 16<<20
 	rc, err := eng.ImageSave(ctx, []string{image})
 	if err != nil {
-		return nil, fmt.Errorf("image %s: export: %w", image, err)
+		return nil, fmt.Errorf("export: %w", err)
 	}
 	defer rc.Close()
-	f, err := os.CreateTemp("", "sandboxd-image-*.tar")
+	// Beside the check records (the state directory: a disk, where the
+	// system's temporary directory may be memory), else there.
+	dir := b.cfg.CacheDir
+	if dir != "" {
+		if err := os.MkdirAll(dir, 0o700); err != nil {
+			return nil, err
+		}
+	}
+	f, err := os.CreateTemp(dir, ".image-*.tar")
 	if err != nil {
 		return nil, err
 	}
 	os.Remove(f.Name()) // nothing left behind, whatever happens next
-	if _, err := io.Copy(f, rc); err != nil {
+	n, err := io.Copy(f, io.LimitReader(rc, most+1))
+	if err == nil && n > most {
+		err = fmt.Errorf("more than %d bytes for an image of %d", most, img.Size)
+	}
+	if err != nil {
 		f.Close()
-		return nil, fmt.Errorf("image %s: export: %w", image, err)
+		return nil, fmt.Errorf("export: %w", err)
 	}
 	st, err := f.Stat()
 	if err != nil {
@@ -252,7 +294,7 @@ func (b *Broker) saveImage(ctx context.Context, image string) (*savedImage, erro
 	layer, err := checkSaved(io.NewSectionReader(f, 0, st.Size()), image)
 	if err != nil {
 		f.Close()
-		return nil, fmt.Errorf("image %s: export: %w", image, err)
+		return nil, fmt.Errorf("the engine's export: %w", err)
 	}
 	return &savedImage{f: f, layer: layer}, nil
 }
@@ -266,8 +308,13 @@ type savedEntry struct {
 	link      string // a symbolic link's target, resolved from its directory
 }
 
-// maxSavedMeta bounds the bytes of an archive's manifest and config.
-const maxSavedMeta = 4 << 20
+// maxSavedMeta bounds the bytes of an archive's manifest and config, and
+// maxSavedKept the bytes of its small files kept in memory (one of them
+// is the config; which one, only the manifest says).
+const (
+	maxSavedMeta = 4 << 20
+	maxSavedKept = 16 << 20
+)
 
 // checkSaved finds the layer of a one-layer image in an image archive as
 // `docker save` writes it (manifest.json naming the config and the layers,
@@ -276,6 +323,7 @@ const maxSavedMeta = 4 << 20
 // one diff ID.
 func checkSaved(r *io.SectionReader, image string) (*io.SectionReader, error) {
 	entries := map[string]*savedEntry{}
+	var kept int64
 	cr := &countingReader{r: r}
 	tr := tar.NewReader(cr)
 	for {
@@ -295,14 +343,21 @@ func checkSaved(r *io.SectionReader, image string) (*io.SectionReader, error) {
 			hh := sha256.New()
 			var w io.Writer = hh
 			var buf bytes.Buffer
-			if h.Size <= maxSavedMeta {
+			keep := h.Size <= maxSavedMeta && kept+h.Size <= maxSavedKept
+			if keep {
 				w = io.MultiWriter(hh, &buf)
+				kept += h.Size
 			}
 			if _, err := io.Copy(w, tr); err != nil {
 				return nil, fmt.Errorf("not an image archive: %w", err)
 			}
+			// The bytes hashed must be the bytes at [off, off+size): not
+			// so for an entry archive/tar expands (a sparse file).
+			if cr.n-e.off != h.Size {
+				return nil, fmt.Errorf("not an image archive as the engine writes it: %s is stored in %d bytes for %d", h.Name, cr.n-e.off, h.Size)
+			}
 			e.digest = "sha256:" + hex.EncodeToString(hh.Sum(nil))
-			if h.Size <= maxSavedMeta {
+			if keep {
 				e.data = buf.Bytes()
 			}
 			entries[name] = e
@@ -330,15 +385,21 @@ func checkSaved(r *io.SectionReader, image string) (*io.SectionReader, error) {
 		Config string
 		Layers []string
 	}
-	if err := json.Unmarshal(me.data, &manifest); err != nil || len(manifest) != 1 {
-		return nil, fmt.Errorf("manifest.json: not the manifest of one image (%v)", err)
+	if err := json.Unmarshal(me.data, &manifest); err != nil {
+		return nil, fmt.Errorf("manifest.json: %w", err)
+	}
+	if len(manifest) != 1 {
+		return nil, fmt.Errorf("manifest.json names %d images, not one", len(manifest))
 	}
 	ce, err := get(manifest[0].Config)
-	if err != nil || ce.data == nil {
-		return nil, fmt.Errorf("config %q: %v", manifest[0].Config, err)
+	if err != nil {
+		return nil, fmt.Errorf("config %q: %w", manifest[0].Config, err)
+	}
+	if ce.data == nil {
+		return nil, fmt.Errorf("config %q: more than %d bytes", manifest[0].Config, maxSavedMeta)
 	}
 	if ce.digest != image {
-		return nil, fmt.Errorf("its config is %s, not the image %s", ce.digest, image)
+		return nil, fmt.Errorf("its config is %s, not the image %s (an engine whose image IDs are not config digests, such as Docker's containerd image store, cannot serve image trees)", ce.digest, image)
 	}
 	var cfg struct {
 		RootFS struct {
@@ -411,6 +472,11 @@ func (s *savedImage) treeSums(dir string) (map[string]fileSum, int64, error) {
 		case h.Typeflag != tar.TypeDir && h.Typeflag != tar.TypeReg && h.Typeflag != tar.TypeSymlink,
 			strings.HasPrefix(path.Base(rel), ".wh."):
 			return nil, 0, fmt.Errorf("%s/%s (type %q) cannot be served from a volume: a tree holds directories, files and symbolic links", dir, rel, h.Typeflag)
+		}
+		if h.Typeflag == tar.TypeSymlink && !path.IsAbs(h.Linkname) {
+			if to := path.Join(path.Dir(rel), h.Linkname); to == ".." || strings.HasPrefix(to, "../") {
+				return nil, 0, fmt.Errorf("%s/%s links to %s, outside the tree: a volume cannot hold it", dir, rel, h.Linkname)
+			}
 		}
 		if _, dup := sums[rel]; dup {
 			return nil, 0, fmt.Errorf("%s/%s is in the layer twice", dir, rel)

@@ -216,6 +216,7 @@ func TestATreeHoldsOnlyDirectoriesFilesAndLinks(t *testing.T) {
 		"a device":    {Name: "opt/tree/null", Typeflag: tar.TypeChar, Devmajor: 1, Devminor: 3},
 		"a whiteout":  {Name: "opt/tree/sub/.wh.gone", Typeflag: tar.TypeReg},
 		"twice":       {Name: "opt/tree/a.txt", Typeflag: tar.TypeReg, Mode: 0o644},
+		"a link out":  {Name: "opt/tree/sub/out", Typeflag: tar.TypeSymlink, Linkname: "../../../etc/motd"},
 	} {
 		archive, id := rewritten(t, func(tw *tar.Writer, got *tar.Header) bool {
 			if got == nil {
@@ -266,4 +267,46 @@ func TestLockFileIsExclusiveAcrossOpens(t *testing.T) {
 		t.Fatalf("after the unlock: %v", err)
 	}
 	unlock2()
+}
+
+// A tree keeps the image's owners, and its links may point anywhere
+// within it or by absolute path (resolved in the sandbox, as in the image).
+func TestATreeKeepsOwnersAndLinks(t *testing.T) {
+	archive, id := rewritten(t, func(tw *tar.Writer, h *tar.Header) bool {
+		if h == nil {
+			for _, e := range []*tar.Header{
+				{Name: "opt/tree/owned", Typeflag: tar.TypeReg, Mode: 0o640, Uid: 1000, Gid: 1001},
+				{Name: "opt/tree/sub/up", Typeflag: tar.TypeSymlink, Linkname: "../a.txt"},
+				{Name: "opt/tree/abs", Typeflag: tar.TypeSymlink, Linkname: "/etc/motd"},
+			} {
+				e.ModTime = time.Unix(0, 0)
+				tw.WriteHeader(e)
+			}
+		}
+		return true
+	}, nil)
+	s, err := savedFrom(t, archive, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sums, _, err := s.treeSums("/opt/tree")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, want := range map[string]fileSum{
+		"owned":  {mode: 0o640, digest: hexSum(""), uid: 1000, gid: 1001},
+		"sub/up": {mode: -1, digest: "symlink ../a.txt"},
+		"abs":    {mode: -1, digest: "symlink /etc/motd"},
+	} {
+		if sums[name] != want {
+			t.Errorf("%s: %+v, want %+v", name, sums[name], want)
+		}
+	}
+	// The tar that fills the volume carries the owner (extracted with it).
+	rc := s.treeTar("/opt/tree")
+	got, err := treeSums(rc, "", true)
+	rc.Close()
+	if err != nil || got["owned"] != sums["owned"] {
+		t.Errorf("the tree's tar: %+v, %v; want %+v", got["owned"], err, sums["owned"])
+	}
 }

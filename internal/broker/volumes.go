@@ -121,10 +121,38 @@ type volumeCache struct {
 	locks    map[string]*sync.Mutex
 	verified map[string]string // volume name → the record of the volume checked
 	used     map[string]time.Time
+	pins     map[string]int // volumes a job of this process is about to mount or mounts
 }
 
 func newVolumeCache(b *Broker) *volumeCache {
-	return &volumeCache{b: b, locks: map[string]*sync.Mutex{}, verified: map[string]string{}, used: map[string]time.Time{}}
+	return &volumeCache{b: b, locks: map[string]*sync.Mutex{}, verified: map[string]string{}, used: map[string]time.Time{}, pins: map[string]int{}}
+}
+
+// pin keeps eviction from the volumes until the returned func is called.
+func (c *volumeCache) pin(names ...string) func() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, n := range names {
+		c.pins[n]++
+	}
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			c.mu.Lock()
+			defer c.mu.Unlock()
+			for _, n := range names {
+				if c.pins[n]--; c.pins[n] <= 0 {
+					delete(c.pins, n)
+				}
+			}
+		})
+	}
+}
+
+func (c *volumeCache) pinned(name string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.pins[name] > 0
 }
 
 func (c *volumeCache) lock(name string) func() {
@@ -152,6 +180,11 @@ type volumeSource struct {
 	owners bool
 	// open returns the tree as a tar, extracted into the volume's root.
 	open func() (io.ReadCloser, error)
+	// settle is how long a volume another process created, and is
+	// perhaps filling, is waited for (looked at again every settleEvery)
+	// while a populate container of this broker's name exists, before it
+	// is judged (0: settleTime, settleWait).
+	settle, settleEvery time.Duration
 }
 
 // sumsKey is the key of a check against sums: their digest.
@@ -193,18 +226,28 @@ func (c *volumeCache) ensure(ctx context.Context, name, image, key string, load 
 		return false, err
 	}
 	expected := src.sums
+	settle, every := src.settle, src.settleEvery
+	if settle == 0 {
+		settle, every = settleTime, settleWait
+	}
 	populated := false
-	waits := 0
+	var settleUntil time.Time
 	for attempt := 0; ; attempt++ {
 		var checked string // the record of the volume the helper mounted
-		got, err := c.withHelper(ctx, name, image, src.labels, func(id string) (map[string]fileSum, error) {
+		got, err := c.withHelper(ctx, name, image, src.labels, func(id string, created bool) (map[string]fileSum, error) {
 			checked = c.recordOf(ctx, name, key)
+			if checked == "" {
+				return nil, errNoNonce
+			}
 			sums, err := c.read(ctx, id, src.owners)
 			if err != nil {
 				return nil, err
 			}
-			if _, root := sums[rootKey]; len(sums) == 0 || (root && len(sums) == 1) {
-				// Fresh volume: populate it, then read it back.
+			if _, root := sums[rootKey]; created && (len(sums) == 0 || (root && len(sums) == 1)) {
+				// Fresh volume, and this call's (one another process
+				// created may be filling right now: it is waited for,
+				// below, never filled twice at once): populate it, then
+				// read it back.
 				rc, err := src.open()
 				if err != nil {
 					return nil, err
@@ -228,24 +271,24 @@ func (c *volumeCache) ensure(ctx context.Context, name, image, key string, load 
 			}
 			return sums, nil
 		})
+		if errors.Is(err, errNoNonce) && attempt == 0 {
+			// A volume without a nonce was not made by withHelper: the
+			// engine makes one, empty, when a container names a volume
+			// removed meanwhile. Nothing binds its content to a check, so
+			// it is rebuilt (once), never trusted.
+			c.b.log.Warn("cached volume has no nonce of this broker; rebuilding", "volume", name)
+			if _, err := c.b.eng.VolumeRemove(ctx, name, client.VolumeRemoveOptions{Force: true}); err != nil {
+				return populated, fmt.Errorf("volume %s has no nonce and cannot be removed: %w", name, err)
+			}
+			continue
+		}
 		if err != nil {
 			return populated, err
 		}
 		if maps.Equal(got, expected) {
-			if checked == "" && attempt == 0 {
-				// A volume without a nonce was not made by withHelper: the
-				// engine makes one, empty, when a container names a volume
-				// removed meanwhile. Nothing binds its content to this
-				// check, so it is rebuilt (once), never trusted.
-				c.b.log.Warn("cached volume has no nonce of this broker; rebuilding", "volume", name)
-				if _, err := c.b.eng.VolumeRemove(ctx, name, client.VolumeRemoveOptions{Force: true}); err != nil {
-					return populated, fmt.Errorf("volume %s has no nonce and cannot be removed: %w", name, err)
-				}
-				continue
-			}
 			// Trust only the volume that was read back: if it was replaced
 			// meanwhile, its nonce differs and nothing is trusted.
-			if checked == "" || c.recordOf(ctx, name, key) != checked {
+			if c.recordOf(ctx, name, key) != checked {
 				return populated, fmt.Errorf("volume %s: %w: it changed while it was checked", name, ErrCacheCheck)
 			}
 			c.mu.Lock()
@@ -254,33 +297,68 @@ func (c *volumeCache) ensure(ctx context.Context, name, image, key string, load 
 			c.remember(name, checked)
 			return populated, nil
 		}
-		if !populated && waits < maxSettleWaits {
+		if settleUntil.IsZero() {
+			settleUntil = time.Now().Add(settle)
+		}
+		if !populated && time.Now().Before(settleUntil) && c.othersPopulating(ctx) {
 			// Another process of this broker may be populating it right
 			// now: look again before judging it.
-			waits++
-			if err := sleepCtx(ctx, settleWait); err != nil {
+			if err := sleepCtx(ctx, every); err != nil {
 				return populated, err
 			}
 			attempt--
 			continue
 		}
 		if attempt > 0 {
-			return populated, fmt.Errorf("volume %s: %w after rebuilding it", name, ErrCacheCheck)
+			return populated, fmt.Errorf("volume %s: %w after rebuilding it (%s)", name, ErrCacheCheck, firstDifference(got, expected))
 		}
 		// A cache entry that fails its check is rebuilt, never used.
-		c.b.log.Warn("cached volume failed its content check; rebuilding", "volume", name)
+		c.b.log.Warn("cached volume failed its content check; rebuilding", "volume", name, "difference", firstDifference(got, expected))
 		if _, err := c.b.eng.VolumeRemove(ctx, name, client.VolumeRemoveOptions{Force: true}); err != nil {
 			return populated, fmt.Errorf("volume %s failed its check and cannot be removed: %w", name, err)
 		}
 	}
 }
 
-// A volume that fails its check is looked at again, maxSettleWaits times
-// settleWait apart, before it is rebuilt: another process may be filling it.
+// A volume that fails its check is looked at again, settleWait apart for
+// settleTime (or its source's settle), before it is rebuilt: another
+// process may be filling it.
 const (
-	maxSettleWaits = 20
-	settleWait     = 250 * time.Millisecond
+	settleTime = 5 * time.Second
+	settleWait = 250 * time.Millisecond
 )
+
+// errNoNonce marks a volume that carries no nonce of a broker.
+var errNoNonce = errors.New("the volume has no nonce")
+
+// firstDifference names the first path (in order) whose entry differs
+// between a volume as read and as expected.
+func firstDifference(got, want map[string]fileSum) string {
+	paths := maps.Clone(got)
+	maps.Copy(paths, want)
+	for _, k := range slices.Sorted(maps.Keys(paths)) {
+		g, inGot := got[k]
+		w, inWant := want[k]
+		switch {
+		case !inGot:
+			return fmt.Sprintf("%s missing", k)
+		case !inWant:
+			return fmt.Sprintf("%s not expected", k)
+		case g != w:
+			return fmt.Sprintf("%s is %+v, want %+v", k, g, w)
+		}
+	}
+	return "no difference"
+}
+
+// othersPopulating reports whether a populate container of this broker's
+// name exists (this process's own are removed when their call returns):
+// another process may be filling a volume. An error says yes.
+func (c *volumeCache) othersPopulating(ctx context.Context) bool {
+	f := make(client.Filters).Add("label", LabelBroker+"="+c.b.cfg.Name).Add("label", LabelRole+"="+rolePopulate)
+	cs, err := c.b.eng.ContainerList(ctx, client.ContainerListOptions{All: true, Filters: f})
+	return err != nil || len(cs.Items) > 0
+}
 
 func sleepCtx(ctx context.Context, d time.Duration) error {
 	t := time.NewTimer(d)
@@ -305,7 +383,7 @@ func (c *volumeCache) read(ctx context.Context, id string, owners bool) (map[str
 
 // withHelper creates (never starts) a container with the volume mounted
 // read-write at /v, runs fn, and removes the container.
-func (c *volumeCache) withHelper(ctx context.Context, vol, image string, labels map[string]string, fn func(id string) (map[string]fileSum, error)) (map[string]fileSum, error) {
+func (c *volumeCache) withHelper(ctx context.Context, vol, image string, labels map[string]string, fn func(id string, created bool) (map[string]fileSum, error)) (map[string]fileSum, error) {
 	// Each volume gets a nonce when it is created (an existing volume keeps
 	// its own): a record of a check names it, so a volume created anew under
 	// the same name is never mistaken for the one that was checked.
@@ -313,9 +391,11 @@ func (c *volumeCache) withHelper(ctx context.Context, vol, image string, labels 
 	rand.Read(nonce[:])
 	withNonce := maps.Clone(labels)
 	withNonce[LabelNonce] = hex.EncodeToString(nonce[:])
-	if _, err := c.b.eng.VolumeCreate(ctx, client.VolumeCreateOptions{Name: vol, Labels: withNonce}); err != nil {
+	v, err := c.b.eng.VolumeCreate(ctx, client.VolumeCreateOptions{Name: vol, Labels: withNonce})
+	if err != nil {
 		return nil, fmt.Errorf("create volume %s: %w", vol, err)
 	}
+	created := v.Volume.Labels[LabelNonce] == withNonce[LabelNonce]
 	var rnd [6]byte
 	rand.Read(rnd[:])
 	hl := map[string]string{LabelRole: rolePopulate, LabelBroker: c.b.cfg.Name}
@@ -338,7 +418,7 @@ func (c *volumeCache) withHelper(ctx context.Context, vol, image string, labels 
 		return nil, fmt.Errorf("create populate container for %s: %w", vol, err)
 	}
 	defer c.b.removeContainer(res.ID)
-	return fn(res.ID)
+	return fn(res.ID, created)
 }
 
 // isNotFound reports an engine "not found" error.
