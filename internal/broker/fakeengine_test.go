@@ -422,6 +422,12 @@ func TestPoolDiscardsAChangedSandbox(t *testing.T) {
 // as found after a restart: labelled, with the deadline label given.
 func jobContainer(t *testing.T, b *Broker, eng *enginefake.Engine, job sandbox.Job, deadline time.Time) *enginefake.Container {
 	t.Helper()
+	return jobContainerWith(t, b, eng, job, deadline, nil)
+}
+
+// jobContainerWith is jobContainer with the image's trees mounted.
+func jobContainerWith(t *testing.T, b *Broker, eng *enginefake.Engine, job sandbox.Job, deadline time.Time, trees []string) *enginefake.Container {
+	t.Helper()
 	labels := map[string]string{
 		LabelJob: job.ID, LabelJobDigest: job.Digest, LabelDeadline: strconv.FormatInt(deadline.UnixMilli(), 10),
 		LabelBroker: b.cfg.Name, LabelRole: roleJob, LabelStream: "fedcba9876543210",
@@ -431,7 +437,7 @@ func jobContainer(t *testing.T, b *Broker, eng *enginefake.Engine, job sandbox.J
 	if _, err := b.ensureShim(context.Background(), job.Image); err != nil {
 		t.Fatal(err)
 	}
-	spec := b.containerSpec(b.planFor(&job, labels, nil))
+	spec := b.containerSpec(b.planFor(&job, labels, trees))
 	created, err := eng.ContainerCreate(context.Background(), spec)
 	if err != nil {
 		t.Fatal(err)
@@ -462,6 +468,25 @@ func TestRecoveryDecisions(t *testing.T) {
 			c.SetLog(whole(c, 3))
 			return c.ID
 		}, sandbox.StatusFailed, "", false},
+		{"exited, its image's trees mounted: collected", func(t *testing.T, b *Broker, eng *enginefake.Engine, job sandbox.Job) string {
+			// Created where the image's trees were served from volumes
+			// (this broker, on this engine, serves none now): recovery
+			// takes them from the container, as it was made.
+			c := jobContainerWith(t, b, eng, job, time.Now().Add(time.Hour), []string{"/opt/a", "/opt/b"})
+			c.SetState(exitedState(0))
+			c.SetLog(whole(c, 3))
+			return c.ID
+		}, sandbox.StatusFailed, "", false},
+		{"a tree mount of another image: uncertain", func(t *testing.T, b *Broker, eng *enginefake.Engine, job sandbox.Job) string {
+			c := jobContainer(t, b, eng, job, time.Now().Add(time.Hour))
+			c.SetState(exitedState(0))
+			c.SetLog(whole(c, 0))
+			eng.Inspect = func(r *container.InspectResponse) {
+				m := mount.Mount{Type: mount.TypeVolume, Source: b.treeVolumeName(strings.Replace(job.Image, "c", "d", 1), "/opt/a"), Target: "/opt/a", ReadOnly: true}
+				r.HostConfig.Mounts = append(r.HostConfig.Mounts, m)
+			}
+			return c.ID
+		}, sandbox.StatusUncertain, "inspected container setting Mounts", false},
 		{"exited, stream cut short: uncertain", func(t *testing.T, b *Broker, eng *enginefake.Engine, job sandbox.Job) string {
 			c := jobContainer(t, b, eng, job, time.Now().Add(time.Hour))
 			c.SetState(exitedState(0))
