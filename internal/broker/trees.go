@@ -20,6 +20,7 @@ import (
 	"github.com/moby/moby/client"
 	"golang.org/x/sys/unix"
 
+	images "github.com/sandboxd/sandboxd/internal/image"
 	"github.com/sandboxd/sandboxd/sandbox"
 )
 
@@ -286,12 +287,7 @@ func (b *Broker) saveImage(ctx context.Context, image string) (*savedImage, erro
 		f.Close()
 		return nil, fmt.Errorf("export: %w", err)
 	}
-	st, err := f.Stat()
-	if err != nil {
-		f.Close()
-		return nil, err
-	}
-	layer, err := checkSaved(io.NewSectionReader(f, 0, st.Size()), image)
+	layer, err := checkSaved(f, image)
 	if err != nil {
 		f.Close()
 		return nil, fmt.Errorf("the engine's export: %w", err)
@@ -299,141 +295,44 @@ func (b *Broker) saveImage(ctx context.Context, image string) (*savedImage, erro
 	return &savedImage{f: f, layer: layer}, nil
 }
 
-// savedEntry is one file of an image archive: where its bytes are, their
-// digest, and the bytes themselves if small.
-type savedEntry struct {
-	off, size int64
-	digest    string
-	data      []byte
-	link      string // a symbolic link's target, resolved from its directory
-}
-
-// maxSavedMeta bounds the bytes of an archive's manifest and config, and
-// maxSavedKept the bytes of its small files kept in memory (one of them
-// is the config; which one, only the manifest says).
-const (
-	maxSavedMeta = 4 << 20
-	maxSavedKept = 16 << 20
-)
-
 // checkSaved finds the layer of a one-layer image in an image archive as
-// `docker save` writes it (manifest.json naming the config and the layers,
-// by paths that may be symbolic links into blobs/), and checks it: the
-// config's digest is the image ID, and the layer's digest is the config's
+// the engine exports it (image.Saved) and checks it: the config's digest
+// is the image ID, and the layer's bytes as stored hash to the config's
 // one diff ID.
-func checkSaved(r *io.SectionReader, image string) (*io.SectionReader, error) {
-	entries := map[string]*savedEntry{}
-	var kept int64
-	cr := &countingReader{r: r}
-	tr := tar.NewReader(cr)
-	for {
-		h, err := tr.Next()
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			return nil, fmt.Errorf("not an image archive: %w", err)
-		}
-		name := path.Clean(h.Name)
-		switch h.Typeflag {
-		case tar.TypeSymlink:
-			entries[name] = &savedEntry{link: path.Join(path.Dir(name), h.Linkname)}
-		case tar.TypeReg:
-			e := &savedEntry{off: cr.n, size: h.Size}
-			hh := sha256.New()
-			var w io.Writer = hh
-			var buf bytes.Buffer
-			keep := h.Size <= maxSavedMeta && kept+h.Size <= maxSavedKept
-			if keep {
-				w = io.MultiWriter(hh, &buf)
-				kept += h.Size
-			}
-			if _, err := io.Copy(w, tr); err != nil {
-				return nil, fmt.Errorf("not an image archive: %w", err)
-			}
-			// The bytes hashed must be the bytes at [off, off+size): not
-			// so for an entry archive/tar expands (a sparse file).
-			if cr.n-e.off != h.Size {
-				return nil, fmt.Errorf("not an image archive as the engine writes it: %s is stored in %d bytes for %d", h.Name, cr.n-e.off, h.Size)
-			}
-			e.digest = "sha256:" + hex.EncodeToString(hh.Sum(nil))
-			if keep {
-				e.data = buf.Bytes()
-			}
-			entries[name] = e
-		}
-	}
-	get := func(name string) (*savedEntry, error) {
-		name = path.Clean(name)
-		for range 8 {
-			e, ok := entries[name]
-			if !ok {
-				return nil, fmt.Errorf("it has no %s", name)
-			}
-			if e.link == "" {
-				return e, nil
-			}
-			name = e.link
-		}
-		return nil, fmt.Errorf("%s: too many links", name)
-	}
-	me, err := get("manifest.json")
-	if err != nil || me.data == nil {
-		return nil, fmt.Errorf("not an image archive: no manifest.json of at most %d bytes", maxSavedMeta)
-	}
-	var manifest []struct {
-		Config string
-		Layers []string
-	}
-	if err := json.Unmarshal(me.data, &manifest); err != nil {
-		return nil, fmt.Errorf("manifest.json: %w", err)
-	}
-	if len(manifest) != 1 {
-		return nil, fmt.Errorf("manifest.json names %d images, not one", len(manifest))
-	}
-	ce, err := get(manifest[0].Config)
+func checkSaved(f *os.File, image string) (*io.SectionReader, error) {
+	config, layers, err := images.Saved(f)
 	if err != nil {
-		return nil, fmt.Errorf("config %q: %w", manifest[0].Config, err)
+		return nil, err
 	}
-	if ce.data == nil {
-		return nil, fmt.Errorf("config %q: more than %d bytes", manifest[0].Config, maxSavedMeta)
-	}
-	if ce.digest != image {
-		return nil, fmt.Errorf("its config is %s, not the image %s (an engine whose image IDs are not config digests, such as Docker's containerd image store, cannot serve image trees)", ce.digest, image)
+	if got := "sha256:" + hexDigest(bytes.NewReader(config)); got != image {
+		return nil, fmt.Errorf("its config is %s, not the image %s (an engine whose image IDs are not config digests, such as Docker's containerd image store, cannot serve image trees)", got, image)
 	}
 	var cfg struct {
 		RootFS struct {
 			DiffIDs []string `json:"diff_ids"`
 		} `json:"rootfs"`
 	}
-	if err := json.Unmarshal(ce.data, &cfg); err != nil {
+	if err := json.Unmarshal(config, &cfg); err != nil {
 		return nil, fmt.Errorf("config: %w", err)
 	}
-	if len(cfg.RootFS.DiffIDs) != 1 || len(manifest[0].Layers) != 1 {
-		return nil, fmt.Errorf("%d layers (%d diff IDs): a tree is served from an image of one layer only", len(manifest[0].Layers), len(cfg.RootFS.DiffIDs))
+	if len(cfg.RootFS.DiffIDs) != 1 || len(layers) != 1 {
+		return nil, fmt.Errorf("%d layers (%d diff IDs): a tree is served from an image of one layer only", len(layers), len(cfg.RootFS.DiffIDs))
 	}
-	le, err := get(manifest[0].Layers[0])
-	if err != nil {
-		return nil, fmt.Errorf("layer: %w", err)
+	layer := layers[0]
+	if got := "sha256:" + hexDigest(io.NewSectionReader(layer, 0, layer.Size())); got != cfg.RootFS.DiffIDs[0] {
+		return nil, fmt.Errorf("its layer is %s, not the config's %s", got, cfg.RootFS.DiffIDs[0])
 	}
-	if le.digest != cfg.RootFS.DiffIDs[0] {
-		return nil, fmt.Errorf("its layer is %s, not the config's %s", le.digest, cfg.RootFS.DiffIDs[0])
-	}
-	return io.NewSectionReader(r, le.off, le.size), nil
+	return layer, nil
 }
 
-// countingReader counts the bytes read through it: where in the archive
-// an entry's content starts (archive/tar reads headers and content in
-// place, without reading ahead).
-type countingReader struct {
-	r io.Reader
-	n int64
-}
-
-func (c *countingReader) Read(p []byte) (int, error) {
-	n, err := c.r.Read(p)
-	c.n += int64(n)
-	return n, err
+// hexDigest is the hex SHA-256 of what r holds (a read error makes it
+// another digest, which no check accepts).
+func hexDigest(r io.Reader) string {
+	h := sha256.New()
+	if _, err := io.Copy(h, r); err != nil {
+		return "unreadable: " + err.Error()
+	}
+	return hex.EncodeToString(h.Sum(nil))
 }
 
 // inTree returns the path of a layer entry relative to dir ("." for dir

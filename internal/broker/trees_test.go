@@ -44,7 +44,7 @@ func savedFrom(t *testing.T, archive []byte, image string) (*savedImage, error) 
 	if _, err := f.Write(archive); err != nil {
 		t.Fatal(err)
 	}
-	layer, err := checkSaved(io.NewSectionReader(f, 0, int64(len(archive))), image)
+	layer, err := checkSaved(f, image)
 	if err != nil {
 		return nil, err
 	}

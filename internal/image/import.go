@@ -80,6 +80,33 @@ func Import(ctx context.Context, eng Engine, r io.Reader, tmpDir string) (string
 	return id, nil
 }
 
+// Saved reads the one image of an image archive in f (a `docker save`
+// tarball, or an OCI image layout as tar): its config, and its layers as
+// they are stored, sections of f in the config's order. Nothing is
+// checked against a digest: that is the caller's to do.
+func Saved(f *os.File) (config []byte, layers []*io.SectionReader, err error) {
+	a, err := readArchive(f)
+	if err != nil {
+		return nil, nil, err
+	}
+	manifest, cfgName, err := a.dockerManifest()
+	if err != nil {
+		return nil, nil, err
+	}
+	var m []dockerEntry
+	if err := json.Unmarshal(manifest, &m); err != nil {
+		return nil, nil, err
+	}
+	if config, err = a.read(cfgName); err != nil {
+		return nil, nil, err
+	}
+	for _, name := range m[0].Layers {
+		s := a.files[name]
+		layers = append(layers, io.NewSectionReader(f, s.off, s.size))
+	}
+	return config, layers, nil
+}
+
 // archive is the table of contents of an image archive: each regular
 // file's offset and size in the temporary file.
 type archive struct {
