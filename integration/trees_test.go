@@ -63,11 +63,7 @@ func TestImageTreesFromVolumes(t *testing.T) {
 		return b
 	}
 	name := env.BrokerName + "-t" + strings.ToLower(randSuffix(t))
-	t.Cleanup(func() {
-		if err := broker.RemoveCache(context.Background(), env.Eng, name); err != nil {
-			t.Errorf("remove cache: %v", err)
-		}
-	})
+	cleanName(t, name)
 	newTreeJob := func() sandbox.Job {
 		return newJob(t, sh(`cat /opt/tree/a.txt /opt/tree/sub/deeper/x; readlink /opt/tree/link; /opt/tree/sub/run.sh
 		stat -c '%a %u:%g %n' /opt/tree/empty /opt/tree/sub/run.sh
@@ -130,13 +126,9 @@ func TestImageTreesFromVolumes(t *testing.T) {
 	// Two processes of one name on two state directories (no lock file
 	// in common) at once: one fills the volume, the other waits for it
 	// and uses what it checks; neither fills it while the other reads.
-	name = name + "x"
-	t.Cleanup(func() {
-		if err := broker.RemoveCache(context.Background(), env.Eng, name); err != nil {
-			t.Errorf("remove cache: %v", err)
-		}
-	})
-	pair := []*broker.Broker{newBroker(name), newBroker(name)}
+	name2 := name + "x"
+	cleanName(t, name2)
+	pair := []*broker.Broker{newBroker(name2), newBroker(name2)}
 	var wg sync.WaitGroup
 	results := make([]sandbox.Result, 2)
 	errs := make([]error, 2)
@@ -162,6 +154,20 @@ func TestImageTreesFromVolumes(t *testing.T) {
 	if filled != 1 {
 		t.Errorf("side by side: the tree's volume filled %d times, want once", filled)
 	}
+}
+
+// cleanName removes the cache of the broker name when the test ends and
+// fails it if anything of that name is left.
+func cleanName(t *testing.T, name string) {
+	t.Cleanup(func() {
+		ctx := context.Background()
+		if err := broker.RemoveCache(ctx, env.Eng, name); err != nil {
+			t.Errorf("remove cache: %v", err)
+		}
+		if left := env.Leftovers(ctx, broker.LabelBroker+"="+name); len(left) > 0 {
+			t.Errorf("broker %s left behind: %v", name, left)
+		}
+	})
 }
 
 // tamper writes content at file in the volume, as anyone with the engine
