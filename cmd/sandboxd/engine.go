@@ -240,7 +240,7 @@ func oneShotConfig() broker.Config {
 // addCacheFlags adds --volume-budget to a one-shot command.
 func addCacheFlags(fs *flag.FlagSet) *broker.CachePolicy {
 	p := broker.DefaultCachePolicy()
-	fs.Int64Var(&p.VolumeBudget, "volume-budget", p.VolumeBudget, "bytes of read-only input volumes of this broker name (every one-shot state's) kept when the command ends; beyond it the least recently used, not used in the last 10 minutes, are removed")
+	fs.Int64Var(&p.VolumeBudget, "volume-budget", p.VolumeBudget, "bytes of read-only input and image tree volumes of this broker name (every one-shot state's) kept when the command ends; beyond it the least recently used, not used in the last 10 minutes, are removed")
 	return &p
 }
 

@@ -102,7 +102,7 @@ func serveFlags(stderr io.Writer) (*serveOptions, *flag.FlagSet) {
 	fs.Int64Var(&o.maxBlob, "max-blob-bytes", def.MaxBlobBytes, "largest upload")
 	fs.Int64Var(&o.maxUpload, "max-upload-bytes", def.MaxUploadBytes, "bytes of uploads no accepted job names yet, together (beyond it uploads get 507)")
 	fs.Int64Var(&o.blobBudget, "blob-budget", def.BlobBudget, "bytes the blob store keeps; beyond it the least recently used blobs no queued or running job needs are removed")
-	fs.Int64Var(&o.volumeBudget, "volume-budget", def.VolumeBudget, "bytes of read-only input volumes kept; beyond it the least recently used no queued or running job needs are removed")
+	fs.Int64Var(&o.volumeBudget, "volume-budget", def.VolumeBudget, "bytes of read-only input and image tree volumes kept; beyond it the least recently used no queued or running job needs are removed")
 	fs.BoolVar(&o.allowRunsc, "allow-runsc", false, "allow jobs that ask for the runsc runtime")
 	o.runtime = addRuntimeFlag(fs, "runtime of the jobs POST /v1/plan prescribes: runc or runsc (needs --allow-runsc)")
 	o.engine = addEngineFlags(fs)
