@@ -15,6 +15,7 @@ const (
 	LabelNonce     = "sandboxd.nonce"      // random, set when a cache volume is created
 	LabelSize      = "sandboxd.size"       // an input volume's content size in bytes (its tar's)
 	LabelStream    = "sandboxd.stream"     // a job container's stream nonce (see shim.Hello)
+	LabelVolume    = "sandboxd.volume"     // the volume a populate container mounts
 )
 
 // SelfcheckJobPrefix starts the id of every isolation selfcheck job

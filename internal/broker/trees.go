@@ -259,8 +259,9 @@ func (b *Broker) saveImage(ctx context.Context, image string) (*savedImage, erro
 		return nil, fmt.Errorf("inspect: %w", err)
 	}
 	// The export is the layer and a few small files: bounded by the
-	// image's size, with room for the archive's own headers.
-	most := img.Size + img.Size/8 + 16<<20
+	// image's size (its files' bytes), with room for the headers and
+	// padding of two tar levels, which many small files make large.
+	most := 2*img.Size + 256<<20
 	rc, err := eng.ImageSave(ctx, []string{image})
 	if err != nil {
 		return nil, fmt.Errorf("export: %w", err)
@@ -390,6 +391,16 @@ func (s *savedImage) treeSums(dir string) (map[string]fileSum, int64, error) {
 	}
 	if _, ok := sums[rootKey]; !ok {
 		return nil, 0, fmt.Errorf("%s is not a directory of the image", dir)
+	}
+	// Each entry's directory is a directory entry of the layer: not a
+	// link (what is below one would be written elsewhere), nor missing
+	// (the engine would make it with a mode of its own).
+	for rel := range sums {
+		if parent := path.Dir(rel); rel != rootKey && parent != "." {
+			if p, ok := sums[parent]; !ok || !p.dir {
+				return nil, 0, fmt.Errorf("%s/%s is below %s/%s, which is not a directory entry of the layer", dir, rel, dir, parent)
+			}
+		}
 	}
 	return sums, size, nil
 }

@@ -212,11 +212,13 @@ func TestASavedImageIsCheckedAgainstItsID(t *testing.T) {
 
 func TestATreeHoldsOnlyDirectoriesFilesAndLinks(t *testing.T) {
 	for name, h := range map[string]*tar.Header{
-		"a hard link": {Name: "opt/tree/hard", Typeflag: tar.TypeLink, Linkname: "opt/tree/a.txt"},
-		"a device":    {Name: "opt/tree/null", Typeflag: tar.TypeChar, Devmajor: 1, Devminor: 3},
-		"a whiteout":  {Name: "opt/tree/sub/.wh.gone", Typeflag: tar.TypeReg},
-		"twice":       {Name: "opt/tree/a.txt", Typeflag: tar.TypeReg, Mode: 0o644},
-		"a link out":  {Name: "opt/tree/sub/out", Typeflag: tar.TypeSymlink, Linkname: "../../../etc/motd"},
+		"a hard link":  {Name: "opt/tree/hard", Typeflag: tar.TypeLink, Linkname: "opt/tree/a.txt"},
+		"a device":     {Name: "opt/tree/null", Typeflag: tar.TypeChar, Devmajor: 1, Devminor: 3},
+		"a whiteout":   {Name: "opt/tree/sub/.wh.gone", Typeflag: tar.TypeReg},
+		"twice":        {Name: "opt/tree/a.txt", Typeflag: tar.TypeReg, Mode: 0o644},
+		"a link out":   {Name: "opt/tree/sub/out", Typeflag: tar.TypeSymlink, Linkname: "../../../etc/motd"},
+		"below a link": {Name: "opt/tree/link/x", Typeflag: tar.TypeReg, Mode: 0o644},
+		"no parent":    {Name: "opt/tree/none/x", Typeflag: tar.TypeReg, Mode: 0o644},
 	} {
 		archive, id := rewritten(t, func(tw *tar.Writer, got *tar.Header) bool {
 			if got == nil {

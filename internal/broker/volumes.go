@@ -230,46 +230,58 @@ func (c *volumeCache) ensure(ctx context.Context, name, image, key string, load 
 	if settle == 0 {
 		settle, every = settleTime, settleWait
 	}
-	populated := false
-	var settleUntil time.Time
+	populated, rebuilt := false, false
 	for attempt := 0; ; attempt++ {
 		var checked string // the record of the volume the helper mounted
-		got, err := c.withHelper(ctx, name, image, src.labels, func(id string, created bool) (map[string]fileSum, error) {
+		got, err := c.withHelper(ctx, name, image, src.labels, func(id, nonce string) (map[string]fileSum, error) {
+			// The helper container mounts the volume now: the engine
+			// removes it for no one until the container is gone, so the
+			// nonce read here is the nonce of what is read and filled.
 			checked = c.recordOf(ctx, name, key)
 			if checked == "" {
 				return nil, errNoNonce
 			}
+			created := strings.HasPrefix(checked, nonce+" ")
 			sums, err := c.read(ctx, id, src.owners)
 			if err != nil {
 				return nil, err
 			}
-			if _, root := sums[rootKey]; created && (len(sums) == 0 || (root && len(sums) == 1)) {
-				// Fresh volume, and this call's (one another process
-				// created may be filling right now: it is waited for,
-				// below, never filled twice at once): populate it, then
-				// read it back.
-				rc, err := src.open()
-				if err != nil {
+			_, root := sums[rootKey]
+			switch empty := len(sums) == 0 || (root && len(sums) == 1); {
+			case created && empty:
+				// Fresh, and this call's: populate it, then read it back.
+			case created || maps.Equal(sums, expected):
+				return sums, nil
+			default:
+				// Another process's volume, not as expected (yet): it may
+				// be filling it right now. Only the process that created a
+				// volume fills it; this one waits for its populate
+				// containers, then reads the volume again, whole.
+				if err := c.awaitOthers(ctx, name, id, settle, every); err != nil {
 					return nil, err
 				}
-				defer rc.Close()
-				if _, err := c.b.eng.CopyToContainer(ctx, id, client.CopyToContainerOptions{DestinationPath: "/v", Content: rc, CopyUIDGID: src.owners}); err != nil {
-					return nil, fmt.Errorf("populate volume %s: %w", name, err)
-				}
-				// Then the root's mode and owner, as listed in expected.
-				if root, ok := expected[rootKey]; ok {
-					var buf bytes.Buffer
-					tw := tar.NewWriter(&buf)
-					tw.WriteHeader(&tar.Header{Name: "v/", Typeflag: tar.TypeDir, Mode: root.mode, Uid: root.uid, Gid: root.gid})
-					tw.Close()
-					if _, err := c.b.eng.CopyToContainer(ctx, id, client.CopyToContainerOptions{DestinationPath: "/", Content: &buf, CopyUIDGID: true}); err != nil {
-						return nil, fmt.Errorf("set the root of volume %s: %w", name, err)
-					}
-				}
-				populated = true
 				return c.read(ctx, id, src.owners)
 			}
-			return sums, nil
+			rc, err := src.open()
+			if err != nil {
+				return nil, err
+			}
+			defer rc.Close()
+			if _, err := c.b.eng.CopyToContainer(ctx, id, client.CopyToContainerOptions{DestinationPath: "/v", Content: rc, CopyUIDGID: src.owners}); err != nil {
+				return nil, fmt.Errorf("populate volume %s: %w", name, err)
+			}
+			// Then the root's mode and owner, as listed in expected.
+			if root, ok := expected[rootKey]; ok {
+				var buf bytes.Buffer
+				tw := tar.NewWriter(&buf)
+				tw.WriteHeader(&tar.Header{Name: "v/", Typeflag: tar.TypeDir, Mode: root.mode, Uid: root.uid, Gid: root.gid})
+				tw.Close()
+				if _, err := c.b.eng.CopyToContainer(ctx, id, client.CopyToContainerOptions{DestinationPath: "/", Content: &buf, CopyUIDGID: true}); err != nil {
+					return nil, fmt.Errorf("set the root of volume %s: %w", name, err)
+				}
+			}
+			populated = true
+			return c.read(ctx, id, src.owners)
 		})
 		if errors.Is(err, errNoNonce) && attempt == 0 {
 			// A volume without a nonce was not made by withHelper: the
@@ -283,7 +295,7 @@ func (c *volumeCache) ensure(ctx context.Context, name, image, key string, load 
 			continue
 		}
 		if err != nil {
-			return populated, err
+			return populated, fmt.Errorf("volume %s: %w", name, err)
 		}
 		if maps.Equal(got, expected) {
 			// Trust only the volume that was read back: if it was replaced
@@ -297,32 +309,21 @@ func (c *volumeCache) ensure(ctx context.Context, name, image, key string, load 
 			c.remember(name, checked)
 			return populated, nil
 		}
-		if settleUntil.IsZero() {
-			settleUntil = time.Now().Add(settle)
-		}
-		if !populated && time.Now().Before(settleUntil) && c.othersPopulating(ctx) {
-			// Another process of this broker may be populating it right
-			// now: look again before judging it.
-			if err := sleepCtx(ctx, every); err != nil {
-				return populated, err
-			}
-			attempt--
-			continue
-		}
-		if attempt > 0 {
-			return populated, fmt.Errorf("volume %s: %w after rebuilding it (%s)", name, ErrCacheCheck, firstDifference(got, expected))
+		if rebuilt || attempt > 0 {
+			return populated, fmt.Errorf("volume %s: %w (%s)", name, ErrCacheCheck, firstDifference(got, expected))
 		}
 		// A cache entry that fails its check is rebuilt, never used.
 		c.b.log.Warn("cached volume failed its content check; rebuilding", "volume", name, "difference", firstDifference(got, expected))
 		if _, err := c.b.eng.VolumeRemove(ctx, name, client.VolumeRemoveOptions{Force: true}); err != nil {
-			return populated, fmt.Errorf("volume %s failed its check and cannot be removed: %w", name, err)
+			return populated, fmt.Errorf("volume %s failed its check (%s) and cannot be removed: %w", name, firstDifference(got, expected), err)
 		}
+		rebuilt = true
 	}
 }
 
-// A volume that fails its check is looked at again, settleWait apart for
-// settleTime (or its source's settle), before it is rebuilt: another
-// process may be filling it.
+// A volume another process created is waited for while that process's
+// populate containers of it exist, looked for settleWait apart, for
+// settleTime at most (or its source's settle), before it is judged.
 const (
 	settleTime = 5 * time.Second
 	settleWait = 250 * time.Millisecond
@@ -351,13 +352,23 @@ func firstDifference(got, want map[string]fileSum) string {
 	return "no difference"
 }
 
-// othersPopulating reports whether a populate container of this broker's
-// name exists (this process's own are removed when their call returns):
-// another process may be filling a volume. An error says yes.
-func (c *volumeCache) othersPopulating(ctx context.Context) bool {
-	f := make(client.Filters).Add("label", LabelBroker+"="+c.b.cfg.Name).Add("label", LabelRole+"="+rolePopulate)
-	cs, err := c.b.eng.ContainerList(ctx, client.ContainerListOptions{All: true, Filters: f})
-	return err != nil || len(cs.Items) > 0
+// awaitOthers waits, for settle at most, until no populate container of
+// this broker's name but own mounts volume vol: one that does may be
+// filling it. A listing the engine refuses ends the wait with its error.
+func (c *volumeCache) awaitOthers(ctx context.Context, vol, own string, settle, every time.Duration) error {
+	f := make(client.Filters).Add("label", LabelBroker+"="+c.b.cfg.Name, LabelRole+"="+rolePopulate, LabelVolume+"="+vol)
+	for deadline := time.Now().Add(settle); ; {
+		cs, err := c.b.eng.ContainerList(ctx, client.ContainerListOptions{All: true, Filters: f})
+		if err != nil {
+			return fmt.Errorf("list populate containers: %w", err)
+		}
+		if !slices.ContainsFunc(cs.Items, func(x container.Summary) bool { return x.ID != own }) || time.Now().After(deadline) {
+			return nil
+		}
+		if err := sleepCtx(ctx, every); err != nil {
+			return err
+		}
+	}
 }
 
 func sleepCtx(ctx context.Context, d time.Duration) error {
@@ -383,7 +394,9 @@ func (c *volumeCache) read(ctx context.Context, id string, owners bool) (map[str
 
 // withHelper creates (never starts) a container with the volume mounted
 // read-write at /v, runs fn, and removes the container.
-func (c *volumeCache) withHelper(ctx context.Context, vol, image string, labels map[string]string, fn func(id string, created bool) (map[string]fileSum, error)) (map[string]fileSum, error) {
+// fn is given the container's ID and the nonce a volume this call
+// created carries.
+func (c *volumeCache) withHelper(ctx context.Context, vol, image string, labels map[string]string, fn func(id, nonce string) (map[string]fileSum, error)) (map[string]fileSum, error) {
 	// Each volume gets a nonce when it is created (an existing volume keeps
 	// its own): a record of a check names it, so a volume created anew under
 	// the same name is never mistaken for the one that was checked.
@@ -391,14 +404,12 @@ func (c *volumeCache) withHelper(ctx context.Context, vol, image string, labels 
 	rand.Read(nonce[:])
 	withNonce := maps.Clone(labels)
 	withNonce[LabelNonce] = hex.EncodeToString(nonce[:])
-	v, err := c.b.eng.VolumeCreate(ctx, client.VolumeCreateOptions{Name: vol, Labels: withNonce})
-	if err != nil {
+	if _, err := c.b.eng.VolumeCreate(ctx, client.VolumeCreateOptions{Name: vol, Labels: withNonce}); err != nil {
 		return nil, fmt.Errorf("create volume %s: %w", vol, err)
 	}
-	created := v.Volume.Labels[LabelNonce] == withNonce[LabelNonce]
 	var rnd [6]byte
 	rand.Read(rnd[:])
-	hl := map[string]string{LabelRole: rolePopulate, LabelBroker: c.b.cfg.Name}
+	hl := map[string]string{LabelRole: rolePopulate, LabelBroker: c.b.cfg.Name, LabelVolume: vol}
 	res, err := c.b.eng.ContainerCreate(ctx, client.ContainerCreateOptions{
 		Name: "sandboxd-populate-" + hex.EncodeToString(rnd[:]),
 		Config: &container.Config{
@@ -418,7 +429,7 @@ func (c *volumeCache) withHelper(ctx context.Context, vol, image string, labels 
 		return nil, fmt.Errorf("create populate container for %s: %w", vol, err)
 	}
 	defer c.b.removeContainer(res.ID)
-	return fn(res.ID, created)
+	return fn(res.ID, withNonce[LabelNonce])
 }
 
 // isNotFound reports an engine "not found" error.
