@@ -1,6 +1,7 @@
 package broker
 
 import (
+	"archive/tar"
 	"bytes"
 	"context"
 	"errors"
@@ -1087,5 +1088,80 @@ func TestAHelperChangedOnDiskIsNotStaged(t *testing.T) {
 	}
 	if res, err := b.Run(context.Background(), fakeJob(t, "helper-restored")); err != nil || res.Status != sandbox.StatusSucceeded {
 		t.Fatalf("after the helper was restored: %v %+v", err, res)
+	}
+}
+
+// A volume another process created is that process's to fill: this one
+// waits while a populate container of that volume exists, never fills it
+// too, and uses it once it reads back whole. Without such a container it
+// is judged at once: left empty, it is rebuilt.
+func TestAVolumeAnotherProcessFillsIsWaitedFor(t *testing.T) {
+	b, eng := newFakeBroker(t, 0)
+	ctx := context.Background()
+	in := putInput(t, b.blobs, map[string]string{"tests/a": "a"})
+	vol := b.inputVolumeName(in)
+	// The other process: its volume (its nonce), and its populate
+	// container mounting it.
+	if _, err := eng.VolumeCreate(ctx, client.VolumeCreateOptions{Name: vol, Labels: map[string]string{
+		LabelRole: roleInput, LabelDigest: in, LabelBroker: b.cfg.Name, LabelNonce: "the-other-process",
+	}}); err != nil {
+		t.Fatal(err)
+	}
+	filler, err := eng.ContainerCreate(ctx, client.ContainerCreateOptions{
+		Name:       "sandboxd-populate-other",
+		Config:     &container.Config{Image: fakeImage, Labels: map[string]string{LabelRole: rolePopulate, LabelBroker: b.cfg.Name, LabelVolume: vol}},
+		HostConfig: &container.HostConfig{Mounts: []mount.Mount{{Type: mount.TypeVolume, Source: vol, Target: "/v"}}},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, populated, err := b.ensureInput(ctx, fakeImage, in)
+		if err == nil && populated {
+			err = errors.New("it filled the other process's volume")
+		}
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		t.Fatalf("did not wait for the other process's fill: %v", err)
+	case <-time.After(2 * settleWait):
+	}
+	// The other process fills it and goes.
+	f, err := b.blobs.Open(in)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := eng.CopyToContainer(ctx, filler.ID, client.CopyToContainerOptions{DestinationPath: "/v", Content: f}); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	var root bytes.Buffer
+	tw := tar.NewWriter(&root)
+	tw.WriteHeader(&tar.Header{Name: "v/", Typeflag: tar.TypeDir, Mode: 0o750, Gid: b.cfg.CandidateGID})
+	tw.Close()
+	if _, err := eng.CopyToContainer(ctx, filler.ID, client.CopyToContainerOptions{DestinationPath: "/", Content: &root, CopyUIDGID: true}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := eng.ContainerRemove(ctx, filler.ID, client.ContainerRemoveOptions{Force: true}); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("after the other process's fill: %v", err)
+	}
+
+	// Another volume of another process, left empty, no one at it:
+	// rebuilt by this one.
+	in2 := putInput(t, b.blobs, map[string]string{"tests/a": "a", "tests/b": "b"})
+	vol2 := b.inputVolumeName(in2)
+	if _, err := eng.VolumeCreate(ctx, client.VolumeCreateOptions{Name: vol2, Labels: map[string]string{LabelBroker: b.cfg.Name, LabelNonce: "a-dead-process"}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, populated, err := b.ensureInput(ctx, fakeImage, in2); err != nil || !populated {
+		t.Fatalf("a volume left empty by a dead process: populated %v, %v; want rebuilt", populated, err)
+	}
+	if v, err := eng.VolumeInspect(ctx, vol2, client.VolumeInspectOptions{}); err != nil || v.Volume.Labels[LabelNonce] == "a-dead-process" {
+		t.Errorf("the dead process's volume: %v, %v; want it rebuilt under a nonce of this one", v.Volume.Labels, err)
 	}
 }
