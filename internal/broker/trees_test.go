@@ -312,3 +312,26 @@ func TestATreeKeepsOwnersAndLinks(t *testing.T) {
 		t.Errorf("the tree's tar: %+v, %v; want %+v", got["owned"], err, sums["owned"])
 	}
 }
+
+func TestFirstDifferenceNamesThePath(t *testing.T) {
+	want := map[string]fileSum{
+		rootKey: {dir: true, mode: 0o750, gid: 65534},
+		"a":     {mode: 0o644, size: 1, digest: "ca97"},
+		"l":     {mode: -1, digest: "symlink a"},
+	}
+	for _, tt := range []struct {
+		got  map[string]fileSum
+		want string
+	}{
+		{map[string]fileSum{rootKey: {dir: true, mode: 0o755}, "a": want["a"], "l": want["l"]}, ". is directory 0755 0:0, want directory 0750 0:65534"},
+		{map[string]fileSum{rootKey: want[rootKey], "l": want["l"]}, "a missing"},
+		{map[string]fileSum{rootKey: want[rootKey], "a": want["a"], "l": want["l"], "b": {mode: 0o600}}, "b not expected"},
+		{map[string]fileSum{rootKey: want[rootKey], "a": {mode: 0o644, size: 2, digest: "ffff"}, "l": want["l"]}, "a is file 0644 0:0, 2 bytes, sha256 ffff, want file 0644 0:0, 1 bytes, sha256 ca97"},
+		{map[string]fileSum{rootKey: want[rootKey], "a": want["a"], "l": {mode: -1, digest: "symlink b"}}, "l is symlink b, want symlink a"},
+		{want, "no difference"},
+	} {
+		if got := firstDifference(tt.got, want); got != tt.want {
+			t.Errorf("got %q, want %q", got, tt.want)
+		}
+	}
+}

@@ -35,6 +35,19 @@ type fileSum struct {
 	uid, gid int
 }
 
+// String says what an entry is, for an error naming a difference.
+func (f fileSum) String() string {
+	owner := fmt.Sprintf("%d:%d", f.uid, f.gid)
+	switch {
+	case f.dir:
+		return fmt.Sprintf("directory %04o %s", f.mode, owner)
+	case f.mode < 0:
+		return f.digest
+	default:
+		return fmt.Sprintf("file %04o %s, %d bytes, sha256 %s", f.mode, owner, f.size, f.digest)
+	}
+}
+
 // rootKey holds the volume's root directory in a tree listing.
 const rootKey = "."
 
@@ -346,7 +359,7 @@ func firstDifference(got, want map[string]fileSum) string {
 		case !inWant:
 			return fmt.Sprintf("%s not expected", k)
 		case g != w:
-			return fmt.Sprintf("%s is %+v, want %+v", k, g, w)
+			return fmt.Sprintf("%s is %v, want %v", k, g, w)
 		}
 	}
 	return "no difference"
