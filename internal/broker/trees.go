@@ -135,10 +135,10 @@ func treeKey(image, dir string) string {
 }
 
 // ensureTrees makes the volumes of image's trees ready. The image is
-// exported only if one of them must be filled or read back; processes of
-// this broker on this host take turns (a lock file in CacheDir), so that a
-// second one waits for the first's fill instead of judging a volume that
-// is still being filled.
+// exported only if one of them must be filled or read back. Processes of
+// this state take turns at that (a lock file in CacheDir: one export, one
+// fill); a process of another state waits in ensure for the fill of the
+// process that created the volume.
 func (b *Broker) ensureTrees(ctx context.Context, image string, trees []string) error {
 	if len(trees) == 0 {
 		return nil
@@ -162,7 +162,7 @@ func (b *Broker) ensureTrees(ctx context.Context, image string, trees []string) 
 	}
 	unlock, err := b.lockFile(ctx, "tree-"+strings.TrimPrefix(image, "sha256:")+".lock")
 	if err != nil {
-		return err
+		return fmt.Errorf("trees of image %s: %w", image, err)
 	}
 	defer unlock()
 	var saved *savedImage
@@ -190,7 +190,9 @@ func (b *Broker) ensureTrees(ctx context.Context, image string, trees []string) 
 				sums:   sums, owners: true,
 				open: func() (io.ReadCloser, error) { return saved.treeTar(dir), nil },
 				// Filling the Go image's trees takes ~10 s, longer under
-				// load; each look reads the whole volume.
+				// load: another process's fill is waited for that long,
+				// looked for every 2 s (a container list; the volume is
+				// read once after).
 				settle: 3 * time.Minute, settleEvery: 2 * time.Second,
 			}, nil
 		})
