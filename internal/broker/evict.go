@@ -145,19 +145,19 @@ func (b *Broker) CollectInputVolumes(ctx context.Context, p VolumePolicy) (Volum
 	// reads the blob to check the volume): it goes first, whatever the
 	// budget, unless other stores share the volumes. So does a tree whose
 	// image the engine no longer has.
-	has := map[string]bool{}
+	has := map[string]bool{} // by volume name
 	for _, v := range vols {
 		switch {
 		case v.Tree != "":
 			_, err := b.eng.ImageInspect(ctx, v.Digest)
-			has[v.Digest] = !errdefs.IsNotFound(err)
+			has[v.Name] = !errdefs.IsNotFound(err)
 		default:
-			has[v.Digest] = p.Shared || b.blobs.Has(v.Digest)
+			has[v.Name] = p.Shared || b.blobs.Has(v.Digest)
 		}
 	}
 	slices.SortFunc(vols, func(x, y InputVolume) int {
-		if has[x.Digest] != has[y.Digest] {
-			if has[y.Digest] {
+		if has[x.Name] != has[y.Name] {
+			if has[y.Name] {
 				return -1
 			}
 			return 1
@@ -166,7 +166,7 @@ func (b *Broker) CollectInputVolumes(ctx context.Context, p VolumePolicy) (Volum
 	})
 	var errs []error
 	for _, v := range vols {
-		if rep.Bytes <= budget && has[v.Digest] {
+		if rep.Bytes <= budget && has[v.Name] {
 			break
 		}
 		switch gone, err := b.evictVolume(ctx, v, p.MinAge); {

@@ -226,19 +226,20 @@ func (p *pool) start(key string, j sandbox.Job) (*pooled, error) {
 		LabelPoolKey: key,
 		LabelStream:  c.nonce,
 	}
-	trees, ok := b.knownTrees(j.Image)
-	if !ok {
-		return nil, fmt.Errorf("pool: the trees of image %s are not known to this process", j.Image)
+	// Never cancelled but by its timeout: a create cancelled on this side
+	// may still complete in the engine, after the removal by name.
+	ctx, cancel := context.WithTimeout(context.Background(), b.cfg.EngineTimeout)
+	defer cancel()
+	// The shape's job ran in this process: its image's answer is kept.
+	trees, err := b.imageTrees(ctx, j.Image)
+	if err != nil {
+		return nil, fmt.Errorf("pool: %w", err)
 	}
 	c.spec = b.containerSpec(b.planFor(&j, labels, trees))
 	c.spec.Name = b.cfg.Name + "-pool-" + hex.EncodeToString(name[:8])
 	if got := poolKey(c.spec); got != key {
 		return nil, fmt.Errorf("pool: spec of key %s is now %s", key, got)
 	}
-	// Never cancelled but by its timeout: a create cancelled on this side
-	// may still complete in the engine, after the removal by name.
-	ctx, cancel := context.WithTimeout(context.Background(), b.cfg.EngineTimeout)
-	defer cancel()
 	created, err := b.eng.ContainerCreate(ctx, c.spec)
 	if err != nil {
 		b.removeContainer(c.spec.Name)

@@ -2,7 +2,6 @@ package broker
 
 import (
 	"archive/tar"
-	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -107,21 +106,6 @@ func (b *Broker) imageTrees(ctx context.Context, image string) ([]string, error)
 	return trees, nil
 }
 
-// knownTrees is what imageTrees answered for image in this process, if
-// it was asked.
-func (b *Broker) knownTrees(image string) ([]string, bool) {
-	if b.cfg.ImageTrees == ImageTreesOff {
-		return nil, true
-	}
-	b.hostMu.Lock()
-	defer b.hostMu.Unlock()
-	if b.host != nil && b.cfg.ImageTrees == ImageTreesAuto && b.host.driver != fuseOverlayfs {
-		return nil, true
-	}
-	trees, ok := b.trees[image]
-	return trees, ok
-}
-
 // treeVolumeName names the volume of one tree of one image.
 func (b *Broker) treeVolumeName(image, dir string) string {
 	return b.cfg.VolumePrefix + "-tree-" + treeKey(image, dir)[:32]
@@ -220,7 +204,7 @@ func (b *Broker) lockFile(ctx context.Context, name string) (func(), error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, err
 	}
-	f, err := os.OpenFile(filepath.Join(dir, name), os.O_RDWR|os.O_CREATE, 0o600)
+	f, err := os.OpenFile(filepath.Join(dir, name), os.O_RDWR|os.O_CREATE|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0o600)
 	if err != nil {
 		return nil, err
 	}
@@ -307,7 +291,7 @@ func checkSaved(f *os.File, image string) (*io.SectionReader, error) {
 	if err != nil {
 		return nil, err
 	}
-	if got := "sha256:" + hexDigest(bytes.NewReader(config)); got != image {
+	if got := fmt.Sprintf("sha256:%x", sha256.Sum256(config)); got != image {
 		return nil, fmt.Errorf("its config is %s, not the image %s (an engine whose image IDs are not config digests, such as Docker's containerd image store, cannot serve image trees)", got, image)
 	}
 	var cfg struct {
@@ -322,20 +306,14 @@ func checkSaved(f *os.File, image string) (*io.SectionReader, error) {
 		return nil, fmt.Errorf("%d layers (%d diff IDs): a tree is served from an image of one layer only", len(layers), len(cfg.RootFS.DiffIDs))
 	}
 	layer := layers[0]
-	if got := "sha256:" + hexDigest(io.NewSectionReader(layer, 0, layer.Size())); got != cfg.RootFS.DiffIDs[0] {
+	h := sha256.New()
+	if _, err := io.Copy(h, io.NewSectionReader(layer, 0, layer.Size())); err != nil {
+		return nil, fmt.Errorf("layer: %w", err)
+	}
+	if got := fmt.Sprintf("sha256:%x", h.Sum(nil)); got != cfg.RootFS.DiffIDs[0] {
 		return nil, fmt.Errorf("its layer is %s, not the config's %s", got, cfg.RootFS.DiffIDs[0])
 	}
 	return layer, nil
-}
-
-// hexDigest is the hex SHA-256 of what r holds (a read error makes it
-// another digest, which no check accepts).
-func hexDigest(r io.Reader) string {
-	h := sha256.New()
-	if _, err := io.Copy(h, r); err != nil {
-		return "unreadable: " + err.Error()
-	}
-	return hex.EncodeToString(h.Sum(nil))
 }
 
 // inTree returns the path of a layer entry relative to dir ("." for dir

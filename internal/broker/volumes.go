@@ -76,10 +76,11 @@ func treeSums(r io.Reader, strip string, owners bool) (map[string]fileSum, error
 		if strip != "" {
 			if name == strip {
 				if h.Typeflag == tar.TypeDir {
-					out[rootKey] = fileSum{dir: true, mode: h.Mode & 0o7777, gid: h.Gid}
+					root := fileSum{dir: true, mode: h.Mode & 0o7777, gid: h.Gid}
 					if owners {
-						out[rootKey] = fileSum{dir: true, mode: h.Mode & 0o7777, uid: h.Uid, gid: h.Gid}
+						root.uid = h.Uid
 					}
+					out[rootKey] = root
 				}
 				continue
 			}
@@ -307,8 +308,11 @@ func (c *volumeCache) ensure(ctx context.Context, name, image, key string, load 
 			}
 			continue
 		}
+		if errors.Is(err, errNoNonce) {
+			return populated, fmt.Errorf("volume %s, created again: %w", name, err)
+		}
 		if err != nil {
-			return populated, fmt.Errorf("volume %s: %w", name, err)
+			return populated, err
 		}
 		if maps.Equal(got, expected) {
 			// Trust only the volume that was read back: if it was replaced
