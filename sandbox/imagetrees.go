@@ -40,6 +40,10 @@ func ParseImageTrees(label string) ([]string, error) {
 	return trees, nil
 }
 
+// HelperPath is where every sandbox mounts the broker's read-only helper
+// volume.
+const HelperPath = "/.sandboxd"
+
 // reservedPaths are where a sandbox mounts its own: the scratch spaces,
 // the read-only inputs and the broker's helper.
-var reservedPaths = []string{WorkPath, TmpPath, BundlePath, InputsPath, "/.sandboxd"}
+var reservedPaths = []string{WorkPath, TmpPath, BundlePath, InputsPath, HelperPath}

@@ -24,7 +24,7 @@ const (
 )
 
 // ShimDir is where every sandbox mounts the helper's read-only volume.
-const ShimDir = "/.sandboxd"
+const ShimDir = sandbox.HelperPath
 
 // The helper needs exactly these to drop to the candidate uid; the
 // candidate loses them at setresuid and no_new_privs keeps it from regaining
