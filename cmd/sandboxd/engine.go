@@ -33,24 +33,30 @@ type engineOptions struct {
 }
 
 // imageTreesFlag is --image-trees: auto, on or off (broker.Config.ImageTrees).
-type imageTreesFlag string
+// envErr is a $SANDBOXD_IMAGE_TREES the flag does not override and that
+// is none of them: reported when the sandboxes are opened.
+type imageTreesFlag struct {
+	value  string
+	envErr error
+}
 
 func (f *imageTreesFlag) String() string {
-	if *f == broker.ImageTreesAuto {
+	if f.value == broker.ImageTreesAuto {
 		return "auto"
 	}
-	return string(*f)
+	return f.value
 }
 
 func (f *imageTreesFlag) Set(v string) error {
 	switch v {
 	case "auto":
-		*f = broker.ImageTreesAuto
+		f.value = broker.ImageTreesAuto
 	case broker.ImageTreesOn, broker.ImageTreesOff:
-		*f = imageTreesFlag(v)
+		f.value = v
 	default:
 		return fmt.Errorf("want auto, %s or %s", broker.ImageTreesOn, broker.ImageTreesOff)
 	}
+	f.envErr = nil
 	return nil
 }
 
@@ -67,7 +73,7 @@ func addEngineFlags(fs *flag.FlagSet) *engineOptions {
 	fs.StringVar(&o.namespace, "containerd-namespace", "sandboxd", "containerd namespace of sandboxd's containers (never moby)")
 	if v := os.Getenv("SANDBOXD_IMAGE_TREES"); v != "" {
 		if err := o.imageTrees.Set(v); err != nil {
-			o.imageTrees = imageTreesFlag(v) // refused by the broker's config check, naming it
+			o.imageTrees.envErr = fmt.Errorf("$SANDBOXD_IMAGE_TREES %q: %w", v, err)
 		}
 	}
 	fs.Var(&o.imageTrees, "image-trees", "where jobs read the directories an image marks as trees (its Go toolchain, say): auto (from read-only volumes filled from the image and checked against it, where Docker's storage driver is fuse-overlayfs), on (so on any Docker engine), off (from the image); default $SANDBOXD_IMAGE_TREES, else auto")
@@ -182,7 +188,10 @@ func (s *sandboxes) open(ctx context.Context, eo *engineOptions, cfg broker.Conf
 		}
 	}
 	cfg.Version = version
-	cfg.ImageTrees = string(eo.imageTrees)
+	if eo.imageTrees.envErr != nil {
+		return eo.imageTrees.envErr
+	}
+	cfg.ImageTrees = eo.imageTrees.value
 	cfg.CacheDir = filepath.Join(s.state, "checked-volumes")
 	cfg.DigestMemo = digestMemo(s.state)
 	s.broker, err = broker.New(s.engine, s.blobs, cfg)
