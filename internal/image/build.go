@@ -257,6 +257,8 @@ func collect(spec *Spec) (map[string]*entry, error) {
 			err = addBusyboxLinks(c, dst, add)
 		case "gocache":
 			err = addGoCache(spec, c, dst, add)
+		case "gobuild":
+			err = addGoBuild(c, dst, add)
 		case "debs":
 			err = addDebs(c, add)
 		case "pycompile":

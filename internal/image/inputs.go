@@ -33,7 +33,7 @@ func inputsKey(spec *Spec) (string, error) {
 			if err := hashTreeMeta(h, c.Src); err != nil {
 				return "", err
 			}
-		case "gocache":
+		case "gocache", "gobuild":
 			out, err := exec.Command("go", "env", "GOVERSION", "GOROOT").Output()
 			if err != nil {
 				return "", fmt.Errorf("go env: %w", err)

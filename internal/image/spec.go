@@ -34,15 +34,18 @@ type Content struct {
 	// Type is "file", "tree", "dir", "symlink", "text", "busybox-links",
 	// "gocache" (a Go build cache warmed by testing the module at Src with
 	// this machine's toolchain, so sandboxes need not compile the standard
-	// library again), "debs" (the files of pinned Debian packages; see
-	// debs.go) or "pycompile" (the Python sources placed so far below Dst,
-	// byte-compiled by the host interpreter Src; see pycompile.go).
+	// library again), "gobuild" (the main package in the directory Src,
+	// built static by this machine's toolchain, placed at Dst), "debs"
+	// (the files of pinned Debian packages; see debs.go) or "pycompile"
+	// (the Python sources placed so far below Dst, byte-compiled by the
+	// host interpreter Src; see pycompile.go).
 	Type string `json:"type"`
 	// Src is a host path: absolute, or relative to the spec's directory.
 	Src string `json:"src,omitempty"`
 	// Dst is the absolute path in the image.
 	Dst string `json:"dst"`
-	// Mode is an octal permission string for file, dir and text ("0755").
+	// Mode is an octal permission string for file, dir, text and gobuild
+	// ("0755").
 	Mode string `json:"mode,omitempty"`
 	// Exclude lists paths relative to Src left out of a tree, or paths in
 	// the packages' file systems left out of debs (with all below them).
@@ -108,7 +111,7 @@ func (s *Spec) validate(dir string) error {
 			if c.Src == "" || c.Python == "" {
 				return fmt.Errorf("%s: src and python are required for pycompile", f)
 			}
-		case "file", "tree", "busybox-links", "gocache":
+		case "file", "tree", "busybox-links", "gocache", "gobuild":
 			if c.Src == "" {
 				return fmt.Errorf("%s.src: required for %s", f, c.Type)
 			}

@@ -11,7 +11,10 @@ export HOME=/tmp GOCACHE=/tmp/gocache GOPATH=/tmp/gopath GOFLAGS=-mod=mod \
        GOTOOLCHAIN=local GOPROXY=off CGO_ENABLED=0
 report=$SANDBOXD_REPORT
 mkdir -p /work/src /work/bin "$(dirname "$report")"
-cp -r /usr/local/share/gocache "$GOCACHE"
+# The image's build cache is read where it lies, read-only, through the
+# image's cache program (images/go/gocacheprog): no copy of it in scratch
+# space; what this job builds is kept in $GOCACHE.
+export GOCACHEPROG="/usr/local/bin/gocacheprog /usr/local/share/gocache $GOCACHE"
 cp -r "$SANDBOXD_CANDIDATE"/. /work/src/
 # A candidate that does not build fails every check: that is the
 # candidate's fault, never an inconclusive run.

@@ -15,7 +15,10 @@ report=$SANDBOXD_REPORT
 unset SANDBOXD_REPORT
 export HOME=/tmp GOCACHE=/tmp/gocache GOPATH=/tmp/gopath GOFLAGS=-mod=mod \
        GOTOOLCHAIN=local GOPROXY=off CGO_ENABLED=0
-cp -r /usr/local/share/gocache "$GOCACHE"
+# The image's build cache is read where it lies, read-only, through the
+# image's cache program (images/go/gocacheprog): no copy of it in scratch
+# space; what this job builds is kept in $GOCACHE.
+export GOCACHEPROG="/usr/local/bin/gocacheprog /usr/local/share/gocache $GOCACHE"
 mkdir -p /work/src /work/bin "$(dirname "$report")"
 cp -r "$SANDBOXD_CANDIDATE"/. /work/src/
 # The candidate's own tests (and any TestMain) never count. busybox find

@@ -5,7 +5,10 @@ set -eu
 umask 022
 export HOME=/tmp GOCACHE=/tmp/gocache GOPATH=/tmp/gopath GOFLAGS=-mod=mod \
        GOTOOLCHAIN=local GOPROXY=off CGO_ENABLED=0
-cp -r /usr/local/share/gocache "$GOCACHE"
+# The image's build cache is read where it lies, read-only, through the
+# image's cache program (images/go/gocacheprog): no copy of it in scratch
+# space; what this job builds is kept in $GOCACHE.
+export GOCACHEPROG="/usr/local/bin/gocacheprog /usr/local/share/gocache $GOCACHE"
 cd "$SANDBOXD_BUNDLE/grader"
 go build -o /work/grader .
 cd /work

@@ -1,0 +1,222 @@
+// Command gocacheprog lets the go command read the go image's build cache
+// where it lies, read-only, instead of from a copy: it is a GOCACHEPROG
+// (cmd/go/internal/cacheprog) over two directories of the go command's own
+// cache layout (an action entry DIR/xx/ACTION-a, "v1 ACTION OUTPUT SIZE
+// TIME", and its output DIR/xx/OUTPUT-d):
+//
+//	GOCACHEPROG="/usr/local/bin/gocacheprog /usr/local/share/gocache /tmp/gocache-new"
+//
+// A get is answered from the writable directory, else from the read-only
+// one, and the go command reads the output file in place; a put goes to the
+// writable directory only. The read-only directory is never written, so
+// whatever runs in a job cannot change the image's cache for itself or for
+// anyone, and a job need not copy the cache (about 100 MB of its scratch
+// space, which counts against its memory) before it builds.
+//
+// An entry that is not exactly of the go command's form, or whose output
+// is missing or of another size, is a miss, as it is for the go command's
+// own cache: a cache never fails a build, it only saves one.
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"time"
+)
+
+func main() {
+	if len(os.Args) != 3 || !filepath.IsAbs(os.Args[1]) || !filepath.IsAbs(os.Args[2]) {
+		fmt.Fprintln(os.Stderr, "usage: gocacheprog READ-ONLY-DIR WRITABLE-DIR (both absolute; set as GOCACHEPROG)")
+		os.Exit(2)
+	}
+	if err := serve(os.Args[1], os.Args[2], os.Stdin, os.Stdout); err != nil {
+		fmt.Fprintln(os.Stderr, "gocacheprog:", err)
+		os.Exit(1)
+	}
+}
+
+// request and response are the protocol's messages (cacheprog.Request and
+// cacheprog.Response), with the fields this program uses.
+type request struct {
+	ID       int64
+	Command  string
+	ActionID []byte `json:",omitempty"`
+	OutputID []byte `json:",omitempty"`
+	BodySize int64  `json:",omitempty"`
+}
+
+type response struct {
+	ID            int64
+	Err           string     `json:",omitempty"`
+	KnownCommands []string   `json:",omitempty"`
+	Miss          bool       `json:",omitempty"`
+	OutputID      []byte     `json:",omitempty"`
+	Size          int64      `json:",omitempty"`
+	Time          *time.Time `json:",omitempty"`
+	DiskPath      string     `json:",omitempty"`
+}
+
+// serve answers the go command's requests on in until it asks to close or
+// in ends.
+func serve(ro, rw string, in io.Reader, out io.Writer) error {
+	if err := os.MkdirAll(rw, 0o777); err != nil {
+		return err
+	}
+	dec := json.NewDecoder(bufio.NewReaderSize(in, 1<<16))
+	w := bufio.NewWriter(out)
+	enc := json.NewEncoder(w)
+	if err := enc.Encode(response{KnownCommands: []string{"get", "put", "close"}}); err != nil {
+		return err
+	}
+	for {
+		if err := w.Flush(); err != nil {
+			return err
+		}
+		var r request
+		if err := dec.Decode(&r); err != nil {
+			if errors.Is(err, io.EOF) {
+				return nil
+			}
+			return fmt.Errorf("request: %w", err)
+		}
+		var res response
+		switch r.Command {
+		case "get":
+			res = get(ro, rw, r.ActionID)
+		case "put":
+			var body []byte
+			if r.BodySize > 0 {
+				// The body follows on its own line, a JSON string of its
+				// base64; it must be read even if the put fails.
+				if err := dec.Decode(&body); err != nil {
+					return fmt.Errorf("put %d: body: %w", r.ID, err)
+				}
+			}
+			res = put(rw, r, body)
+		case "close":
+			if err := enc.Encode(response{ID: r.ID}); err != nil {
+				return err
+			}
+			return w.Flush()
+		default:
+			res = response{Err: fmt.Sprintf("unknown command %q", r.Command)}
+		}
+		res.ID = r.ID
+		if err := enc.Encode(res); err != nil {
+			return err
+		}
+	}
+}
+
+// An action entry is "v1 ACTION OUTPUT SIZE TIME\n", the IDs in hex, SIZE
+// and TIME (Unix nanoseconds) right-aligned in 20 columns, as the go
+// command writes it.
+const (
+	hexSize   = 2 * sha256.Size
+	entrySize = 2 + 1 + hexSize + 1 + hexSize + 1 + 20 + 1 + 20 + 1
+)
+
+func get(ro, rw string, action []byte) response {
+	if len(action) != sha256.Size {
+		return response{Err: fmt.Sprintf("action ID of %d bytes, want %d", len(action), sha256.Size)}
+	}
+	a := hex.EncodeToString(action)
+	for _, dir := range []string{rw, ro} {
+		if res, ok := lookup(dir, a); ok {
+			return res
+		}
+	}
+	return response{Miss: true}
+}
+
+// lookup reads action a's entry in dir and checks its output file.
+func lookup(dir, a string) (response, bool) {
+	b, err := readAtMost(filepath.Join(dir, a[:2], a+"-a"), entrySize+1)
+	if err != nil || len(b) != entrySize || string(b[:3]) != "v1 " || string(b[3:3+hexSize]) != a ||
+		b[3+hexSize] != ' ' || b[4+2*hexSize] != ' ' || b[25+2*hexSize] != ' ' || b[entrySize-1] != '\n' {
+		return response{}, false
+	}
+	o := string(b[4+hexSize : 4+2*hexSize])
+	output, err := hex.DecodeString(o)
+	if err != nil {
+		return response{}, false
+	}
+	size, err1 := strconv.ParseInt(string(bytes.TrimLeft(b[5+2*hexSize:25+2*hexSize], " ")), 10, 64)
+	ns, err2 := strconv.ParseInt(string(bytes.TrimLeft(b[26+2*hexSize:entrySize-1], " ")), 10, 64)
+	if err1 != nil || err2 != nil || size < 0 {
+		return response{}, false
+	}
+	p := filepath.Join(dir, o[:2], o+"-d")
+	if st, err := os.Stat(p); err != nil || !st.Mode().IsRegular() || st.Size() != size {
+		return response{}, false
+	}
+	t := time.Unix(0, ns)
+	return response{OutputID: output, Size: size, Time: &t, DiskPath: p}, true
+}
+
+func readAtMost(p string, n int64) ([]byte, error) {
+	f, err := os.Open(p)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return io.ReadAll(io.LimitReader(f, n))
+}
+
+// put stores body as action r.ActionID's output in rw: the output file
+// first, then the entry that names it, each written whole under a
+// temporary name and renamed, so a get never sees half of either.
+func put(rw string, r request, body []byte) response {
+	if len(r.ActionID) != sha256.Size || len(r.OutputID) != sha256.Size {
+		return response{Err: "put: action and output IDs must be SHA-256 digests"}
+	}
+	if int64(len(body)) != r.BodySize {
+		return response{Err: fmt.Sprintf("put: body of %d bytes, BodySize %d", len(body), r.BodySize)}
+	}
+	if sum := sha256.Sum256(body); !bytes.Equal(sum[:], r.OutputID) {
+		return response{Err: "put: the output ID is not the SHA-256 of the body"}
+	}
+	a, o := hex.EncodeToString(r.ActionID), hex.EncodeToString(r.OutputID)
+	p := filepath.Join(rw, o[:2], o+"-d")
+	if err := writeWhole(p, body); err != nil {
+		return response{Err: "put: " + err.Error()}
+	}
+	entry := fmt.Sprintf("v1 %s %s %20d %20d\n", a, o, len(body), time.Now().UnixNano())
+	if err := writeWhole(filepath.Join(rw, a[:2], a+"-a"), []byte(entry)); err != nil {
+		return response{Err: "put: " + err.Error()}
+	}
+	return response{DiskPath: p}
+}
+
+func writeWhole(p string, b []byte) error {
+	if err := os.MkdirAll(filepath.Dir(p), 0o777); err != nil {
+		return err
+	}
+	f, err := os.CreateTemp(filepath.Dir(p), ".tmp-*")
+	if err != nil {
+		return err
+	}
+	_, err = f.Write(b)
+	if err == nil {
+		err = f.Chmod(0o644) // as the go command's own cache under umask 022
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(f.Name(), p)
+	}
+	if err != nil {
+		os.Remove(f.Name())
+	}
+	return err
+}
