@@ -3,17 +3,27 @@
 # time"): `sandboxd run` of examples/go's good candidate by the build of
 # REV (a git worktree, its binaries and its own examples/go bundle) and by
 # this checkout's, rounds alternating which goes first; medians and their
-# ratio. Both use the same Go image, built by this checkout.
-#   ./bench/evaluation-since.sh REV [rounds] [engine]   (default 5, docker)
+# ratio. Each side runs its own Go image, built by its own builder from its
+# own images/go with this machine's toolchain (the image is part of what an
+# evaluation costs).
+#   ./bench/evaluation-since.sh REV [rounds] [engine] [example]
+# (defaults 5, docker, go; example is go or python-bridge, whose good
+# candidate is examples/python's).
 # For issue 26, REV is f31c585 (the commit before its first change).
 # Its containers and cache volumes carry a broker name of its own and are
 # removed at exit (bench/oneshot.sh); the worktree stays in
 # .cache/bench-since/src for the next run (`git worktree remove` drops it).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-rev="${1:?usage: bench/evaluation-since.sh REV [rounds] [engine]}"
+rev="${1:?usage: bench/evaluation-since.sh REV [rounds] [engine] [go|python-bridge]}"
 rounds="${2:-5}"
 engine="${3:-docker}"
+example="${4:-go}"
+case "$example" in
+  go) img=go; placeholder=GO_IMAGE; candidate=examples/go/candidates/good ;;
+  python-bridge) img=python; placeholder=PYTHON_IMAGE; candidate=examples/python/candidates/good ;;
+  *) echo "evaluation-since: example $example: want go or python-bridge" >&2; exit 64 ;;
+esac
 ./scripts/setup >/dev/null
 here="$PWD"
 work="$here/.cache/bench-since"
@@ -26,11 +36,11 @@ if [ "$(git -C "$base" rev-parse HEAD 2>/dev/null)" != "$(git rev-parse "$rev^{c
   git worktree add -f --detach "$base" "$rev" >/dev/null
 fi
 (cd "$base" && CGO_ENABLED=0 go build -trimpath -o bin/ ./cmd/...) # every command of that build (an older one had a hook binary too)
-image=$(./bin/sandboxd image build -q images/go | tail -n 1)
 for side in base head; do
   src="$here"; [ "$side" = base ] && src="$base"
-  rm -rf "$work/bundle-$side" && cp -r "$src/examples/go/bundle" "$work/bundle-$side"
-  sed "s/@GO_IMAGE@/$image/" "$src/examples/go/bundle.json.in" > "$work/bundle-$side/bundle.json"
+  image=$(cd "$src" && ./bin/sandboxd image build -q "images/$img" | tail -n 1)
+  rm -rf "$work/bundle-$side" && cp -r "$src/examples/$example/bundle" "$work/bundle-$side"
+  sed "s/@$placeholder@/$image/" "$src/examples/$example/bundle.json.in" > "$work/bundle-$side/bundle.json"
 done
 
 # One evaluation by one side, timed in milliseconds; it must pass.
@@ -39,7 +49,7 @@ timed() {
   [ "$side" = base ] && src="$base"
   start=$(date +%s%N)
   if ! (cd "$src" && SANDBOXD_STATE="$work/state-$side" ./bin/sandboxd run --engine "$engine" --ephemeral-key --quiet \
-      --bundle "$work/bundle-$side" --workspace "$here/examples/go/candidates/good" > "$work/out-$side.txt" 2>&1); then
+      --bundle "$work/bundle-$side" --workspace "$here/$candidate" > "$work/out-$side.txt" 2>&1); then
     echo "evaluation-since: the $side side failed:" >&2
     tail -n 5 "$work/out-$side.txt" >&2
     exit 1
@@ -51,7 +61,7 @@ median() { sort -n | awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR+1)/2] : int((a[
 timed base >/dev/null # warm: each side's selfcheck and helper volume, the page cache
 timed head >/dev/null
 : > "$work/base.txt" && : > "$work/head.txt"
-echo "examples/go on $engine, $rounds rounds, load $(cut -d' ' -f1-3 /proc/loadavg), $(date -u +%FT%TZ)"
+echo "examples/$example on $engine, $rounds rounds, load $(cut -d' ' -f1-3 /proc/loadavg), $(date -u +%FT%TZ)"
 for r in $(seq "$rounds"); do
   if [ $((r % 2)) = 1 ]; then
     timed base >> "$work/base.txt"; timed head >> "$work/head.txt"

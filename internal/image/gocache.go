@@ -48,7 +48,9 @@ func addGoCache(spec *Spec, c Content, dst string, add func(*entry) error) error
 	if err := os.CopyFS(src, os.DirFS(c.Src)); err != nil {
 		return fmt.Errorf("gocache: copy %s: %w", c.Src, err)
 	}
-	env := []string{"PATH=" + os.Getenv("PATH"), "HOME=" + warmRoot, "GOCACHE=" + cache, "GOPATH=" + filepath.Join(warmRoot, "gopath"), "GOTELEMETRY=off"}
+	// TZ="" is UTC: the module index keys of the warm-up name file times
+	// as UTC, as rekeyModuleIndex computes them.
+	env := []string{"PATH=" + os.Getenv("PATH"), "HOME=" + warmRoot, "GOCACHE=" + cache, "GOPATH=" + filepath.Join(warmRoot, "gopath"), "GOTELEMETRY=off", "TZ="}
 	for _, kv := range spec.Env {
 		if !strings.HasPrefix(kv, "PATH=") {
 			env = append(env, kv)
@@ -58,6 +60,16 @@ func addGoCache(spec *Spec, c Content, dst string, add func(*entry) error) error
 	cmd.Dir, cmd.Env = src, env
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return fmt.Errorf("gocache: warm-up test in %s: %w\n%s", c.Src, err, tail(out))
+	}
+	// Index every standard package, not only those the warm-up loads (a
+	// grader's may be others), for rekeyModuleIndex.
+	cmd = exec.Command("go", "list", "-e", "std")
+	cmd.Dir, cmd.Env = src, env
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("gocache: go list std: %w\n%s", err, tail(out))
+	}
+	if err := rekeyModuleIndex(spec, env, cache); err != nil {
+		return fmt.Errorf("gocache: %w", err)
 	}
 	var entries []*entry
 	err = filepath.WalkDir(cache, func(p string, d fs.DirEntry, err error) error {

@@ -14,6 +14,12 @@ import (
 	"strings"
 )
 
+// builderRevision changes whenever the builder places other bytes for the
+// same inputs (2: the gocache's module index keyed for the image's file
+// times), so an image built by an earlier builder is not taken for its
+// inputs' image.
+const builderRevision = 2
+
 // inputsKey digests everything an image is built from: the spec, the bytes
 // of single files, and the names, modes, sizes and modification times of
 // trees (hashing a whole toolchain on every call would cost more than the
@@ -21,6 +27,7 @@ import (
 // ID itself always comes from the layer's bytes.
 func inputsKey(spec *Spec) (string, error) {
 	h := sha256.New()
+	fmt.Fprintf(h, "builder %d\n", builderRevision)
 	js, _ := json.Marshal(spec)
 	fmt.Fprintf(h, "spec %s\n", js)
 	for _, c := range spec.Contents {
