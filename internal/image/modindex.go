@@ -24,11 +24,12 @@ import (
 // sources of every standard package it loads again (about a fifth of a
 // small `go test`'s CPU there) and stores the index anew.
 //
-// rekeyModuleIndex adds, for each index entry of the warm cache, an entry
-// under the key the image's copy of that directory has (the same names and
-// sizes, time zero, in the image's GOROOT), naming the same index bytes,
-// which hold no times. It follows dirHash as of Go 1.26 ("go index v2");
-// if a toolchain keys its index otherwise, the entries added are never
+// rekeyModuleIndex moves each index entry of the warm cache to the key the
+// image's copy of that directory has (the same names and sizes, time zero,
+// in the image's GOROOT), naming the same index bytes, which hold no
+// times. (The host's keys would be of no use in the image, and would make
+// its ID depend on when this machine's toolchain was installed.) It follows dirHash as of Go 1.26 ("go index v2");
+// if a toolchain keys its index otherwise, the entries moved are never
 // asked for and cost only their bytes: the test of this file finds that
 // first (TestRekeyedModuleIndexMatchesTheGoCommand).
 func rekeyModuleIndex(spec *Spec, env []string, cache string) error {
@@ -82,7 +83,7 @@ func rekeyModuleIndex(spec *Spec, env []string, cache string) error {
 		for _, root := range []string{"src", "src/cmd"} {
 			hostKey := indexKey(version, filepath.Join(goroot, root), dir, files, func(fi fs.FileInfo) time.Time { return fi.ModTime() })
 			imageKey := indexKey(version, path.Join(tree.Dst, root), imageDir, image, func(fs.FileInfo) time.Time { return time.Unix(0, 0) })
-			if err := copyEntry(cache, hostKey, imageKey); err != nil {
+			if err := moveEntry(cache, hostKey, imageKey); err != nil {
 				return err
 			}
 		}
@@ -135,10 +136,11 @@ func indexKey(version, modroot, pkgdir string, files []fs.FileInfo, mtime func(f
 	return hex.EncodeToString(h.Sum(nil))
 }
 
-// copyEntry writes the warm cache's entry of action from, if it has one, as
+// moveEntry makes the warm cache's entry of action from, if it has one,
 // the entry of action to: the same output, size and time.
-func copyEntry(cache, from, to string) error {
-	b, err := os.ReadFile(filepath.Join(cache, from[:2], from+"-a"))
+func moveEntry(cache, from, to string) error {
+	old := filepath.Join(cache, from[:2], from+"-a")
+	b, err := os.ReadFile(old)
 	if err != nil {
 		return nil // never indexed
 	}
@@ -149,5 +151,8 @@ func copyEntry(cache, from, to string) error {
 	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
 		return err
 	}
-	return os.WriteFile(p, append([]byte("v1 "+to), b[3+len(from):]...), 0o644)
+	if err := os.WriteFile(p, append([]byte("v1 "+to), b[3+len(from):]...), 0o644); err != nil || to == from {
+		return err
+	}
+	return os.Remove(old)
 }

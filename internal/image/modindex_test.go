@@ -102,8 +102,17 @@ func TestRekeyedModuleIndexMatchesTheGoCommand(t *testing.T) {
 	if err := os.CopyFS(saved, os.DirFS(cache)); err != nil {
 		t.Fatal(err)
 	}
+	strs := filepath.Join(goroot, "src", "strings")
+	files, _ := listing(strs)
+	hostKey := indexKey(strings.TrimSpace(goCmd(env, "env", "GOVERSION")), filepath.Join(goroot, "src"), strs, files, fs.FileInfo.ModTime)
+	if !entries(t, cache)[hostKey+"-a"] {
+		t.Fatalf("the warm cache has no index of %s under the key computed for it", strs)
+	}
 	if err := rekeyModuleIndex(spec, env, cache); err != nil {
 		t.Fatal(err)
+	}
+	if entries(t, cache)[hostKey+"-a"] {
+		t.Errorf("the index of %s is still under the host's key", strs)
 	}
 	if n := list(); n != 0 {
 		t.Errorf("after rekeying, the go command stored %d index entries of its own for the image's copy, want 0", n)
