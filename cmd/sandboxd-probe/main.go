@@ -5,6 +5,7 @@
 //	sandboxd-probe [report] [-o FILE] [-connect HOST:PORT] [-resolve NAME] [-readonly DIR]...
 //	sandboxd-probe syscall NAME...   try the named denied syscalls
 //	sandboxd-probe socket NAME...    try the named sockets (AF_VSOCK, AF_PACKET/raw, …)
+//	sandboxd-probe abi               try getpid through the i386 ABI (int $0x80), in a child
 //	sandboxd-probe forkbomb          start /bin/sleep children until fork fails
 //	sandboxd-probe fdbomb            open /dev/null until open fails
 //	sandboxd-probe zombies N         leave N exited, unreaped children behind
@@ -58,6 +59,11 @@ func run(args []string, fds map[string]string, stdout, stderr io.Writer) int {
 		out = map[string]any{"syscalls": probe.RunSyscalls(args...)}
 	case "socket":
 		out = map[string]any{"sockets": probe.RunSockets(args...)}
+	case "abi":
+		out = probe.TryForeignABI("/proc/self/exe", "abi-child")
+	case "abi-child":
+		probe.ForeignABIChild(stdout)
+		return 0
 	case "forkbomb":
 		out = forkBomb()
 	case "fdbomb":
@@ -93,6 +99,6 @@ func run(args []string, fds map[string]string, stdout, stderr io.Writer) int {
 }
 
 func usage(w io.Writer) int {
-	fmt.Fprintln(w, "usage: sandboxd-probe [report|syscall|socket|forkbomb|fdbomb|zombies N|files N DIR] [ARGS]")
+	fmt.Fprintln(w, "usage: sandboxd-probe [report|syscall|socket|abi|forkbomb|fdbomb|zombies N|files N DIR] [ARGS]")
 	return 2
 }

@@ -408,6 +408,26 @@ func hostileCases() []hostile {
 		syscallCase("open_by_handle_at", "EPERM"),
 		syscallCase("name_to_handle_at", "EPERM"),
 		{
+			// The i386 ABI (int $0x80 from an amd64 process): another
+			// syscall table the profile does not name. On runc the filter
+			// kills the calling thread; gVisor has no such ABI at all.
+			name: "abi-i386", probe: true, argv: []string{probePath, "abi"},
+			check: func(t *testing.T, r sandbox.Result) {
+				want(t, r, sandbox.StatusSucceeded, 0)
+				var got probe.ABIAttempt
+				decode(t, r, &got)
+				if probe.ForeignABI == "" {
+					t.Skipf("no foreign ABI to try on this architecture: %+v", got)
+				}
+				if got.ABI != "i386" || got.Outcome == "allowed" || got.Outcome == "" || strings.HasPrefix(got.Outcome, "child failed") {
+					t.Fatalf("got %+v, want getpid through the i386 ABI refused", got)
+				}
+				if !onRunsc() && got.Outcome != "killed" {
+					t.Fatalf("got %+v, want the calling thread killed by the filter", got)
+				}
+			},
+		},
+		{
 			// Device nodes on the scratch space (its nodev is ignored by
 			// gVisor): no process of the sandbox may make one.
 			name: "mknod-on-scratch", argv: sh(`for d in /work /tmp; do mknod $d/null c 1 3 2>&1; mkfifo $d/fifo && echo "fifo=$d"; done; ls -l /work /tmp | grep -c '^c'`),

@@ -104,3 +104,20 @@ func TestDigestIsStable(t *testing.T) {
 		t.Fatalf("digest %q", Digest())
 	}
 }
+
+// Only the native ABI of each architecture is named: none of the
+// compatibility ABIs (x86 and x32 on x86_64, …) that upstream adds.
+func TestOnlyNativeABIs(t *testing.T) {
+	p := decode(t)
+	if len(p.ArchMap) == 0 {
+		t.Fatal("the profile names no architecture")
+	}
+	for _, a := range p.ArchMap {
+		if len(a.SubArches) != 0 {
+			t.Errorf("%s: compatibility ABIs %v, want none", a.Arch, a.SubArches)
+		}
+	}
+	if len(p.Architectures) != 0 {
+		t.Errorf("architectures %v besides the map, want none", p.Architectures)
+	}
+}

@@ -1,0 +1,109 @@
+package probe
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"runtime"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// ABIAttempt is what became of a syscall made through another ABI than
+// the process's own (the i386 one, int $0x80, from an amd64 process):
+// "allowed" when the kernel answered it (getpid's answer was the pid),
+// "killed" when the calling thread was gone without returning (seccomp's
+// answer to an architecture its filter does not name), "signal
+// NAME" when the process died of a signal (a kernel or runtime without
+// that ABI), "errno NAME", or "returned N".
+type ABIAttempt struct {
+	ABI     string `json:"abi"`
+	Outcome string `json:"outcome"`
+}
+
+// TryForeignABI runs the attempt in a child process of this program
+// (argv: self, childArg), since the answer may be the death of a thread or
+// of the process.
+func TryForeignABI(self, childArg string) ABIAttempt {
+	a := ABIAttempt{ABI: ForeignABI}
+	if ForeignABI == "" {
+		a.Outcome = "no foreign ABI on " + runtime.GOARCH
+		return a
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	var out bytes.Buffer
+	cmd := exec.CommandContext(ctx, self, childArg)
+	cmd.Stdout = &out
+	err := cmd.Run()
+	var ee *exec.ExitError
+	switch {
+	case err == nil:
+		a.Outcome = strings.TrimSpace(out.String())
+	case errors.As(err, &ee) && ctx.Err() == nil:
+		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+			a.Outcome = "signal " + unix.SignalName(ws.Signal())
+		} else {
+			a.Outcome = fmt.Sprintf("child failed: %v: %s", err, strings.TrimSpace(out.String()))
+		}
+	default:
+		a.Outcome = fmt.Sprintf("child failed: %v", err)
+	}
+	return a
+}
+
+// ForeignABIChild makes the attempt and writes its outcome to w: getpid
+// through the foreign ABI, on a thread of its own that is never unlocked
+// (it may be killed), watched through /proc/self/task until it either
+// returns or is gone.
+func ForeignABIChild(w io.Writer) {
+	tids := make(chan int, 1)
+	done := make(chan int64, 1)
+	go func() {
+		runtime.LockOSThread()
+		tids <- unix.Gettid()
+		done <- foreignGetpid()
+	}()
+	task := fmt.Sprintf("/proc/self/task/%d", <-tids)
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case r := <-done:
+			switch {
+			case r == int64(os.Getpid()):
+				fmt.Fprintln(w, "allowed")
+			case r < 0:
+				fmt.Fprintln(w, errnoName(syscall.Errno(-r)))
+			default:
+				fmt.Fprintln(w, "returned "+strconv.FormatInt(r, 10))
+			}
+			return
+		case <-tick.C:
+			if threadGone(task) {
+				fmt.Fprintln(w, "killed")
+				return
+			}
+		}
+	}
+}
+
+// threadGone reports whether the thread whose /proc/self/task directory is
+// task has exited: the directory is gone, or the thread is a zombie.
+func threadGone(task string) bool {
+	b, err := os.ReadFile(task + "/stat")
+	if errors.Is(err, os.ErrNotExist) {
+		return true
+	}
+	// "tid (comm) S ...": the state follows the last ')'.
+	i := bytes.LastIndexByte(b, ')')
+	return err == nil && i >= 0 && i+2 < len(b) && (b[i+2] == 'Z' || b[i+2] == 'X')
+}
