@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Item 7 against an earlier build (issue 26: "at most 0.6x today's wall
-# time"): `sandboxd run` of examples/go's good candidate by the build of
-# REV (a git worktree, its binaries and its own examples/go bundle) and by
+# time"): `sandboxd run` of an example's good candidate by the build of
+# REV (a git worktree, its binaries and its own bundle of the example) and by
 # this checkout's, rounds alternating which goes first; medians and their
 # ratio. Each side runs its own Go image, built by its own builder from its
 # own images/go with this machine's toolchain (the image is part of what an

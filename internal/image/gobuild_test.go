@@ -69,9 +69,24 @@ func TestGoBuildPlacesTheProgram(t *testing.T) {
 	if bytes.Contains(bin, []byte(f.dir)) {
 		t.Error("the program holds the path of its sources on this machine")
 	}
+	// The builder's own settings of the go command do not reach it.
+	t.Setenv("GOAMD64", "v3")
 	b2, _ := f.build(t, newFakeEngine())
 	if b1.ID != b2.ID {
 		t.Errorf("image ID: got %s then %s from the same sources", b1.ID, b2.ID)
+	}
+	// Its module's go.mod is one of its inputs.
+	spec, err := LoadSpec(f.dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	k1, err := inputsKey(spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rewrite(t, f, "hello/go.mod", "module hello\n\ngo 1.23\n")
+	if k2, err := inputsKey(spec); err != nil || k2 == k1 {
+		t.Errorf("inputs key %s after its go.mod changed (%v), want another than %s", k2, err, k1)
 	}
 
 	// Sources that do not build fail the image, naming them.

@@ -49,6 +49,12 @@ func inputsKey(spec *Spec) (string, error) {
 			if err := hashTreeMeta(h, c.Src); err != nil {
 				return "", err
 			}
+			if mod := moduleFile(c.Src); c.Type == "gobuild" && mod != "" {
+				// Its go and godebug lines are part of the program.
+				if err := hashFile(h, mod); err != nil {
+					return "", err
+				}
+			}
 		}
 	}
 	return "sha256:" + hex.EncodeToString(h.Sum(nil)), nil

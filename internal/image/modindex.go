@@ -71,18 +71,21 @@ func rekeyModuleIndex(spec *Spec, env []string, cache string) error {
 		if !ok {
 			return nil
 		}
-		var image []fs.FileInfo
+		// A directory the image holds only in part is indexed otherwise
+		// there (the index lists its files): its host entry goes, unmoved.
+		partial := false
 		for _, fi := range files {
-			if !excluded[filepath.Join(rel, fi.Name())] {
-				image = append(image, fi)
-			}
+			partial = partial || excluded[filepath.Join(rel, fi.Name())]
 		}
 		imageDir := path.Join(tree.Dst, filepath.ToSlash(rel))
 		// Standard packages are indexed with GOROOT/src as their module
 		// root, the toolchain's commands with GOROOT/src/cmd.
 		for _, root := range []string{"src", "src/cmd"} {
-			hostKey := indexKey(version, filepath.Join(goroot, root), dir, files, func(fi fs.FileInfo) time.Time { return fi.ModTime() })
-			imageKey := indexKey(version, path.Join(tree.Dst, root), imageDir, image, func(fs.FileInfo) time.Time { return time.Unix(0, 0) })
+			hostKey := indexKey(version, filepath.Join(goroot, root), dir, files, fs.FileInfo.ModTime)
+			imageKey := ""
+			if !partial {
+				imageKey = indexKey(version, path.Join(tree.Dst, root), imageDir, files, func(fs.FileInfo) time.Time { return time.Unix(0, 0) })
+			}
 			if err := moveEntry(cache, hostKey, imageKey); err != nil {
 				return err
 			}
@@ -137,12 +140,16 @@ func indexKey(version, modroot, pkgdir string, files []fs.FileInfo, mtime func(f
 }
 
 // moveEntry makes the warm cache's entry of action from, if it has one,
-// the entry of action to: the same output, size and time.
+// the entry of action to (the same output, size and time), or removes it
+// where to is "".
 func moveEntry(cache, from, to string) error {
 	old := filepath.Join(cache, from[:2], from+"-a")
 	b, err := os.ReadFile(old)
 	if err != nil {
 		return nil // never indexed
+	}
+	if to == "" {
+		return os.Remove(old)
 	}
 	if !bytes.HasPrefix(b, []byte("v1 "+from+" ")) {
 		return fmt.Errorf("cache entry %s: unexpected form %q", from, b)

@@ -102,6 +102,13 @@ func TestRekeyedModuleIndexMatchesTheGoCommand(t *testing.T) {
 	if err := os.CopyFS(saved, os.DirFS(cache)); err != nil {
 		t.Fatal(err)
 	}
+	restore := func() {
+		t.Helper()
+		os.RemoveAll(cache)
+		if err := os.CopyFS(cache, os.DirFS(saved)); err != nil {
+			t.Fatal(err)
+		}
+	}
 	strs := filepath.Join(goroot, "src", "strings")
 	files, _ := listing(strs)
 	hostKey := indexKey(strings.TrimSpace(goCmd(env, "env", "GOVERSION")), filepath.Join(goroot, "src"), strs, files, fs.FileInfo.ModTime)
@@ -118,12 +125,23 @@ func TestRekeyedModuleIndexMatchesTheGoCommand(t *testing.T) {
 		t.Errorf("after rekeying, the go command stored %d index entries of its own for the image's copy, want 0", n)
 	}
 	// The same without the rekeying: the test can tell.
-	os.RemoveAll(cache)
-	if err := os.Rename(saved, cache); err != nil {
-		t.Fatal(err)
-	}
+	restore()
 	if n := list(); n < len(dirs)/2 {
 		t.Errorf("without rekeying, the go command stored %d index entries, want one per package (%d)", n, len(dirs))
+	}
+
+	// A file the image leaves out: the host's index of its directory
+	// lists it, so that index must not serve the image's copy.
+	restore()
+	if err := os.Remove(filepath.Join(image, "src", "strings", "clone.go")); err != nil {
+		t.Fatal(err)
+	}
+	spec.Contents[0].Exclude = append(spec.Contents[0].Exclude, "src/strings/clone.go")
+	if err := rekeyModuleIndex(spec, env, cache); err != nil {
+		t.Fatal(err)
+	}
+	if files := goCmd(append(env, "GOROOT="+image), "list", "-f", "{{.GoFiles}}", "strings"); strings.Contains(files, "clone.go") {
+		t.Errorf("the image's strings, without clone.go, is listed with it: %s", files)
 	}
 }
 

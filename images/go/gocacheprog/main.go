@@ -8,14 +8,21 @@
 //
 // A get is answered from the writable directory, else from the read-only
 // one, and the go command reads the output file in place; a put goes to the
-// writable directory only. The read-only directory is never written, so
-// whatever runs in a job cannot change the image's cache for itself or for
-// anyone, and a job need not copy the cache (about 100 MB of its scratch
-// space, which counts against its memory) before it builds.
+// writable directory only, which should be $GOCACHE itself. This program
+// never writes the read-only directory, and it must be read-only to the go
+// command too, as the image's is in every sandbox (the root file system,
+// or a read-only volume): for an output it hands over that lies outside
+// $GOCACHE, cmd/go tries to move the file before it copies it. So whatever
+// runs in a job cannot change the image's cache, for itself or for anyone,
+// and a job need not copy the cache (about 100 MB of its scratch space,
+// which counts against its memory) before it builds.
 //
 // An entry that is not exactly of the go command's form, or whose output
 // is missing or of another size, is a miss, as it is for the go command's
-// own cache: a cache never fails a build, it only saves one.
+// own cache. But the go command stops if this program cannot be started
+// or fails: a grader must not take that for the candidate's failure
+// (examples/go-cli checks the go command on the standard library before it
+// says a candidate does not build).
 package main
 
 import (
@@ -68,7 +75,7 @@ type response struct {
 // serve answers the go command's requests on in until it asks to close or
 // in ends.
 func serve(ro, rw string, in io.Reader, out io.Writer) error {
-	if err := os.MkdirAll(rw, 0o777); err != nil {
+	if err := os.MkdirAll(rw, 0o755); err != nil {
 		return err
 	}
 	dec := json.NewDecoder(bufio.NewReaderSize(in, 1<<16))
@@ -152,7 +159,7 @@ func lookup(dir, a string) (response, bool) {
 	}
 	size, err1 := strconv.ParseInt(string(bytes.TrimLeft(b[5+2*hexSize:25+2*hexSize], " ")), 10, 64)
 	ns, err2 := strconv.ParseInt(string(bytes.TrimLeft(b[26+2*hexSize:entrySize-1], " ")), 10, 64)
-	if err1 != nil || err2 != nil || size < 0 {
+	if err1 != nil || err2 != nil || size < 0 || ns < 0 {
 		return response{}, false
 	}
 	p := filepath.Join(dir, o[:2], o+"-d")
@@ -198,7 +205,8 @@ func put(rw string, r request, body []byte) response {
 }
 
 func writeWhole(p string, b []byte) error {
-	if err := os.MkdirAll(filepath.Dir(p), 0o777); err != nil {
+	// Only this (the grader's) uid may add to the directory.
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
 		return err
 	}
 	f, err := os.CreateTemp(filepath.Dir(p), ".tmp-*")

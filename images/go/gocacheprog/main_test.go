@@ -227,6 +227,7 @@ func TestDamagedEntriesAreMisses(t *testing.T) {
 		"another action's entry":      {strings.Replace(good, ah, hex.EncodeToString(id("other")), 1), "output"},
 		"no newline":                  {strings.TrimSuffix(good, "\n") + " ", "output"},
 		"a negative size":             {fmt.Sprintf("v1 %s %s %20d %20d\n", ah, oh, -1, 0), "output"},
+		"a negative time":             {fmt.Sprintf("v1 %s %s %20d %20d\n", ah, oh, len(out), -1), "output"},
 		"an output ID that is no hex": {strings.Replace(good, oh, strings.Repeat("z", 64), 1), "output"},
 		"v2":                          {strings.Replace(good, "v1", "v2", 1), "output"},
 		"one byte more":               {good + "x", "output"},

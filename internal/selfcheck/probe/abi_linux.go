@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"syscall"
@@ -23,7 +24,7 @@ import (
 // "killed" when the calling thread was gone without returning (seccomp's
 // answer to an architecture its filter does not name), "signal
 // NAME" when the process died of a signal (a kernel or runtime without
-// that ABI), "errno NAME", or "returned N".
+// that ABI), an errno's name ("EPERM"), or "returned N".
 type ABIAttempt struct {
 	ABI     string `json:"abi"`
 	Outcome string `json:"outcome"`
@@ -65,14 +66,31 @@ func TryForeignABI(self, childArg string) ABIAttempt {
 // (it may be killed), watched through /proc/self/task until it either
 // returns or is gone.
 func ForeignABIChild(w io.Writer) {
+	// The call is made from assembly, outside the runtime's syscall
+	// bookkeeping: a thread killed in it dies holding its P. Another P
+	// must be left for the watcher, and no collection may wait for the
+	// dead one to stop.
+	if runtime.GOMAXPROCS(0) < 2 {
+		runtime.GOMAXPROCS(2)
+	}
+	debug.SetGCPercent(-1)
 	tids := make(chan int, 1)
+	start := make(chan struct{})
 	done := make(chan int64, 1)
 	go func() {
 		runtime.LockOSThread()
 		tids <- unix.Gettid()
+		<-start
 		done <- foreignGetpid()
 	}()
 	task := fmt.Sprintf("/proc/self/task/%d", <-tids)
+	// The thread must be seen alive first, or a /proc that shows nothing
+	// would read as its death.
+	if _, err := os.ReadFile(task + "/stat"); err != nil || threadGone(task) {
+		fmt.Fprintf(w, "cannot watch the thread: %v\n", err)
+		return
+	}
+	close(start)
 	tick := time.NewTicker(5 * time.Millisecond)
 	defer tick.Stop()
 	for {

@@ -19,6 +19,12 @@ cp -r "$SANDBOXD_CANDIDATE"/. /work/src/
 # A candidate that does not build fails every check: that is the
 # candidate's fault, never an inconclusive run.
 if ! (cd /work/src && go build -o /work/bin/calc .) >/work/build.log 2>&1; then
+  # Unless the go command itself fails here (its cache program, say): then
+  # nothing is known of the candidate, and no report is written.
+  if ! (cd / && go list -export -f '' fmt) >/dev/null 2>&1; then
+    echo "grader: the go command fails on the standard library; the candidate is not judged" >&2
+    exit 3
+  fi
   {
     echo "TAP version 13"
     echo "1..4"
