@@ -29,6 +29,7 @@ import (
 	"bufio"
 	"bytes"
 	"crypto/sha256"
+	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -72,13 +73,17 @@ type response struct {
 	DiskPath      string     `json:",omitempty"`
 }
 
+// maxRequest bounds a request's line (its IDs and size; a body follows on
+// a line of its own).
+const maxRequest = 1 << 16
+
 // serve answers the go command's requests on in until it asks to close or
 // in ends.
 func serve(ro, rw string, in io.Reader, out io.Writer) error {
 	if err := os.MkdirAll(rw, 0o755); err != nil {
 		return err
 	}
-	dec := json.NewDecoder(bufio.NewReaderSize(in, 1<<16))
+	br := bufio.NewReaderSize(in, maxRequest)
 	w := bufio.NewWriter(out)
 	enc := json.NewEncoder(w)
 	if err := enc.Encode(response{KnownCommands: []string{"get", "put", "close"}}); err != nil {
@@ -88,11 +93,18 @@ func serve(ro, rw string, in io.Reader, out io.Writer) error {
 		if err := w.Flush(); err != nil {
 			return err
 		}
+		line, err := br.ReadSlice('\n')
+		if errors.Is(err, io.EOF) && len(bytes.TrimSpace(line)) == 0 {
+			return nil
+		}
+		if err != nil {
+			return fmt.Errorf("request (at most %d bytes, one line): %w", maxRequest, err)
+		}
+		if len(bytes.TrimSpace(line)) == 0 {
+			continue // the go command ends each request with a blank line
+		}
 		var r request
-		if err := dec.Decode(&r); err != nil {
-			if errors.Is(err, io.EOF) {
-				return nil
-			}
+		if err := json.Unmarshal(line, &r); err != nil {
 			return fmt.Errorf("request: %w", err)
 		}
 		var res response
@@ -100,15 +112,27 @@ func serve(ro, rw string, in io.Reader, out io.Writer) error {
 		case "get":
 			res = get(ro, rw, r.ActionID)
 		case "put":
-			var body []byte
+			body := io.Reader(bytes.NewReader(nil))
 			if r.BodySize > 0 {
 				// The body follows on its own line, a JSON string of its
-				// base64; it must be read even if the put fails.
-				if err := dec.Decode(&body); err != nil {
+				// base64 (no escapes in that alphabet); it is decoded on
+				// its way to the file, and read to its end even if the put
+				// fails.
+				q, err := openQuote(br)
+				if err != nil {
 					return fmt.Errorf("put %d: body: %w", r.ID, err)
 				}
+				body = base64.NewDecoder(base64.StdEncoding, q)
+				res = put(rw, r, body)
+				if _, err := io.Copy(io.Discard, q); err != nil {
+					return fmt.Errorf("put %d: body: %w", r.ID, err)
+				}
+				if err := closeQuote(br); err != nil {
+					return fmt.Errorf("put %d: body: %w", r.ID, err)
+				}
+			} else {
+				res = put(rw, r, body)
 			}
-			res = put(rw, r, body)
 		case "close":
 			if err := enc.Encode(response{ID: r.ID}); err != nil {
 				return err
@@ -122,6 +146,62 @@ func serve(ro, rw string, in io.Reader, out io.Writer) error {
 			return err
 		}
 	}
+}
+
+// quoted reads a JSON string's characters up to its closing quote, which
+// it leaves unread.
+type quoted struct {
+	br   *bufio.Reader
+	done bool
+}
+
+func openQuote(br *bufio.Reader) (*quoted, error) {
+	for {
+		c, err := br.ReadByte()
+		if err != nil {
+			return nil, err
+		}
+		switch c {
+		case ' ', '\t', '\r', '\n':
+		case '"':
+			return &quoted{br: br}, nil
+		default:
+			return nil, fmt.Errorf("%q where a string was to begin", c)
+		}
+	}
+}
+
+func (q *quoted) Read(p []byte) (int, error) {
+	if q.done {
+		return 0, io.EOF
+	}
+	if _, err := q.br.Peek(1); err != nil {
+		return 0, io.ErrUnexpectedEOF
+	}
+	b, _ := q.br.Peek(min(len(p), q.br.Buffered()))
+	n := bytes.IndexByte(b, '"')
+	if n == 0 {
+		q.done = true
+		return 0, io.EOF
+	}
+	if n < 0 {
+		n = len(b)
+	}
+	if bytes.IndexByte(b[:n], '\\') >= 0 {
+		return 0, errors.New("an escape in a base64 body")
+	}
+	return q.br.Read(p[:n])
+}
+
+// closeQuote reads the closing quote and the end of the line.
+func closeQuote(br *bufio.Reader) error {
+	if c, err := br.ReadByte(); err != nil || c != '"' {
+		return fmt.Errorf("no closing quote (%v)", err)
+	}
+	if c, err := br.ReadByte(); err != nil || c != '\n' {
+		return fmt.Errorf("no end of line after the body (%v)", err)
+	}
+	return nil
 }
 
 // An action entry is "v1 ACTION OUTPUT SIZE TIME\n", the IDs in hex, SIZE
@@ -180,31 +260,44 @@ func readAtMost(p string, n int64) ([]byte, error) {
 }
 
 // put stores body as action r.ActionID's output in rw: the output file
-// first, then the entry that names it, each written whole under a
-// temporary name and renamed, so a get never sees half of either.
-func put(rw string, r request, body []byte) response {
+// first (checked against its size and digest as it is written), then the
+// entry that names it, each written whole under a temporary name and
+// renamed, so a get never sees half of either.
+func put(rw string, r request, body io.Reader) response {
 	if len(r.ActionID) != sha256.Size || len(r.OutputID) != sha256.Size {
 		return response{Err: "put: action and output IDs must be SHA-256 digests"}
 	}
-	if int64(len(body)) != r.BodySize {
-		return response{Err: fmt.Sprintf("put: body of %d bytes, BodySize %d", len(body), r.BodySize)}
-	}
-	if sum := sha256.Sum256(body); !bytes.Equal(sum[:], r.OutputID) {
-		return response{Err: "put: the output ID is not the SHA-256 of the body"}
-	}
 	a, o := hex.EncodeToString(r.ActionID), hex.EncodeToString(r.OutputID)
 	p := filepath.Join(rw, o[:2], o+"-d")
-	if err := writeWhole(p, body); err != nil {
+	err := writeWhole(p, func(f *os.File) error {
+		h := sha256.New()
+		n, err := io.Copy(io.MultiWriter(f, h), body)
+		switch {
+		case err != nil:
+			return err
+		case n != r.BodySize:
+			return fmt.Errorf("body of %d bytes, BodySize %d", n, r.BodySize)
+		case !bytes.Equal(h.Sum(nil), r.OutputID):
+			return errors.New("the output ID is not the SHA-256 of the body")
+		}
+		return nil
+	})
+	if err != nil {
 		return response{Err: "put: " + err.Error()}
 	}
-	entry := fmt.Sprintf("v1 %s %s %20d %20d\n", a, o, len(body), time.Now().UnixNano())
-	if err := writeWhole(filepath.Join(rw, a[:2], a+"-a"), []byte(entry)); err != nil {
+	entry := fmt.Sprintf("v1 %s %s %20d %20d\n", a, o, r.BodySize, time.Now().UnixNano())
+	err = writeWhole(filepath.Join(rw, a[:2], a+"-a"), func(f *os.File) error {
+		_, err := f.WriteString(entry)
+		return err
+	})
+	if err != nil {
 		return response{Err: "put: " + err.Error()}
 	}
 	return response{DiskPath: p}
 }
 
-func writeWhole(p string, b []byte) error {
+// writeWhole makes the file p from what write writes, or nothing.
+func writeWhole(p string, write func(*os.File) error) error {
 	// Only this (the grader's) uid may add to the directory.
 	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
 		return err
@@ -213,7 +306,7 @@ func writeWhole(p string, b []byte) error {
 	if err != nil {
 		return err
 	}
-	_, err = f.Write(b)
+	err = write(f)
 	if err == nil {
 		err = f.Chmod(0o644) // as the go command's own cache under umask 022
 	}

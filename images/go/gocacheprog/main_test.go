@@ -69,12 +69,15 @@ func (s *session) send(r request, body []byte) response {
 	s.t.Helper()
 	s.id++
 	r.ID = s.id
+	// As the go command writes it: the request and a blank line, then
+	// the body's base64 as a JSON string on a line of its own.
 	line, _ := json.Marshal(r)
+	line = append(line, '\n', '\n')
 	if body != nil {
 		b, _ := json.Marshal(body)
-		line = append(append(line, '\n'), b...)
+		line = append(append(line, b...), '\n')
 	}
-	go s.in.Write(append(line, '\n'))
+	go s.in.Write(line)
 	var res response
 	s.read(&res)
 	if res.ID != r.ID {
@@ -176,6 +179,40 @@ func TestGetAndPut(t *testing.T) {
 	}
 	if after := tree(t, ro); fmt.Sprint(after) != fmt.Sprint(before) {
 		t.Fatalf("the read-only directory changed:\n%v\nwas\n%v", after, before)
+	}
+}
+
+// A large body is decoded on its way to the file, and what follows it is
+// read as the next request.
+func TestLargeBodyIsStreamed(t *testing.T) {
+	rw := t.TempDir()
+	s := start(t, t.TempDir(), rw)
+	body := make([]byte, 3<<20+7)
+	for i := range body {
+		body[i] = byte(i * 7)
+	}
+	out := sha256.Sum256(body)
+	res := s.send(request{Command: "put", ActionID: id("large"), OutputID: out[:], BodySize: int64(len(body))}, body)
+	if res.Err != "" {
+		t.Fatalf("put: %+v", res)
+	}
+	if b, _ := os.ReadFile(res.DiskPath); !bytes.Equal(b, body) {
+		t.Fatalf("the stored output has %d bytes, not the body's %d", len(b), len(body))
+	}
+	if res := s.send(request{Command: "get", ActionID: id("large")}, nil); res.Miss || res.Size != int64(len(body)) {
+		t.Fatalf("get after the large put: %+v", res)
+	}
+	// A body of another size than announced is refused, and the session
+	// goes on.
+	res = s.send(request{Command: "put", ActionID: id("short"), OutputID: out[:], BodySize: int64(len(body)) + 1}, body)
+	if !strings.Contains(res.Err, "BodySize") {
+		t.Fatalf("put of a body shorter than announced: %+v", res)
+	}
+	if res := s.send(request{Command: "get", ActionID: id("short")}, nil); !res.Miss {
+		t.Fatalf("a refused put was stored: %+v", res)
+	}
+	if n := len(tree(t, rw)); n != 2 {
+		t.Errorf("%d files in the writable directory, want the large put's output and entry (no temporary left)", n)
 	}
 }
 
