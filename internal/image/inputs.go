@@ -41,7 +41,9 @@ func inputsKey(spec *Spec) (string, error) {
 				return "", err
 			}
 		case "gocache", "gobuild":
-			out, err := exec.Command("go", "env", "GOVERSION", "GOROOT").Output()
+			cmd := exec.Command("go", "env", "GOVERSION", "GOROOT")
+			cmd.Env = append(os.Environ(), "GOTOOLCHAIN=local", "GOENV=off") // the toolchain that builds
+			out, err := cmd.Output()
 			if err != nil {
 				return "", fmt.Errorf("go env: %w", err)
 			}

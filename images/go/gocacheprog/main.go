@@ -271,7 +271,7 @@ func put(rw string, r request, body io.Reader) response {
 	p := filepath.Join(rw, o[:2], o+"-d")
 	err := writeWhole(p, func(f *os.File) error {
 		h := sha256.New()
-		n, err := io.Copy(io.MultiWriter(f, h), body)
+		n, err := io.Copy(io.MultiWriter(f, h), io.LimitReader(body, r.BodySize+1))
 		switch {
 		case err != nil:
 			return err

@@ -67,15 +67,24 @@ func (s *session) read(v any) {
 
 func (s *session) send(r request, body []byte) response {
 	s.t.Helper()
+	var quoted []byte
+	if body != nil {
+		quoted, _ = json.Marshal(body)
+	}
+	return s.sendQuoted(r, quoted)
+}
+
+// sendQuoted writes a request as the go command does: the request and a
+// blank line, then (if any) the body's base64 as a JSON string on a line
+// of its own, here given as it is to be written.
+func (s *session) sendQuoted(r request, quoted []byte) response {
+	s.t.Helper()
 	s.id++
 	r.ID = s.id
-	// As the go command writes it: the request and a blank line, then
-	// the body's base64 as a JSON string on a line of its own.
 	line, _ := json.Marshal(r)
 	line = append(line, '\n', '\n')
-	if body != nil {
-		b, _ := json.Marshal(body)
-		line = append(append(line, b...), '\n')
+	if quoted != nil {
+		line = append(append(line, quoted...), '\n')
 	}
 	go s.in.Write(line)
 	var res response
@@ -210,6 +219,15 @@ func TestLargeBodyIsStreamed(t *testing.T) {
 	}
 	if res := s.send(request{Command: "get", ActionID: id("short")}, nil); !res.Miss {
 		t.Fatalf("a refused put was stored: %+v", res)
+	}
+	// A body that is no base64 fails in its middle: refused, read to its
+	// end, and the session goes on.
+	res = s.sendQuoted(request{Command: "put", ActionID: id("bad"), OutputID: out[:], BodySize: 6}, []byte(`"AAAA!!!!"`))
+	if !strings.Contains(res.Err, "illegal base64") {
+		t.Fatalf("put of a body that is no base64: %+v", res)
+	}
+	if res := s.send(request{Command: "get", ActionID: id("large")}, nil); res.Miss {
+		t.Fatalf("get after the bad put: %+v", res)
 	}
 	if n := len(tree(t, rw)); n != 2 {
 		t.Errorf("%d files in the writable directory, want the large put's output and entry (no temporary left)", n)

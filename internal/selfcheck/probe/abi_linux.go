@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"os/exec"
 	"runtime"
@@ -69,11 +70,11 @@ func ForeignABIChild(w io.Writer) {
 	// The call is made from assembly, outside the runtime's syscall
 	// bookkeeping: a thread killed in it dies holding its P. Another P
 	// must be left for the watcher, and no collection may wait for the
-	// dead one to stop.
-	if runtime.GOMAXPROCS(0) < 2 {
-		runtime.GOMAXPROCS(2)
-	}
+	// dead one to stop (setting GOMAXPROCS also ends its updates from
+	// the cgroup's limit, each of which would stop the world).
+	runtime.GOMAXPROCS(max(2, runtime.GOMAXPROCS(0)))
 	debug.SetGCPercent(-1)
+	debug.SetMemoryLimit(math.MaxInt64)
 	tids := make(chan int, 1)
 	start := make(chan struct{})
 	done := make(chan int64, 1)

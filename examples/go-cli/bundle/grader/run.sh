@@ -19,10 +19,17 @@ cp -r "$SANDBOXD_CANDIDATE"/. /work/src/
 # A candidate that does not build fails every check: that is the
 # candidate's fault, never an inconclusive run.
 if ! (cd /work/src && go build -o /work/bin/calc .) >/work/build.log 2>&1; then
-  # Unless the go command itself fails here (its cache program, say): then
-  # nothing is known of the candidate, and no report is written.
-  if ! (cd / && go list -export -f '' fmt) >/dev/null 2>&1; then
-    echo "grader: the go command fails on the standard library; the candidate is not judged" >&2
+  # Unless the go command itself fails here (its cache program, say): a
+  # program of the grader's own is built the same way (compiled, put in
+  # the cache, linked), with the candidate's files and builds gone first;
+  # if that fails too, nothing is known of the candidate, and no report is
+  # written.
+  rm -rf /work/src "$GOCACHE"
+  mkdir -p /work/selftest
+  printf 'package main\n\nfunc main() {}\n' > /work/selftest/main.go
+  if ! (cd /work/selftest && go build -o /work/selftest/bin main.go) >/work/selftest.log 2>&1; then
+    echo "grader: the go command fails to build a program of its own; the candidate is not judged:" >&2
+    tail -n 5 /work/selftest.log >&2
     exit 3
   fi
   {
