@@ -28,10 +28,11 @@ import (
 // image's copy of that directory has (the same names and sizes, time zero,
 // in the image's GOROOT), naming the same index bytes, which hold no
 // times. (The host's keys would be of no use in the image, and would make
-// its ID depend on when this machine's toolchain was installed.) It follows dirHash as of Go 1.26 ("go index v2");
-// if a toolchain keys its index otherwise, the entries moved are never
-// asked for and cost only their bytes: the test of this file finds that
-// first (TestRekeyedModuleIndexMatchesTheGoCommand).
+// its ID depend on when this machine's toolchain was installed.) It
+// follows dirHash as of Go 1.26 ("go index v2"); if a toolchain keys its
+// index otherwise, the entries moved are never asked for and cost only
+// their bytes: the test of this file finds that first
+// (TestRekeyedModuleIndexMatchesTheGoCommand).
 func rekeyModuleIndex(spec *Spec, env []string, cache string) error {
 	cmd := exec.Command("go", "env", "GOROOT", "GOVERSION")
 	cmd.Env = env
@@ -64,16 +65,17 @@ func rekeyModuleIndex(spec *Spec, env []string, cache string) error {
 			return err
 		}
 		rel, _ := filepath.Rel(goroot, dir)
-		if excluded[rel] {
-			return filepath.SkipDir
-		}
 		files, ok := listing(dir)
 		if !ok {
 			return nil
 		}
-		// A directory the image holds only in part is indexed otherwise
-		// there (the index lists its files): its host entry goes, unmoved.
+		// A directory the image leaves out, or holds only in part, is not
+		// indexed there or indexed otherwise (the index lists its files):
+		// its host entry goes, unmoved.
 		partial := false
+		for d := rel; d != "." && !partial; d = filepath.Dir(d) {
+			partial = excluded[d]
+		}
 		for _, fi := range files {
 			partial = partial || excluded[filepath.Join(rel, fi.Name())]
 		}

@@ -143,6 +143,25 @@ func TestRekeyedModuleIndexMatchesTheGoCommand(t *testing.T) {
 	if files := goCmd(append(env, "GOROOT="+image), "list", "-f", "{{.GoFiles}}", "strings"); strings.Contains(files, "clone.go") {
 		t.Errorf("the image's strings, without clone.go, is listed with it: %s", files)
 	}
+
+	// A directory the image leaves out, and all below it: no entry of
+	// theirs stays, under the host's key or the image's.
+	restore()
+	utf8 := filepath.Join(goroot, "src", "unicode", "utf8")
+	files, _ = listing(utf8)
+	hostKey = indexKey(strings.TrimSpace(goCmd(env, "env", "GOVERSION")), filepath.Join(goroot, "src"), utf8, files, fs.FileInfo.ModTime)
+	if !entries(t, cache)[hostKey+"-a"] {
+		t.Fatalf("the warm cache has no index of %s", utf8)
+	}
+	before := len(entries(t, cache))
+	spec.Contents[0].Exclude = []string{"test", "src/unicode"}
+	if err := rekeyModuleIndex(spec, env, cache); err != nil {
+		t.Fatal(err)
+	}
+	after := entries(t, cache)
+	if after[hostKey+"-a"] || len(after) != before-2 {
+		t.Errorf("with src/unicode left out: %d entries (of %d), utf8's host entry kept: %v; want unicode's and utf8's gone", len(after), before, after[hostKey+"-a"])
+	}
 }
 
 func copyFile(t *testing.T, from, to string) {

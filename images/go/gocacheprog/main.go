@@ -21,8 +21,8 @@
 // is missing or of another size, is a miss, as it is for the go command's
 // own cache. But the go command stops if this program cannot be started
 // or fails: a grader must not take that for the candidate's failure
-// (examples/go-cli checks the go command on the standard library before it
-// says a candidate does not build).
+// (examples/go-cli builds a program of its own before it says a candidate
+// does not build).
 package main
 
 import (
