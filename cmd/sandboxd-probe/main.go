@@ -60,8 +60,8 @@ func run(args []string, fds map[string]string, stdout, stderr io.Writer) int {
 	case "socket":
 		out = map[string]any{"sockets": probe.RunSockets(args...)}
 	case "abi":
-		out = probe.TryForeignABI("/proc/self/exe", "abi-child")
-	case "abi-child":
+		out = probe.TryForeignABI("/proc/self/exe", probe.ABIChildArg)
+	case probe.ABIChildArg:
 		probe.ForeignABIChild(stdout)
 		return 0
 	case "forkbomb":

@@ -153,6 +153,7 @@ func TestSelfcheckNegativeControl(t *testing.T) {
 		"syscall-io_uring_setup", "syscall-kcmp", "syscall-personality",
 		"socket-AF_INET/raw", "socket-AF_PACKET/raw",
 		"root-read-only", "write-create /", "write-create /etc", "dev-shm", "resolv-conf", "environment", "hostname", "cgroup-namespace",
+		"foreign-abi",
 	} {
 		if !failed[want] {
 			t.Errorf("weakened container: property %s held, want it to fail", want)

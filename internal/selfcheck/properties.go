@@ -112,6 +112,11 @@ func Properties(r probe.Report, exp Expect) []Property {
 	add("cgroup-tree-probed", cgroupWrites > 0, "%d cgroup write attempts", cgroupWrites)
 	add("root-read-only", r.RootReadOnly, "statfs(/) read-only: %v", r.RootReadOnly)
 	add("dev-shm", r.DevShm.Errno != "", "creating a file in /dev/shm: errno %q, want a failure", r.DevShm.Errno)
+	abi := probe.ABIAttempt{Outcome: "not observed"}
+	if r.ForeignABI != nil {
+		abi = *r.ForeignABI
+	}
+	add("foreign-abi", r.ForeignABI != nil && abi.Refused(), "a syscall through the %s ABI: %s, want it refused", abi.ABI, abi.Outcome)
 
 	// Network.
 	add("network-interfaces", slices.Equal(r.Interfaces, []string{"lo"}), "interfaces %v, want [lo]", r.Interfaces)

@@ -65,7 +65,8 @@ func TestWeakenedReportFails(t *testing.T) {
 	exp.Env = map[string]string{"HOME": "/work", "HOSTNAME": "sandbox"}
 	got := failedNames(Properties(fixture(t, "weakened.json"), exp))
 	for _, want := range []string{"candidate-user", "capabilities-eff", "no-new-privileges", "seccomp-filter",
-		"syscall-unshare", "syscall-clone3", "syscall-open_tree", "root-read-only", "dev-shm", "resolv-conf", "cgroup-namespace"} {
+		"syscall-unshare", "syscall-clone3", "syscall-open_tree", "root-read-only", "dev-shm", "resolv-conf", "cgroup-namespace",
+		"foreign-abi"} {
 		if !slices.Contains(got, want) {
 			t.Errorf("weakened report: %s held, want it failed (failed: %v)", want, got)
 		}
@@ -118,6 +119,10 @@ func TestEachWeakeningIsNamed(t *testing.T) {
 		{"leaked cgroup v2 file", func(r *probe.Report) { r.FDs["7"] = "/sys/fs/cgroup/memory.max" }, []string{"file-descriptors"}},
 		{"leaked nested cpu.max", func(r *probe.Report) { r.FDs["7"] = "/sys/fs/cgroup/x/cpu.max" }, []string{"file-descriptors"}},
 		{"hostname", func(r *probe.Report) { r.Hostname = "build-host-17" }, []string{"hostname"}},
+		{"i386 ABI allowed", func(r *probe.Report) { r.ForeignABI.Outcome = "allowed" }, []string{"foreign-abi"}},
+		{"i386 ABI not watched", func(r *probe.Report) { r.ForeignABI.Outcome = "cannot watch the thread: x" }, []string{"foreign-abi"}},
+		{"i386 ABI child failed", func(r *probe.Report) { r.ForeignABI.Outcome = "child failed: exit status 2: " }, []string{"foreign-abi"}},
+		{"i386 ABI not observed", func(r *probe.Report) { r.ForeignABI = nil }, []string{"foreign-abi"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := fixture(t, "sandbox.json")

@@ -31,6 +31,24 @@ type ABIAttempt struct {
 	Outcome string `json:"outcome"`
 }
 
+// Refused reports whether the attempt was seen refused: the calling
+// thread killed, an errno, or the process killed by a signal. An attempt
+// allowed, or one the probe could not make or watch, is not.
+func (a ABIAttempt) Refused() bool {
+	switch o := a.Outcome; {
+	case a.ABI == "":
+		return true // no foreign ABI on this architecture
+	case o == "killed", strings.HasPrefix(o, "signal "):
+		return true
+	default:
+		return strings.HasPrefix(o, "E") && !strings.ContainsAny(o, " :")
+	}
+}
+
+// ABIChildArg is the argument that makes the probe program the child of
+// TryForeignABI (ForeignABIChild).
+const ABIChildArg = "abi-child"
+
 // TryForeignABI runs the attempt in a child process of this program
 // (argv: self, childArg), since the answer may be the death of a thread or
 // of the process.

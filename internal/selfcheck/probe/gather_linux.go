@@ -92,6 +92,8 @@ func Gather(opts Options, fds map[string]string) Report {
 		r.ResolvConf = string(b)
 	}
 	r.DevShm = Attempt{Name: "/dev/shm", Errno: errnoName(create("/dev/shm"))}
+	abi := TryForeignABI("/proc/self/exe", ABIChildArg)
+	r.ForeignABI = &abi
 	r.Namespaces = map[string]string{}
 	for _, ns := range []string{"cgroup", "ipc", "mnt", "net", "pid", "user", "uts"} {
 		t, err := os.Readlink("/proc/self/ns/" + ns)

@@ -46,6 +46,9 @@ type Report struct {
 	ResolvConf string            `json:"resolv_conf"`
 	// DevShm is the attempt to create a file in /dev/shm.
 	DevShm Attempt `json:"dev_shm"`
+	// ForeignABI is the attempt of a syscall through another ABI than
+	// the probe's own (TryForeignABI).
+	ForeignABI *ABIAttempt `json:"foreign_abi,omitempty"`
 	// Namespaces are the targets of /proc/self/ns/* ("user:[4026531837]"),
 	// by name: equal to the host's means the sandbox shares it.
 	Namespaces map[string]string `json:"namespaces,omitempty"`
