@@ -422,6 +422,9 @@ func hostileCases() []hostile {
 				if got.ABI != "i386" || !got.Refused() {
 					t.Fatalf("got %+v, want getpid through the i386 ABI refused", got)
 				}
+				if strings.HasPrefix(got.Outcome, "fault: ") {
+					t.Skipf("this kernel has no i386 ABI (%s): the profile's own refusal cannot be seen here", got.Outcome)
+				}
 				if !onRunsc() && got.Outcome != "killed" {
 					t.Fatalf("got %+v, want the calling thread killed by the filter", got)
 				}

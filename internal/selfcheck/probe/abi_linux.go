@@ -23,9 +23,9 @@ import (
 // the process's own (the i386 one, int $0x80, from an amd64 process):
 // "allowed" when the kernel answered it (getpid's answer was the pid),
 // "killed" when the calling thread was gone without returning (seccomp's
-// answer to an architecture its filter does not name), "signal
-// NAME" when the process died of a signal (a kernel or runtime without
-// that ABI), an errno's name ("EPERM"), or "returned N".
+// answer to an architecture its filter does not name), "fault: …" when
+// the call faulted (a kernel without that ABI), "signal NAME" when the
+// process died of a signal, an errno's name ("EPERM"), or "returned N".
 type ABIAttempt struct {
 	ABI     string `json:"abi"`
 	Outcome string `json:"outcome"`
@@ -38,7 +38,7 @@ func (a ABIAttempt) Refused() bool {
 	switch o := a.Outcome; {
 	case a.ABI == "":
 		return true // no foreign ABI on this architecture
-	case o == "killed", strings.HasPrefix(o, "signal "):
+	case o == "killed", strings.HasPrefix(o, "signal "), strings.HasPrefix(o, "fault: "):
 		return true
 	default:
 		return strings.HasPrefix(o, "E") && !strings.ContainsAny(o, " :")
@@ -96,8 +96,18 @@ func ForeignABIChild(w io.Writer) {
 	tids := make(chan int, 1)
 	start := make(chan struct{})
 	done := make(chan int64, 1)
+	faulted := make(chan string, 1)
 	go func() {
 		runtime.LockOSThread()
+		// A kernel without the ABI answers with a general protection
+		// fault (SIGSEGV), which the runtime would take for its own
+		// crash: here it is a panic, recovered.
+		debug.SetPanicOnFault(true)
+		defer func() {
+			if e := recover(); e != nil {
+				faulted <- fmt.Sprint(e)
+			}
+		}()
 		tids <- unix.Gettid()
 		<-start
 		done <- foreignGetpid()
@@ -123,6 +133,9 @@ func ForeignABIChild(w io.Writer) {
 			default:
 				fmt.Fprintln(w, "returned "+strconv.FormatInt(r, 10))
 			}
+			return
+		case e := <-faulted:
+			fmt.Fprintln(w, "fault: "+e)
 			return
 		case <-tick.C:
 			if threadGone(task) {
