@@ -226,7 +226,7 @@ func (b *bench) startNATS(n int) ([]string, error) {
 			}
 		}
 		dir := filepath.Join(b.o.tmp, fmt.Sprintf("nats%d", i))
-		conf := fmt.Sprintf("server_name: n%d\nlisten: 127.0.0.1:%d\nhttp: 127.0.0.1:%d\njetstream { store_dir: %q, sync_interval: always }\ncluster { name: bench, listen: 127.0.0.1:%d, routes: [%s] }\n",
+		conf := fmt.Sprintf("server_name: n%d\nlisten: 127.0.0.1:%d\nhttp: 127.0.0.1:%d\njetstream { store_dir: %q, sync_interval: always, max_file_store: 1099511627776 }\ncluster { name: bench, listen: 127.0.0.1:%d, routes: [%s] }\n",
 			i+1, nd.client, nd.mon, dir, nd.route, strings.Join(routes, ", "))
 		cf := dir + ".conf"
 		if err := os.WriteFile(cf, []byte(conf), 0o600); err != nil {

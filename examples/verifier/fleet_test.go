@@ -41,7 +41,9 @@ func natsServer(t *testing.T) string {
 	client, mon := port(), port()
 	dir := t.TempDir()
 	conf := filepath.Join(dir, "nats.conf")
-	os.WriteFile(conf, fmt.Appendf(nil, "listen: 127.0.0.1:%d\nhttp: 127.0.0.1:%d\njetstream { store_dir: %q, sync_interval: always }\n", client, mon, filepath.Join(dir, "js")), 0o600)
+	// The store the fleet may reserve, set rather than three quarters of
+	// the disk's free space (see internal/testharness/nats.go).
+	os.WriteFile(conf, fmt.Appendf(nil, "listen: 127.0.0.1:%d\nhttp: 127.0.0.1:%d\njetstream { store_dir: %q, sync_interval: always, max_file_store: 1099511627776 }\n", client, mon, filepath.Join(dir, "js")), 0o600)
 	cmd := exec.Command(bin, "-c", conf)
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

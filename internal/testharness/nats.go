@@ -82,6 +82,13 @@ func StartNATS(t testing.TB, n int) *NATSCluster {
 	return StartNATSWith(t, n, "")
 }
 
+// testStoreBytes is the file store each test server may reserve: the
+// fleet reserves its blob stores (50 GiB by default) against it, and left
+// to itself nats-server takes three quarters of the disk's free space, so a
+// suite's fleet would start or not by how full the machine's disk is. The
+// tests write a few megabytes.
+const testStoreBytes = 1 << 40
+
 // StartNATSWith is StartNATS with more server configuration (accounts and
 // users, say) appended to every node's.
 func StartNATSWith(t testing.TB, n int, extra string) *NATSCluster {
@@ -103,8 +110,8 @@ func StartNATSWith(t testing.TB, n int, extra string) *NATSCluster {
 listen: 127.0.0.1:%d
 http: 127.0.0.1:%d
 max_payload: 2MB
-jetstream { store_dir: %q, sync_interval: always }
-`, node.Name, node.ClientPort, node.HTTP, store)
+jetstream { store_dir: %q, sync_interval: always, max_file_store: %d }
+`, node.Name, node.ClientPort, node.HTTP, store, testStoreBytes)
 		if n > 1 {
 			conf += fmt.Sprintf("cluster { name: sandboxd-test, listen: 127.0.0.1:%d, routes: [%s] }\n", node.RoutePort, strings.Join(routes, ", "))
 		}
