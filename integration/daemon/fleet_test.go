@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	mathrand "math/rand/v2"
 	"os"
 	"slices"
@@ -193,25 +194,7 @@ func TestFleetRecordsAreTheLeaders(t *testing.T) {
 	c := testharness.StartNATS(t, 3)
 	openFleet(t, c, true)
 	ctx := ctxFor(t, 2*time.Minute)
-	lagging := laggingNode(t, c, "KV_sandboxd-jobs", "SANDBOXD_JOBS")
-	var urls []string
-	for i, n := range c.Nodes {
-		if i != lagging {
-			urls = append(urls, n.URL())
-		}
-	}
-	opts := fleet.Options{URLs: urls, Name: t.Name(), CallTimeout: 3 * time.Second, AckWait: 3 * time.Second}
-	writer, err := fleet.Open(ctx, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer writer.Close()
-	opts.URLs = []string{c.Nodes[lagging].URL()} // the reader is on the node that lags
-	reader, err := fleet.Open(ctx, opts)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer reader.Close()
+	lagging, writer, reader := laggingPair(t, ctx, c, "KV_sandboxd-jobs", "SANDBOXD_JOBS")
 	stale := 0
 	for round := range 6 {
 		var want []fleet.Record
@@ -236,6 +219,81 @@ func TestFleetRecordsAreTheLeaders(t *testing.T) {
 		c.WaitHealthy(lagging, 30*time.Second)
 	}
 	t.Logf("%d of 120 reads stale", stale)
+}
+
+// A blob is read as its store's leader has it: a host that judges a job
+// another host ran reads the job's outputs right after their record says
+// they are there, and a replica that had not applied the put said "not
+// found" (CI, stop 38: TestFleetSocketSubmitIsClaimedFleetWide).
+func TestFleetBlobsAreTheLeaders(t *testing.T) {
+	c := testharness.StartNATS(t, 3)
+	openFleet(t, c, true)
+	ctx := ctxFor(t, 2*time.Minute)
+	lagging, writer, reader := laggingPair(t, ctx, c, "OBJ_sandboxd-blobs")
+	stale, reads := 0, 0
+	for round := range 4 {
+		var want [][]byte
+		c.Stop(lagging)
+		for i := range 10 {
+			// Large enough that the replica takes a while to catch up.
+			b := bytes.Repeat([]byte(fmt.Sprintf("output %d of round %d: %s\n", i, round, randHex(8))), 16<<10)
+			// The writer rides out an election (laggingNode may have
+			// moved a leader): what is tested is the reader.
+			err := writer.PutBlob(ctx, sandbox.DigestBytes(b), int64(len(b)), bytes.NewReader(b))
+			for began := time.Now(); errors.Is(err, fleet.ErrUnavailable) && time.Since(began) < 20*time.Second; {
+				time.Sleep(100 * time.Millisecond)
+				err = writer.PutBlob(ctx, sandbox.DigestBytes(b), int64(len(b)), bytes.NewReader(b))
+			}
+			if err != nil {
+				c.Cont(lagging)
+				t.Fatal(err)
+			}
+			want = append(want, b)
+		}
+		c.Cont(lagging)
+		for i := range want { // the newest first: the last a replica catches up with
+			w := want[len(want)-1-i]
+			reads++
+			rc, err := reader.Blob(ctx, sandbox.DigestBytes(w))
+			var got []byte
+			if err == nil {
+				got, err = io.ReadAll(rc)
+				rc.Close()
+			}
+			if err != nil || !bytes.Equal(got, w) {
+				stale++
+				t.Errorf("round %d: blob %.30q just after a replica came back: %d bytes, %v", round, w, len(got), err)
+			}
+		}
+		c.WaitHealthy(lagging, 30*time.Second)
+	}
+	t.Logf("%d of %d reads stale", stale, reads)
+}
+
+// laggingPair is a node that leads none of streams (laggingNode), a
+// writer connected to the other nodes and a reader connected to that
+// node alone: what the reader is answered there, it is answered first.
+func laggingPair(t *testing.T, ctx context.Context, c *testharness.NATSCluster, streams ...string) (lagging int, writer, reader *fleet.JetStream) {
+	t.Helper()
+	lagging = laggingNode(t, c, streams...)
+	var urls []string
+	for i, n := range c.Nodes {
+		if i != lagging {
+			urls = append(urls, n.URL())
+		}
+	}
+	opts := fleet.Options{URLs: urls, Name: t.Name(), CallTimeout: 3 * time.Second, AckWait: 3 * time.Second}
+	writer, err := fleet.Open(ctx, opts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(writer.Close)
+	opts.URLs = []string{c.Nodes[lagging].URL()}
+	if reader, err = fleet.Open(ctx, opts); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(reader.Close)
+	return lagging, writer, reader
 }
 
 // laggingNode is the index of a node of c that leads none of streams and

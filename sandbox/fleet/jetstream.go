@@ -3,6 +3,7 @@ package fleet
 import (
 	"context"
 	"crypto/sha256"
+	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -137,7 +138,8 @@ type JetStream struct {
 	hosts   jetstream.KeyValue
 	tenant  string
 	blobs   jetstream.ObjectStore // the tenant's
-	cons    jetstream.Consumer    // nil until Next is first called
+	leader  leaderGets
+	cons    jetstream.Consumer // nil until Next is first called
 	views   *views
 	denials *denials
 	// leaderReadDenied: this view's user may not read its records from
@@ -274,7 +276,7 @@ func Open(ctx context.Context, opt Options) (*JetStream, error) {
 		nc.Close()
 		return nil, fmt.Errorf("fleet: %w", err)
 	}
-	f := &JetStream{opt: opt, nc: nc, js: js, tenant: opt.Tenant, views: &views{m: map[string]*JetStream{}}, denials: refused}
+	f := &JetStream{opt: opt, nc: nc, js: js, leader: natsLeader{nc}, tenant: opt.Tenant, views: &views{m: map[string]*JetStream{}}, denials: refused}
 	// A cluster that has just started may not have elected its leaders:
 	// binding is tried again while it does not answer, until ctx ends;
 	// one the servers' permissions refuse is not.
@@ -431,7 +433,7 @@ func (f *JetStream) Tenant(ctx context.Context, name string) (Coordinator, error
 	if err != nil {
 		return nil, fmt.Errorf("fleet: tenant %q: %w", name, classify(err))
 	}
-	v := &JetStream{opt: f.opt, nc: f.nc, js: f.js, records: records, marks: f.marks, hosts: f.hosts, tenant: name, blobs: blobs, views: f.views, denials: f.denials}
+	v := &JetStream{opt: f.opt, nc: f.nc, js: f.js, leader: f.leader, records: records, marks: f.marks, hosts: f.hosts, tenant: name, blobs: blobs, views: f.views, denials: f.denials}
 	f.views.m[name] = v
 	return v, nil
 }
@@ -926,8 +928,8 @@ func (f *JetStream) leaderEntries(ctx context.Context, kv jetstream.KeyValue, fi
 	return out, nil
 }
 
-// lastMsg is the last message of a key's subject.
-type lastMsg struct {
+// storedMsg is a message of a stream as its leader has it.
+type storedMsg struct {
 	hdr  nats.Header
 	data []byte
 	seq  uint64
@@ -935,24 +937,41 @@ type lastMsg struct {
 
 // removed says whether the key was deleted or purged (or aged out, with a
 // marker), not written.
-func (m lastMsg) removed() bool {
+func (m storedMsg) removed() bool {
 	op := m.hdr.Get("KV-Operation")
 	return op == "DEL" || op == "PURGE" || m.hdr.Get(jetstream.MarkerReasonHeader) != ""
 }
 
-// leaderLast reads the last message on subject in stream from the
-// stream's leader ($JS.API.STREAM.MSG.GET, which the jetstream package
-// makes a direct get when the stream allows those, as KV streams do).
-func (f *JetStream) leaderLast(ctx context.Context, stream, subject string) (lastMsg, error) {
-	body, err := json.Marshal(struct {
-		LastBySubject string `json:"last_by_subj"`
-	}{subject})
+// msgGet asks for one message of a stream: the last on a subject
+// (LastBySubject), or the first on a subject at or after a sequence
+// (NextBySubject, Seq).
+type msgGet struct {
+	LastBySubject string `json:"last_by_subj,omitempty"`
+	NextBySubject string `json:"next_by_subj,omitempty"`
+	Seq           uint64 `json:"seq,omitempty"`
+}
+
+func (g msgGet) subject() string { return g.LastBySubject + g.NextBySubject }
+
+// leaderGets are the gets only a stream's leader answers
+// ($JS.API.STREAM.MSG.GET, which the jetstream package makes a direct get
+// when the stream allows those, as its buckets and object stores do). A
+// stream without a leader answers "cluster not available" (unavailable).
+type leaderGets interface {
+	get(ctx context.Context, stream string, g msgGet) (storedMsg, error)
+}
+
+// natsLeader makes a connection's gets.
+type natsLeader struct{ nc *nats.Conn }
+
+func (l natsLeader) get(ctx context.Context, stream string, g msgGet) (storedMsg, error) {
+	body, err := json.Marshal(g)
 	if err != nil {
-		return lastMsg{}, err
+		return storedMsg{}, err
 	}
-	m, err := f.nc.RequestWithContext(ctx, "$JS.API.STREAM.MSG.GET."+stream, body)
+	m, err := l.nc.RequestWithContext(ctx, "$JS.API.STREAM.MSG.GET."+stream, body)
 	if err != nil {
-		return lastMsg{}, err
+		return storedMsg{}, err
 	}
 	var resp struct {
 		Error   *jetstream.APIError `json:"error"`
@@ -963,24 +982,31 @@ func (f *JetStream) leaderLast(ctx context.Context, stream, subject string) (las
 			Data     []byte `json:"data"`
 		} `json:"message"`
 	}
+	subject := g.subject()
 	if err := json.Unmarshal(m.Data, &resp); err != nil {
-		return lastMsg{}, fmt.Errorf("the answer to a get of %s in %s: %w", subject, stream, err)
+		return storedMsg{}, fmt.Errorf("the answer to a get of %s in %s: %w", subject, stream, err)
 	}
 	switch {
 	case resp.Error != nil && resp.Error.ErrorCode == jetstream.JSErrCodeMessageNotFound:
-		return lastMsg{}, jetstream.ErrMsgNotFound
+		return storedMsg{}, jetstream.ErrMsgNotFound
 	case resp.Error != nil:
-		return lastMsg{}, resp.Error
-	case resp.Message == nil || resp.Message.Subject != subject || resp.Message.Sequence == 0:
-		return lastMsg{}, fmt.Errorf("the answer to a get of %s in %s is not a message of it", subject, stream)
+		return storedMsg{}, resp.Error
+	case resp.Message == nil || resp.Message.Subject != subject || resp.Message.Sequence == 0 || resp.Message.Sequence < g.Seq:
+		return storedMsg{}, fmt.Errorf("the answer to a get of %s in %s is not a message of it", subject, stream)
 	}
-	out := lastMsg{hdr: nats.Header{}, data: resp.Message.Data, seq: resp.Message.Sequence}
+	out := storedMsg{hdr: nats.Header{}, data: resp.Message.Data, seq: resp.Message.Sequence}
 	if len(resp.Message.Header) > 0 {
 		if out.hdr, err = nats.DecodeHeadersMsg(resp.Message.Header); err != nil {
-			return lastMsg{}, fmt.Errorf("the headers of %s in %s: %w", subject, stream, err)
+			return storedMsg{}, fmt.Errorf("the headers of %s in %s: %w", subject, stream, err)
 		}
 	}
 	return out, nil
+}
+
+// leaderLast is the last message on subject in stream, from the stream's
+// leader.
+func (f *JetStream) leaderLast(ctx context.Context, stream, subject string) (storedMsg, error) {
+	return f.leader.get(ctx, stream, msgGet{LastBySubject: subject})
 }
 
 // errNoMarks: a tenant's submitter does not see the hosts' held marks.
@@ -989,7 +1015,8 @@ var errNoMarks = fmt.Errorf("fleet: held marks are the hosts' (a tenant's submit
 // errNoBlobStore: a host's fleet has tenants, and blobs are a tenant's.
 var errNoBlobStore = fmt.Errorf("fleet: the fleet has tenants: a blob is in a tenant's store (Tenant): %w", sandbox.ErrInvalid)
 
-// PutBlob implements Coordinator.
+// PutBlob implements Coordinator. A blob its store's leader already has
+// (blobInfo) is not put again.
 func (f *JetStream) PutBlob(ctx context.Context, digest string, size int64, r io.Reader) error {
 	if !sandbox.ValidDigest(digest) {
 		return fmt.Errorf("blob digest %q: %w", digest, sandbox.ErrInvalid)
@@ -1005,9 +1032,9 @@ func (f *JetStream) PutBlob(ctx context.Context, digest string, size int64, r io
 		return errNoBlobStore
 	}
 	c, cancel := f.call(ctx)
-	info, err := f.blobs.GetInfo(c, digest)
+	info, err := f.blobInfo(c, digest)
 	cancel()
-	if err == nil && info.Size == uint64(size) && !info.Deleted {
+	if err == nil && info.Size == uint64(size) {
 		return nil // there already
 	}
 	if err != nil && !errors.Is(err, jetstream.ErrObjectNotFound) {
@@ -1019,20 +1046,28 @@ func (f *JetStream) PutBlob(ctx context.Context, digest string, size int64, r io
 	c, cancel = context.WithTimeout(ctx, bound)
 	defer cancel()
 	h := sha256.New()
-	info, err = f.blobs.Put(c, jetstream.ObjectMeta{Name: digest}, io.TeeReader(r, h))
+	put, err := f.blobs.Put(c, jetstream.ObjectMeta{Name: digest}, io.TeeReader(r, h))
 	if err != nil {
 		return fmt.Errorf("fleet: put blob %s: %w", digest, classify(err))
 	}
-	if got := "sha256:" + hex.EncodeToString(h.Sum(nil)); got != digest || info.Size != uint64(size) {
+	if got := "sha256:" + hex.EncodeToString(h.Sum(nil)); got != digest || put.Size != uint64(size) {
 		c, cancel := f.call(ctx)
 		defer cancel()
 		_ = f.blobs.Delete(c, digest)
-		return fmt.Errorf("fleet: blob %s: the bytes sent hash to %s (%d bytes, %d expected): %w", digest, got, info.Size, size, sandbox.ErrInvalid)
+		return fmt.Errorf("fleet: blob %s: the bytes sent hash to %s (%d bytes, %d expected): %w", digest, got, put.Size, size, sandbox.ErrInvalid)
 	}
 	return nil
 }
 
-// Blob implements Coordinator.
+// Blob implements Coordinator. A blob is read from its store's leader, its
+// metadata and then each chunk, by gets that are not direct (as Record
+// reads a record). The object store's own read takes the metadata from
+// any replica and the chunks through a consumer that can sit on any
+// replica: one that had not applied the put yet answered "not found" (a
+// host judging a job another host ran, right after the job's record named
+// its outputs), or gave the first chunk alone (TestFleetBlobsAreTheLeaders:
+// 2 to 4 of 40 reads, each a corrupt object). A get per chunk (128 KiB)
+// costs a round trip each; the leader answers them all.
 func (f *JetStream) Blob(ctx context.Context, digest string) (io.ReadCloser, error) {
 	if !sandbox.ValidDigest(digest) {
 		return nil, fmt.Errorf("blob digest %q: %w", digest, sandbox.ErrInvalid)
@@ -1046,19 +1081,73 @@ func (f *JetStream) Blob(ctx context.Context, digest string) (io.ReadCloser, err
 		return nil, errNoBlobStore
 	}
 	c, cancel := f.call(ctx)
-	info, err := f.blobs.GetInfo(c, digest)
+	info, err := f.blobInfo(c, digest)
 	cancel()
 	if err != nil {
 		return nil, fmt.Errorf("fleet: blob %s: %w", digest, classify(err))
 	}
 	bound := f.opt.CallTimeout + time.Duration(info.Size/(1<<20))*time.Second
 	c, cancel = context.WithTimeout(ctx, bound)
-	o, err := f.blobs.Get(c, digest)
-	if err != nil {
-		cancel()
-		return nil, fmt.Errorf("fleet: blob %s: %w", digest, classify(err))
+	bucket := blobBucketOf(f.tenant)
+	chunks := &chunkReader{ctx: c, leader: f.leader, stream: "OBJ_" + bucket, subject: "$O." + bucket + ".C." + info.NUID, left: info.Size}
+	return &checkedReader{r: chunks, h: sha256.New(), want: digest, done: cancel}, nil
+}
+
+// blobInfo is a blob's metadata as its store's leader has it; a blob it
+// lacks, or has as deleted, is jetstream.ErrObjectNotFound.
+func (f *JetStream) blobInfo(ctx context.Context, digest string) (jetstream.ObjectInfo, error) {
+	bucket := blobBucketOf(f.tenant)
+	m, err := f.leaderLast(ctx, "OBJ_"+bucket, "$O."+bucket+".M."+base64.URLEncoding.EncodeToString([]byte(digest)))
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return jetstream.ObjectInfo{}, jetstream.ErrObjectNotFound
 	}
-	return &checkedReader{r: o, h: sha256.New(), want: digest, done: func() { o.Close(); cancel() }}, nil
+	if err != nil {
+		return jetstream.ObjectInfo{}, err
+	}
+	var info jetstream.ObjectInfo
+	if err := json.Unmarshal(m.data, &info); err != nil {
+		return jetstream.ObjectInfo{}, fmt.Errorf("its metadata: %w", err)
+	}
+	switch {
+	case info.Deleted:
+		return jetstream.ObjectInfo{}, jetstream.ErrObjectNotFound
+	case info.Name != digest || info.NUID == "" || (info.Opts != nil && info.Opts.Link != nil):
+		// Never what PutBlob writes.
+		return jetstream.ObjectInfo{}, fmt.Errorf("its metadata names %q (object %q) or a link, not the blob itself", info.Name, info.NUID)
+	}
+	return info, nil
+}
+
+// chunkReader reads a blob's chunks, in order, from its store's leader.
+type chunkReader struct {
+	ctx             context.Context
+	leader          leaderGets
+	stream, subject string
+	next            uint64 // the next chunk is at this sequence or after
+	left            uint64 // bytes the metadata says are still to come
+	buf             []byte
+}
+
+func (r *chunkReader) Read(p []byte) (int, error) {
+	for len(r.buf) == 0 {
+		if r.left == 0 {
+			return 0, io.EOF
+		}
+		m, err := r.leader.get(r.ctx, r.stream, msgGet{NextBySubject: r.subject, Seq: r.next})
+		if errors.Is(err, jetstream.ErrMsgNotFound) {
+			return 0, fmt.Errorf("its store has %d bytes fewer than its metadata says (aged out?): %w", r.left, io.ErrUnexpectedEOF)
+		}
+		if err != nil {
+			return 0, err
+		}
+		if uint64(len(m.data)) > r.left {
+			return 0, fmt.Errorf("its store has more bytes than its metadata says")
+		}
+		r.buf, r.next, r.left = m.data, m.seq+1, r.left-uint64(len(m.data))
+	}
+	n := copy(p, r.buf)
+	r.buf = r.buf[n:]
+	return n, nil
 }
 
 // checkedReader fails at EOF unless what it read hashes to want.

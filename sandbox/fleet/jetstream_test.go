@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -14,16 +15,16 @@ import (
 	"github.com/sandboxd/sandboxd/sandbox"
 )
 
-// askedObjects is an object store that has nothing and counts what it is
-// asked.
+// askedObjects is an object store, and its stream's leader, that has
+// nothing and counts what it is asked.
 type askedObjects struct {
 	jetstream.ObjectStore
 	asked int
 }
 
-func (o *askedObjects) GetInfo(context.Context, string, ...jetstream.GetObjectInfoOpt) (*jetstream.ObjectInfo, error) {
+func (o *askedObjects) get(context.Context, string, msgGet) (storedMsg, error) {
 	o.asked++
-	return nil, jetstream.ErrObjectNotFound
+	return storedMsg{}, jetstream.ErrMsgNotFound
 }
 
 func (o *askedObjects) Put(context.Context, jetstream.ObjectMeta, io.Reader) (*jetstream.ObjectInfo, error) {
@@ -74,7 +75,7 @@ func TestEmptyBlobIsNeitherStoredNorRead(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			store := &askedObjects{}
-			f := &JetStream{blobs: store, opt: Options{CallTimeout: time.Second}}
+			f := &JetStream{blobs: store, leader: store, opt: Options{CallTimeout: time.Second}}
 			err := tt.call(f)
 			if (tt.wantErr == nil && err != nil) || (tt.wantErr != nil && !errors.Is(err, tt.wantErr)) {
 				t.Errorf("got %v, want %v", err, tt.wantErr)
@@ -147,5 +148,45 @@ func TestWatchTakesTheWatchersRecord(t *testing.T) {
 	}
 	if records.watches != 1 {
 		t.Errorf("%d watchers, want 1", records.watches)
+	}
+}
+
+// chunkStream is a stream's leader holding messages at sequences.
+type chunkStream map[uint64]storedMsg
+
+func (s chunkStream) get(_ context.Context, _ string, g msgGet) (storedMsg, error) {
+	var seqs []uint64
+	for seq := range s {
+		if seq >= g.Seq {
+			seqs = append(seqs, seq)
+		}
+	}
+	if len(seqs) == 0 {
+		return storedMsg{}, jetstream.ErrMsgNotFound
+	}
+	return s[slices.Min(seqs)], nil
+}
+
+// A blob's chunks are read in order until its metadata's size; a store
+// that has fewer bytes, or more, is an error, never a short or long blob.
+func TestChunkReaderReadsTheSizeTheMetadataSays(t *testing.T) {
+	stream := chunkStream{3: {data: []byte("abc"), seq: 3}, 7: {data: []byte("de"), seq: 7}, 9: {data: []byte("f"), seq: 9}}
+	for _, tt := range []struct {
+		size    uint64
+		want    string
+		wantErr string
+	}{
+		{6, "abcdef", ""},
+		{4, "", "more bytes"},
+		{8, "abcdef", "2 bytes fewer"},
+	} {
+		r := &chunkReader{ctx: context.Background(), leader: stream, left: tt.size}
+		got, err := io.ReadAll(r)
+		if tt.wantErr == "" && (err != nil || string(got) != tt.want) {
+			t.Errorf("size %d: %q, %v; want %q", tt.size, got, err, tt.want)
+		}
+		if tt.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tt.wantErr)) {
+			t.Errorf("size %d: %q, %v; want an error saying %q", tt.size, got, err, tt.wantErr)
+		}
 	}
 }
