@@ -146,15 +146,23 @@ func TestSelfcheckNegativeControl(t *testing.T) {
 	for _, p := range selfcheck.Failed(props) {
 		failed[p.Name] = true
 	}
-	for _, want := range []string{
+	weakened := []string{
 		"candidate-user", "capabilities-eff", "capabilities-prm", "capabilities-bounding",
 		"no-new-privileges", "seccomp-filter",
 		"syscall-unshare", "syscall-clone3", "syscall-mount", "syscall-open_tree", "syscall-name_to_handle_at",
 		"syscall-io_uring_setup", "syscall-kcmp", "syscall-personality",
 		"socket-AF_INET/raw", "socket-AF_PACKET/raw",
 		"root-read-only", "write-create /", "write-create /etc", "dev-shm", "resolv-conf", "environment", "hostname", "cgroup-namespace",
-		"foreign-abi",
-	} {
+	}
+	// A kernel built without the i386 ABI (CI's Firecracker guests)
+	// faults the call whatever the filter: there the property holds even
+	// unconfined, as the hostile case abi-i386 skips.
+	if a := rep.ForeignABI; a != nil && strings.HasPrefix(a.Outcome, "fault: ") {
+		t.Logf("this kernel has no i386 ABI (%s): foreign-abi cannot fail here", a.Outcome)
+	} else {
+		weakened = append(weakened, "foreign-abi")
+	}
+	for _, want := range weakened {
 		if !failed[want] {
 			t.Errorf("weakened container: property %s held, want it to fail", want)
 		}
