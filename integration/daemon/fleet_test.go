@@ -299,7 +299,7 @@ func laggingPair(t *testing.T, ctx context.Context, c *testharness.NATSCluster, 
 // laggingNode is the index of a node of c that leads none of streams and
 // not the cluster's metadata: one that can be stopped while writes to
 // them go on. A stream's leader is asked to step down until there is one.
-func laggingNode(t *testing.T, c *testharness.NATSCluster, streams ...string) int {
+func laggingNode(t testing.TB, c *testharness.NATSCluster, streams ...string) int {
 	t.Helper()
 	nc, err := nats.Connect(strings.Join(c.URLs(), ","))
 	if err != nil {
@@ -1220,10 +1220,10 @@ accounts {
             "$JS.API.INFO", "$JS.API.STREAM.INFO.>",
             "$JS.API.DIRECT.GET.KV_sandboxd-jobs.$KV.sandboxd-jobs.job.>",
             "$JS.API.STREAM.MSG.GET.KV_sandboxd-jobs",
-            "$JS.API.DIRECT.GET.OBJ_sandboxd-blobs.>", "$JS.API.STREAM.MSG.GET.OBJ_sandboxd-blobs",
+            "$JS.API.DIRECT.GET.OBJ_sandboxd-blobs", "$JS.API.DIRECT.GET.OBJ_sandboxd-blobs.>",
+            "$JS.API.STREAM.MSG.GET.OBJ_sandboxd-blobs",
             "$JS.API.CONSUMER.CREATE.KV_sandboxd-jobs.*.$KV.sandboxd-jobs.job.>",
-            "$JS.API.CONSUMER.CREATE.OBJ_sandboxd-blobs.>",
-            "$JS.API.CONSUMER.DELETE.KV_sandboxd-jobs.>", "$JS.API.CONSUMER.DELETE.OBJ_sandboxd-blobs.>",
+            "$JS.API.CONSUMER.DELETE.KV_sandboxd-jobs.>",
             "$JS.FC.>"
           ] }
           subscribe: { allow: ["_INBOX.>"] }
@@ -1238,9 +1238,10 @@ accounts {
 // first read is refused, and that connection's reads are direct gets
 // again (docs/fleet.md, "Upgrading").
 func TestFleetSubmitterWithPermissionsFromBefore(t *testing.T) {
-	before := strings.Replace(fleetAccounts, `"$JS.API.STREAM.MSG.GET.KV_sandboxd-jobs",`, "", 1)
-	if before == fleetAccounts {
-		t.Fatal("the documented permissions have no leader read of the records to take out")
+	before := strings.NewReplacer(`"$JS.API.STREAM.MSG.GET.KV_sandboxd-jobs",`, "",
+		`"$JS.API.DIRECT.GET.OBJ_sandboxd-blobs", `, "").Replace(fleetAccounts)
+	if strings.Count(before, "GET") != strings.Count(fleetAccounts, "GET")-2 {
+		t.Fatal("the documented permissions have no leader read of the records or direct get of the blobs' chunks to take out")
 	}
 	c := testharness.StartNATSWith(t, 1, before)
 	as := func(user, password string, setup bool) *fleet.JetStream {
@@ -1264,6 +1265,18 @@ func TestFleetSubmitterWithPermissionsFromBefore(t *testing.T) {
 	for i := range 2 {
 		if got, err := sub.Record(ctx, job.ID); err != nil || got.Digest != job.Digest {
 			t.Errorf("read %d of its record: %+v, %v", i+1, got, err)
+		}
+	}
+	// Its blobs too: the chunks from the leader alone once refused the
+	// direct get (the first read waits out a call's timeout).
+	content := bytes.Repeat([]byte("a blob of more than one chunk "), 10<<10)
+	digest := sandbox.DigestBytes(content)
+	if err := sub.PutBlob(ctx, digest, int64(len(content)), bytes.NewReader(content)); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 2 {
+		if got, err := fleet.NewRunner(sub, sandbox.KeySet{}).Blob(ctx, digest, 1<<20); err != nil || !bytes.Equal(got, content) {
+			t.Errorf("read %d of its blob: %d bytes, %v", i+1, len(got), err)
 		}
 	}
 }
@@ -1349,4 +1362,41 @@ func TestFleetPermissionsAsDocumented(t *testing.T) {
 		t.Errorf("the submitter watches its job claimed: %+v, %v", got, err)
 	}
 	d.Done(ctx)
+}
+
+// BenchmarkFleetBlobRead reads a 16 MiB blob (128 chunks) from a 3-node
+// cluster through a connection to a node that does not lead the store:
+// go test ./integration/daemon -run '^$' -bench FleetBlobRead
+func BenchmarkFleetBlobRead(b *testing.B) {
+	c := testharness.StartNATS(b, 3)
+	ctx := context.Background()
+	host, err := fleet.Open(ctx, fleet.Options{URLs: c.URLs(), Name: b.Name(), Setup: true})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer host.Close()
+	content := bytes.Repeat([]byte(randHex(32)), 256<<10)
+	digest := sandbox.DigestBytes(content)
+	if err := host.PutBlob(ctx, digest, int64(len(content)), bytes.NewReader(content)); err != nil {
+		b.Fatal(err)
+	}
+	// laggingNode's choice, with none stopped: a node that leads nothing.
+	reader, err := fleet.Open(ctx, fleet.Options{URLs: []string{c.Nodes[laggingNode(b, c, "OBJ_sandboxd-blobs")].URL()}, Name: b.Name()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer reader.Close()
+	b.SetBytes(int64(len(content)))
+	b.ResetTimer()
+	for range b.N {
+		rc, err := reader.Blob(ctx, digest)
+		if err != nil {
+			b.Fatal(err)
+		}
+		n, err := io.Copy(io.Discard, rc)
+		rc.Close()
+		if err != nil || n != int64(len(content)) {
+			b.Fatalf("%d bytes, %v", n, err)
+		}
+	}
 }

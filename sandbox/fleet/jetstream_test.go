@@ -7,6 +7,7 @@ import (
 	"io"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -170,17 +171,23 @@ func (s chunkStream) get(_ context.Context, _ string, g msgGet) (storedMsg, erro
 // A blob's chunks are read in order until its metadata's size; a store
 // that has fewer bytes, or more, is an error, never a short or long blob.
 func TestChunkReaderReadsTheSizeTheMetadataSays(t *testing.T) {
-	stream := chunkStream{3: {data: []byte("abc"), seq: 3}, 7: {data: []byte("de"), seq: 7}, 9: {data: []byte("f"), seq: 9}}
+	gaps := chunkStream{3: {data: []byte("abc"), seq: 3}, 7: {data: []byte("de"), seq: 7}, 9: {data: []byte("f"), seq: 9}}
+	// Asked ahead from 2, 3 and 4 after the first chunk: 3 and 4 find the
+	// chunk at 5, and are not taken twice.
+	runs := chunkStream{1: {data: []byte("abc"), seq: 1}, 2: {data: []byte("def"), seq: 2}, 5: {data: []byte("ghi"), seq: 5}, 6: {data: []byte("j"), seq: 6}}
 	for _, tt := range []struct {
+		stream  chunkStream
 		size    uint64
 		want    string
 		wantErr string
 	}{
-		{6, "abcdef", ""},
-		{4, "", "more bytes"},
-		{8, "abcdef", "2 bytes fewer"},
+		{gaps, 6, "abcdef", ""},
+		{gaps, 4, "", "more bytes"},
+		{gaps, 8, "abcdef", "2 bytes fewer"},
+		{runs, 10, "abcdefghij", ""},
+		{runs, 9, "abcdefghi", ""}, // the hash check (checkedReader) refuses it
 	} {
-		r := &chunkReader{ctx: context.Background(), leader: stream, left: tt.size}
+		r := &chunkReader{ctx: context.Background(), leader: tt.stream, left: tt.size}
 		got, err := io.ReadAll(r)
 		if tt.wantErr == "" && (err != nil || string(got) != tt.want) {
 			t.Errorf("size %d: %q, %v; want %q", tt.size, got, err, tt.want)
@@ -188,5 +195,38 @@ func TestChunkReaderReadsTheSizeTheMetadataSays(t *testing.T) {
 		if tt.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tt.wantErr)) {
 			t.Errorf("size %d: %q, %v; want an error saying %q", tt.size, got, err, tt.wantErr)
 		}
+	}
+}
+
+// failingGets fails every get.
+type failingGets struct{ asked *atomic.Int32 }
+
+func (f failingGets) get(context.Context, string, msgGet) (storedMsg, error) {
+	f.asked.Add(1)
+	return storedMsg{}, errors.New("no answer")
+}
+
+// A chunk the replica that answers does not have yet is the leader's; a
+// replica that fails otherwise is asked no more, and its failure is told.
+func TestChunkReaderTakesWhatTheReplicaLacksFromTheLeader(t *testing.T) {
+	leader := chunkStream{1: {data: []byte("abc"), seq: 1}, 2: {data: []byte("def"), seq: 2}, 3: {data: []byte("g"), seq: 3}}
+	behind := chunkStream{1: leader[1]} // has applied the first chunk only
+	r := &chunkReader{ctx: context.Background(), replica: behind, replicaTimeout: time.Second, leader: leader, left: 7}
+	if got, err := io.ReadAll(r); err != nil || string(got) != "abcdefg" {
+		t.Errorf("a replica behind: %q, %v; want the leader's chunks", got, err)
+	}
+	if r.noReplica.Load() {
+		t.Error("a replica that only lacked chunks is asked no more")
+	}
+
+	var asked atomic.Int32
+	var told []error
+	r = &chunkReader{ctx: context.Background(), replica: failingGets{&asked}, replicaTimeout: time.Second, leader: leader, left: 7,
+		replicaFailed: func(err error, _ time.Time) { told = append(told, err) }}
+	if got, err := io.ReadAll(r); err != nil || string(got) != "abcdefg" {
+		t.Errorf("a failing replica: %q, %v; want the leader's chunks", got, err)
+	}
+	if n := asked.Load(); n != 1 || len(told) != 1 {
+		t.Errorf("a failing replica was asked %d times and its failure told %d times, want once each", n, len(told))
 	}
 }

@@ -35,10 +35,14 @@ func TenantPermissions(tenant string, submit bool, read ...string) Permissions {
 			p.Publish = append(p.Publish,
 				"$JS.API.STREAM.INFO."+stream,
 				"$JS.API.DIRECT.GET."+stream+".>",
-				"$JS.API.CONSUMER.CREATE."+stream+".>",
-				"$JS.API.CONSUMER.DELETE."+stream+".>",
 			)
 		}
+		// Watchers of its records; blobs are read by gets (Blob), never
+		// through a consumer: a chunk by a direct get that names it in its
+		// body.
+		records := "KV_" + recordBucketOf(t)
+		p.Publish = append(p.Publish, "$JS.API.CONSUMER.CREATE."+records+".>", "$JS.API.CONSUMER.DELETE."+records+".>",
+			"$JS.API.DIRECT.GET.OBJ_"+blobBucketOf(t))
 		// Gets that only a stream's leader answers: a record as last
 		// written (Record), a blob's chunks. Each of these streams holds
 		// only t's records or blobs.
