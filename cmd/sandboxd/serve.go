@@ -44,6 +44,8 @@ type serveOptions struct {
 	fleetLease                   time.Duration
 	fleetReplicas                int
 	fleetAckWait                 time.Duration
+	fleetBlobBytes               int64
+	fleetBlobAge                 time.Duration
 	fleetKeys                    verifyKeyFlags
 	tenants                      string
 	retain                       time.Duration
@@ -111,6 +113,8 @@ func serveFlags(stderr io.Writer) (*serveOptions, *flag.FlagSet) {
 	fs.DurationVar(&o.fleetAckWait, "fleet-ack-wait", 30*time.Second, "with --fleet: how long a job message stays with a host that sends no word before it is delivered again (every host of a fleet must give the same)")
 	fs.Var(&o.fleetKeys, "fleet-key", "with --fleet: another host's public key `PEM` file (repeatable): results it signed are assessed here")
 	fs.IntVar(&o.fleetReplicas, "fleet-replicas", 3, "with --fleet: replicas of the fleet's streams and buckets when this host creates them (1, 3 or 5)")
+	fs.Int64Var(&o.fleetBlobBytes, "fleet-blob-bytes", fleet.DefaultBlobBytes, "with --fleet: bytes the fleet's blob store holds (JetStream reserves them on every server of its replicas when the store is made; with --tenants, shared equally by tenants with no max_blob_bytes); every host of a fleet must give the same")
+	fs.DurationVar(&o.fleetBlobAge, "fleet-blob-age", fleet.DefaultBlobAge, "with --fleet: how long a blob is kept in the fleet (a job queued longer loses its inputs); every host of a fleet must give the same")
 	fs.StringVar(&o.tenants, "tenants", "", "tenants `FILE` (JSON, schema "+server.TenantsSchema+"): socket peers (uid, gid) and client certificate subjects mapped to tenants, roles and quotas; each tenant sees only its own jobs and blobs; read again on SIGHUP. Without it, whoever reaches the socket or holds a certificate of the client CA may read, cancel and fetch every job and blob")
 	fs.DurationVar(&o.retain, "retain", 0, "how long an ended job's journal record (its receipt and result envelopes) and a retained assessment are kept; then they are removed, and the blobs only such records named with the next collection (0: forever)")
 	fs.BoolVar(&o.debug, "debug", false, "log every request")
@@ -325,7 +329,14 @@ func (o serveOptions) joinFleet(ctx context.Context, cfg *server.Config, log *sl
 	if o.fleet.tenant != "" {
 		return nil, errors.New("--fleet-tenant is a submitter's: a host takes the jobs of every tenant of --tenants")
 	}
-	opt := fleet.Options{Name: "sandboxd host " + o.name, Setup: true, Replicas: o.fleetReplicas, AckWait: o.fleetAckWait}
+	if o.fleetBlobBytes < cfg.MaxBlobBytes {
+		return nil, fmt.Errorf("--fleet-blob-bytes %d is under --max-blob-bytes %d: the fleet's blob store could not hold the largest upload", o.fleetBlobBytes, cfg.MaxBlobBytes)
+	}
+	if o.fleetBlobAge < time.Hour {
+		return nil, fmt.Errorf("--fleet-blob-age %v is under an hour: a queued job's inputs would be gone before a host took it", o.fleetBlobAge)
+	}
+	opt := fleet.Options{Name: "sandboxd host " + o.name, Setup: true, Replicas: o.fleetReplicas, AckWait: o.fleetAckWait,
+		BlobBytes: o.fleetBlobBytes, BlobAge: o.fleetBlobAge}
 	if cfg.Tenants != nil {
 		for _, t := range cfg.Tenants.List() {
 			if err := fleet.CheckTenantName(t.Name); err != nil {
@@ -341,6 +352,9 @@ func (o serveOptions) joinFleet(ctx context.Context, cfg *server.Config, log *sl
 		}
 	}
 	co, err := o.fleet.openWith(octx, opt)
+	if errors.Is(err, fleet.ErrNoRoom) {
+		return nil, fmt.Errorf("%w (the blob store reserves --fleet-blob-bytes %d on each of --fleet-replicas servers: give less, or the servers more: max_file_store)", err, o.fleetBlobBytes)
+	}
 	if err != nil {
 		return nil, err
 	}

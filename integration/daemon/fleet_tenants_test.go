@@ -188,6 +188,11 @@ func TestFleetTenantsAsGenerated(t *testing.T) {
 			t.Errorf("B may subscribe to %s, the answers to other users' reads; the server said:\n%s", inbox, got)
 		}
 	}
+	// What B's chunk reads need is granted (refused, a read would only
+	// wait a call's timeout before the leader's gets: no read fails).
+	if _, err := nc.Request("$JS.API.DIRECT.GET.OBJ_sandboxd-blobs-team-b", []byte(`{"seq":1,"next_by_subj":"$O.sandboxd-blobs-team-b.C.>"}`), 5*time.Second); err != nil {
+		t.Errorf("B's direct get of its own blobs' chunks: %v, want an answer", err)
+	}
 
 	// B rolls up its own bucket (a publish with "Nats-Rollup: all"
 	// purges the bucket it is in): its own records only.

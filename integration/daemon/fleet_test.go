@@ -236,13 +236,17 @@ func TestFleetBlobsAreTheLeaders(t *testing.T) {
 		c.Stop(lagging)
 		for i := range 10 {
 			// Large enough that the replica takes a while to catch up.
-			b := bytes.Repeat([]byte(fmt.Sprintf("output %d of round %d: %s\n", i, round, randHex(8))), 16<<10)
 			// The writer rides out an election (laggingNode may have
-			// moved a leader): what is tested is the reader.
-			err := writer.PutBlob(ctx, sandbox.DigestBytes(b), int64(len(b)), bytes.NewReader(b))
-			for began := time.Now(); errors.Is(err, fleet.ErrUnavailable) && time.Since(began) < 20*time.Second; {
-				time.Sleep(100 * time.Millisecond)
+			// moved a leader) with new bytes each time (a put cut short
+			// may have left its metadata): what is tested is the reader.
+			var b []byte
+			var err error
+			for began := time.Now(); ; time.Sleep(100 * time.Millisecond) {
+				b = bytes.Repeat([]byte(fmt.Sprintf("output %d of round %d: %s\n", i, round, randHex(8))), 16<<10)
 				err = writer.PutBlob(ctx, sandbox.DigestBytes(b), int64(len(b)), bytes.NewReader(b))
+				if !errors.Is(err, fleet.ErrUnavailable) || time.Since(began) > 20*time.Second {
+					break
+				}
 			}
 			if err != nil {
 				c.Cont(lagging)
@@ -296,20 +300,28 @@ func laggingPair(t *testing.T, ctx context.Context, c *testharness.NATSCluster, 
 	return lagging, writer, reader
 }
 
-// laggingNode is the index of a node of c that leads none of streams and
-// not the cluster's metadata: one that can be stopped while writes to
-// them go on. A stream's leader is asked to step down until there is one.
-func laggingNode(t testing.TB, c *testharness.NATSCluster, streams ...string) int {
+// rawJetStream is a connection to c of no user, and its JetStream,
+// closed when the test ends.
+func rawJetStream(t testing.TB, c *testharness.NATSCluster) (*nats.Conn, nats.JetStreamContext) {
 	t.Helper()
 	nc, err := nats.Connect(strings.Join(c.URLs(), ","))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer nc.Close()
+	t.Cleanup(nc.Close)
 	js, err := nc.JetStream()
 	if err != nil {
 		t.Fatal(err)
 	}
+	return nc, js
+}
+
+// laggingNode is the index of a node of c that leads none of streams and
+// not the cluster's metadata: one that can be stopped while writes to
+// them go on. A stream's leader is asked to step down until there is one.
+func laggingNode(t testing.TB, c *testharness.NATSCluster, streams ...string) int {
+	t.Helper()
+	nc, js := rawJetStream(t, c)
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		leaders := map[string]bool{c.MetaLeader(): true}
@@ -1328,6 +1340,17 @@ func TestFleetPermissionsAsDocumented(t *testing.T) {
 	if got, err := fleet.NewRunner(sub, sandbox.KeySet{}).Blob(ctx, digest, 1<<10); err != nil || !bytes.Equal(got, content) {
 		t.Errorf("a submitter gets a blob: %q, %v", got, err)
 	}
+	// The chunk's direct get is granted (a refused one only costs a
+	// call's timeout before the leader's get: the read above would pass
+	// without the grant).
+	nc, err := nats.Connect(strings.Replace(c.URLs()[0], "nats://", "nats://submitter:submitter-secret@", 1))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	if m, err := nc.Request("$JS.API.DIRECT.GET.OBJ_sandboxd-blobs", []byte(`{"seq":1,"next_by_subj":"$O.sandboxd-blobs.C.>"}`), 5*time.Second); err != nil || string(m.Data) != string(content) {
+		t.Errorf("a submitter's direct get of a blob's chunk: %v, want the chunk", err)
+	}
 
 	if d, err := sub.Next(ctx, 2*time.Second); err == nil {
 		d.Later(0)
@@ -1398,5 +1421,34 @@ func BenchmarkFleetBlobRead(b *testing.B) {
 		if err != nil || n != int64(len(content)) {
 			b.Fatalf("%d bytes, %v", n, err)
 		}
+	}
+}
+
+// A host's --fleet-blob-bytes is what the fleet's blob store reserves: on
+// servers with less room than the default asks, the default is refused at
+// once with an error naming the flag (not tried again until the join
+// gives up), and a host giving less makes a store of that size.
+func TestFleetBlobStoreSizeIsTheHosts(t *testing.T) {
+	c := testharness.StartNATSStore(t, 3, 4<<30)
+	flags := []string{"--fleet", strings.Join(c.URLs(), ","), "--fleet-call-timeout", "3s", "--pool", "0"}
+	logs := newDaemon(t, flags...).startFails(time.Minute)
+	if !strings.Contains(logs, "--fleet-blob-bytes 53687091200") || !strings.Contains(logs, "max_file_store") {
+		t.Errorf("a host whose blob store does not fit: %s\nwant an error naming --fleet-blob-bytes and max_file_store", tail(logs, 5))
+	}
+	for _, bad := range [][]string{{"--fleet-blob-bytes", "1024"}, {"--fleet-blob-age", "10m"}} {
+		if logs := newDaemon(t, append(flags, bad...)...).startFails(time.Minute); !strings.Contains(logs, bad[0]) {
+			t.Errorf("a host with %v: %s\nwant an error naming %s", bad, tail(logs, 5), bad[0])
+		}
+	}
+	d := newDaemon(t, append(flags, "--fleet-blob-bytes", "2147483648", "--fleet-blob-age", "48h")...)
+	d.start()
+	defer d.stop()
+	_, js := rawJetStream(t, c)
+	info, err := js.StreamInfo("OBJ_sandboxd-blobs")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.Config.MaxBytes != 2<<30 || info.Config.MaxAge != 48*time.Hour {
+		t.Errorf("the blob store holds %d bytes for %v, want 2 GiB for 48h", info.Config.MaxBytes, info.Config.MaxAge)
 	}
 }

@@ -178,21 +178,7 @@ func tail(s string, n int) string {
 // until it is ready.
 func (d *daemon) start(extraEnv ...string) {
 	d.t.Helper()
-	args := append([]string{"serve", "--socket", d.socket, "--state", d.state, "--key", keyPath,
-		"--name", d.name, "--reap-grace", "3s", "--drain-timeout", "20s"}, d.flags...)
-	d.cmd = exec.Command(binPath, args...)
-	d.cmd.Env = append(os.Environ(), "SANDBOXD_SHIM="+env.Shim, "SANDBOXD_PROBE="+env.Probe, "SANDBOXD_KEY_PASSWORD=")
-	d.cmd.Env = append(d.cmd.Env, extraEnv...)
-	d.cmd.Stderr = d.logs
-	d.cmd.Stdout = d.logs
-	if err := d.cmd.Start(); err != nil {
-		d.t.Fatal(err)
-	}
-	d.done = make(chan struct{})
-	go func() {
-		d.cmd.Wait()
-		close(d.done)
-	}()
+	d.launch(extraEnv...)
 	hc := d.http()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
@@ -213,6 +199,42 @@ func (d *daemon) start(extraEnv ...string) {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// launch starts the daemon's process.
+func (d *daemon) launch(extraEnv ...string) {
+	d.t.Helper()
+	args := append([]string{"serve", "--socket", d.socket, "--state", d.state, "--key", keyPath,
+		"--name", d.name, "--reap-grace", "3s", "--drain-timeout", "20s"}, d.flags...)
+	d.cmd = exec.Command(binPath, args...)
+	d.cmd.Env = append(os.Environ(), "SANDBOXD_SHIM="+env.Shim, "SANDBOXD_PROBE="+env.Probe, "SANDBOXD_KEY_PASSWORD=")
+	d.cmd.Env = append(d.cmd.Env, extraEnv...)
+	d.cmd.Stderr = d.logs
+	d.cmd.Stdout = d.logs
+	if err := d.cmd.Start(); err != nil {
+		d.t.Fatal(err)
+	}
+	d.done = make(chan struct{})
+	go func() {
+		d.cmd.Wait()
+		close(d.done)
+	}()
+}
+
+// startFails starts the daemon, which must exit within the given time
+// without serving; its logs.
+func (d *daemon) startFails(within time.Duration) string {
+	d.t.Helper()
+	d.launch()
+	select {
+	case <-d.done:
+	case <-time.After(within):
+		d.t.Fatalf("daemon still running after %v, want it to exit at start: %s", within, tail(d.logs.String(), 20))
+	}
+	if d.cmd.ProcessState.Success() {
+		d.t.Fatalf("daemon exited 0 at start, want a failure: %s", tail(d.logs.String(), 20))
+	}
+	return d.logs.String()
 }
 
 // stdout is a result's captured stdout, read from the daemon.

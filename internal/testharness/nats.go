@@ -93,6 +93,18 @@ const testStoreBytes = 1 << 40
 // users, say) appended to every node's.
 func StartNATSWith(t testing.TB, n int, extra string) *NATSCluster {
 	t.Helper()
+	return startNATS(t, n, testStoreBytes, extra)
+}
+
+// StartNATSStore is StartNATS with each server's file store bounded by
+// storeBytes (max_file_store).
+func StartNATSStore(t testing.TB, n int, storeBytes int64) *NATSCluster {
+	t.Helper()
+	return startNATS(t, n, storeBytes, "")
+}
+
+func startNATS(t testing.TB, n int, storeBytes int64, extra string) *NATSCluster {
+	t.Helper()
 	c := &NATSCluster{t: t, bin: NATSServer(t), dir: t.TempDir()}
 	ports := freePorts(t, 3*n)
 	for i := range n {
@@ -111,7 +123,7 @@ listen: 127.0.0.1:%d
 http: 127.0.0.1:%d
 max_payload: 2MB
 jetstream { store_dir: %q, sync_interval: always, max_file_store: %d }
-`, node.Name, node.ClientPort, node.HTTP, store, testStoreBytes)
+`, node.Name, node.ClientPort, node.HTTP, store, storeBytes)
 		if n > 1 {
 			conf += fmt.Sprintf("cluster { name: sandboxd-test, listen: 127.0.0.1:%d, routes: [%s] }\n", node.RoutePort, strings.Join(routes, ", "))
 		}

@@ -91,6 +91,16 @@ var (
 	// nothing, and the write refused was not made (a step of the same
 	// call before it may have been: a record bound, its message refused).
 	ErrDenied = errors.New("refused by the fleet's NATS permissions")
+	// ErrNoRoom: the NATS servers cannot reserve what a stream or store
+	// asks of their file store (a blob store larger than their
+	// max_file_store). Trying again changes nothing.
+	ErrNoRoom = errors.New("the fleet's NATS servers have no room for it")
+)
+
+// The blob store's bounds unless Options say otherwise.
+const (
+	DefaultBlobBytes = 50 << 30
+	DefaultBlobAge   = 7 * 24 * time.Hour
 )
 
 // Coordinator holds the fleet's state: records, the job queue, blobs and

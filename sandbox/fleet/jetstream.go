@@ -101,8 +101,9 @@ type Options struct {
 	AckWait time.Duration
 	// MaxJobBytes caps a job message (default 1 MiB).
 	MaxJobBytes int32
-	// BlobBytes and BlobAge bound the blob store (defaults 50 GiB, 7
-	// days); RecordAge bounds how long records are kept (default 30 days).
+	// BlobBytes and BlobAge bound the blob store (DefaultBlobBytes,
+	// DefaultBlobAge); RecordAge bounds how long records are kept (default
+	// 30 days).
 	BlobBytes          int64
 	BlobAge, RecordAge time.Duration
 	// Setup creates or updates the streams and buckets (a host does; a
@@ -222,10 +223,10 @@ func Open(ctx context.Context, opt Options) (*JetStream, error) {
 		opt.MaxJobBytes = 1 << 20
 	}
 	if opt.BlobBytes <= 0 {
-		opt.BlobBytes = 50 << 30
+		opt.BlobBytes = DefaultBlobBytes
 	}
 	if opt.BlobAge <= 0 {
-		opt.BlobAge = 7 * 24 * time.Hour
+		opt.BlobAge = DefaultBlobAge
 	}
 	if opt.RecordAge <= 0 {
 		opt.RecordAge = 30 * 24 * time.Hour
@@ -482,10 +483,17 @@ func classify(err error) error {
 		errors.Is(err, os.ErrDeadlineExceeded):
 		return fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
+	// No room for a stream or store: a server's "insufficient storage
+	// resources available" (10047); a cluster's "no suitable peers for
+	// placement, insufficient storage" with every peer online (10005).
+	var apiErr *jetstream.APIError
+	if errors.As(err, &apiErr) && (apiErr.ErrorCode == 10047 ||
+		apiErr.ErrorCode == 10005 && strings.Contains(apiErr.Description, "insufficient storage") && !strings.Contains(apiErr.Description, "offline")) {
+		return fmt.Errorf("%w: %w", ErrNoRoom, err)
+	}
 	// 503s, and a cluster still forming or short of peers (10005 "no
 	// suitable peers for placement", 10008 "JetStream cluster not
 	// available"), answer again later.
-	var apiErr *jetstream.APIError
 	if errors.As(err, &apiErr) && (apiErr.Code == 503 || apiErr.ErrorCode == 10005 || apiErr.ErrorCode == 10008) {
 		return fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
@@ -1009,11 +1017,15 @@ func (l natsLeader) get(ctx context.Context, stream string, g msgGet) (storedMsg
 }
 
 // natsDirect makes direct gets ($JS.API.DIRECT.GET.<stream>), which any
-// replica that counts itself current answers, with the message as it is
-// stored (no JSON around it). A replica that has not applied the last
-// writes answers as of before them: such an answer is only ever "not
-// found" for what was written since, for a replica applies the stream in
-// order, so a message it does give is the leader's.
+// replica answers once it has applied most of the stream (about 90 %, and
+// it goes on answering however far it falls behind after), with the
+// message as it is stored (no JSON around it). A replica applies the
+// stream in order, so what it has not applied yet it answers "not found",
+// and what it gives is the leader's. One exception: each server ages
+// messages out on its own clock, so a replica may have dropped a chunk at
+// the blob age that the leader still has; a get of "the next chunk" there
+// gives the one after it, and the read fails on the bytes' count or hash,
+// as it does on the leader a moment later.
 type natsDirect struct{ nc *nats.Conn }
 
 func (d natsDirect) get(ctx context.Context, stream string, g msgGet) (storedMsg, error) {
@@ -1130,12 +1142,14 @@ func (f *JetStream) Blob(ctx context.Context, digest string) (io.ReadCloser, err
 	// At least 1 MiB/s, and a replica's get that is never answered.
 	bound := f.opt.CallTimeout + time.Duration(info.Size/(1<<20))*time.Second
 	bucket := blobBucketOf(f.tenant)
-	chunks := &chunkReader{leader: f.leader, stream: "OBJ_" + bucket, subject: "$O." + bucket + ".C." + info.NUID, left: info.Size}
+	chunks := &chunkReader{leader: f.leader, callTimeout: f.opt.CallTimeout, stream: "OBJ_" + bucket, subject: "$O." + bucket + ".C." + info.NUID, left: info.Size}
 	if !f.directDenied.Load() {
 		bound += f.opt.CallTimeout
-		chunks.replica, chunks.replicaTimeout = natsDirect{f.nc}, f.opt.CallTimeout
+		chunks.replica = natsDirect{f.nc}
 		chunks.replicaFailed = func(err error, began time.Time) {
-			if errors.Is(f.denied(classify(err), began), ErrDenied) {
+			// Only a refusal of this very get: another violation on the
+			// connection meanwhile is not this view's permissions.
+			if err := f.denied(classify(err), began); errors.Is(err, ErrDenied) && strings.Contains(err.Error(), `"$JS.API.DIRECT.GET.OBJ_`+bucket+`"`) {
 				f.directDenied.Store(true)
 			}
 		}
@@ -1183,8 +1197,8 @@ func (f *JetStream) blobInfo(ctx context.Context, digest string) (jetstream.Obje
 // after the last chunk read.
 type chunkReader struct {
 	ctx             context.Context
-	replica         msgGets // nil: the leader's alone
-	replicaTimeout  time.Duration
+	replica         msgGets                          // nil: the leader's alone
+	callTimeout     time.Duration                    // of each get
 	replicaFailed   func(err error, began time.Time) // told of a replica's failure other than "not found"
 	noReplica       atomic.Bool                      // the leader's alone from now on
 	leader          msgGets
@@ -1225,7 +1239,7 @@ func (r *chunkReader) ask(seq uint64) {
 // it (or fails: a replica that cannot answer is asked no more).
 func (r *chunkReader) get(g msgGet) (storedMsg, error) {
 	if r.replica != nil && !r.noReplica.Load() {
-		ctx, cancel := context.WithTimeout(r.ctx, r.replicaTimeout)
+		ctx, cancel := context.WithTimeout(r.ctx, r.callTimeout)
 		began := time.Now()
 		m, err := r.replica.get(ctx, r.stream, g)
 		cancel()
@@ -1239,7 +1253,23 @@ func (r *chunkReader) get(g msgGet) (storedMsg, error) {
 			}
 		}
 	}
-	return r.leader.get(r.ctx, r.stream, g)
+	// Each of the leader's gets has a call's time: a leader that is
+	// paused or being replaced drops the request unanswered. One that
+	// does not answer is asked again (a new leader answers it) until the
+	// read's own bound.
+	for wait := 50 * time.Millisecond; ; wait = min(2*wait, time.Second) {
+		ctx, cancel := context.WithTimeout(r.ctx, r.callTimeout)
+		m, err := r.leader.get(ctx, r.stream, g)
+		cancel()
+		if !errors.Is(classify(err), ErrUnavailable) || r.ctx.Err() != nil {
+			return m, err
+		}
+		select {
+		case <-r.ctx.Done():
+			return m, err
+		case <-time.After(wait):
+		}
+	}
 }
 
 func (r *chunkReader) Read(p []byte) (int, error) {

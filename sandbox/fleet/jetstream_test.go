@@ -173,7 +173,8 @@ func (s chunkStream) get(_ context.Context, _ string, g msgGet) (storedMsg, erro
 func TestChunkReaderReadsTheSizeTheMetadataSays(t *testing.T) {
 	gaps := chunkStream{3: {data: []byte("abc"), seq: 3}, 7: {data: []byte("de"), seq: 7}, 9: {data: []byte("f"), seq: 9}}
 	// Asked ahead from 2, 3 and 4 after the first chunk: 3 and 4 find the
-	// chunk at 5, and are not taken twice.
+	// chunk at 5 (only the get asked from the sequence after the last
+	// chunk read is taken).
 	runs := chunkStream{1: {data: []byte("abc"), seq: 1}, 2: {data: []byte("def"), seq: 2}, 5: {data: []byte("ghi"), seq: 5}, 6: {data: []byte("j"), seq: 6}}
 	for _, tt := range []struct {
 		stream  chunkStream
@@ -187,7 +188,7 @@ func TestChunkReaderReadsTheSizeTheMetadataSays(t *testing.T) {
 		{runs, 10, "abcdefghij", ""},
 		{runs, 9, "abcdefghi", ""}, // the hash check (checkedReader) refuses it
 	} {
-		r := &chunkReader{ctx: context.Background(), leader: tt.stream, left: tt.size}
+		r := &chunkReader{ctx: context.Background(), leader: tt.stream, callTimeout: time.Second, left: tt.size}
 		got, err := io.ReadAll(r)
 		if tt.wantErr == "" && (err != nil || string(got) != tt.want) {
 			t.Errorf("size %d: %q, %v; want %q", tt.size, got, err, tt.want)
@@ -211,7 +212,7 @@ func (f failingGets) get(context.Context, string, msgGet) (storedMsg, error) {
 func TestChunkReaderTakesWhatTheReplicaLacksFromTheLeader(t *testing.T) {
 	leader := chunkStream{1: {data: []byte("abc"), seq: 1}, 2: {data: []byte("def"), seq: 2}, 3: {data: []byte("g"), seq: 3}}
 	behind := chunkStream{1: leader[1]} // has applied the first chunk only
-	r := &chunkReader{ctx: context.Background(), replica: behind, replicaTimeout: time.Second, leader: leader, left: 7}
+	r := &chunkReader{ctx: context.Background(), replica: behind, callTimeout: time.Second, leader: leader, left: 7}
 	if got, err := io.ReadAll(r); err != nil || string(got) != "abcdefg" {
 		t.Errorf("a replica behind: %q, %v; want the leader's chunks", got, err)
 	}
@@ -221,7 +222,7 @@ func TestChunkReaderTakesWhatTheReplicaLacksFromTheLeader(t *testing.T) {
 
 	var asked atomic.Int32
 	var told []error
-	r = &chunkReader{ctx: context.Background(), replica: failingGets{&asked}, replicaTimeout: time.Second, leader: leader, left: 7,
+	r = &chunkReader{ctx: context.Background(), replica: failingGets{&asked}, callTimeout: time.Second, leader: leader, left: 7,
 		replicaFailed: func(err error, _ time.Time) { told = append(told, err) }}
 	if got, err := io.ReadAll(r); err != nil || string(got) != "abcdefg" {
 		t.Errorf("a failing replica: %q, %v; want the leader's chunks", got, err)

@@ -44,8 +44,9 @@ func TenantPermissions(tenant string, submit bool, read ...string) Permissions {
 		p.Publish = append(p.Publish, "$JS.API.CONSUMER.CREATE."+records+".>", "$JS.API.CONSUMER.DELETE."+records+".>",
 			"$JS.API.DIRECT.GET.OBJ_"+blobBucketOf(t))
 		// Gets that only a stream's leader answers: a record as last
-		// written (Record), a blob's chunks. Each of these streams holds
-		// only t's records or blobs.
+		// written (Record), a blob's metadata and the chunks a replica
+		// lacks (Blob). Each of these streams holds only t's records or
+		// blobs.
 		p.Publish = append(p.Publish, "$JS.API.STREAM.MSG.GET.KV_"+recordBucketOf(t), "$JS.API.STREAM.MSG.GET.OBJ_"+blobBucketOf(t))
 	}
 	if submit {
