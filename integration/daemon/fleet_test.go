@@ -3,6 +3,8 @@ package daemon
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -1334,8 +1336,10 @@ func TestFleetPermissionsAsDocumented(t *testing.T) {
 	}
 	content := []byte("a workspace")
 	digest := sandbox.DigestBytes(content)
-	if err := sub.PutBlob(ctx, digest, int64(len(content)), bytes.NewReader(content)); err != nil {
-		t.Errorf("a submitter puts a blob: %v", err)
+	for i := range 2 { // the second finds it there (its metadata and its chunks)
+		if err := sub.PutBlob(ctx, digest, int64(len(content)), bytes.NewReader(content)); err != nil {
+			t.Errorf("a submitter puts a blob (%d): %v", i+1, err)
+		}
 	}
 	if got, err := fleet.NewRunner(sub, sandbox.KeySet{}).Blob(ctx, digest, 1<<10); err != nil || !bytes.Equal(got, content) {
 		t.Errorf("a submitter gets a blob: %q, %v", got, err)
@@ -1450,5 +1454,47 @@ func TestFleetBlobStoreSizeIsTheHosts(t *testing.T) {
 	}
 	if info.Config.MaxBytes != 2<<30 || info.Config.MaxAge != 48*time.Hour {
 		t.Errorf("the blob store holds %d bytes for %v, want 2 GiB for 48h", info.Config.MaxBytes, info.Config.MaxAge)
+	}
+}
+
+// A blob whose metadata is there without all its chunks (a put cut short:
+// a chunk's acknowledgement lost in an election, its metadata landed) is
+// put again, not taken as there: before, the put said it was there and
+// every read of it failed.
+func TestFleetBlobPutAgainOverAPutCutShort(t *testing.T) {
+	c := testharness.StartNATS(t, 3)
+	co := openFleet(t, c, true)
+	ctx := ctxFor(t, time.Minute)
+	content := bytes.Repeat([]byte("a blob of three chunks "), 16<<10)
+	digest := sandbox.DigestBytes(content)
+	put := func() error { return co.PutBlob(ctx, digest, int64(len(content)), bytes.NewReader(content)) }
+	if err := put(); err != nil {
+		t.Fatal(err)
+	}
+	_, js := rawJetStream(t, c)
+	m, err := js.GetLastMsg("OBJ_sandboxd-blobs", "$O.sandboxd-blobs.M."+base64.URLEncoding.EncodeToString([]byte(digest)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var meta struct {
+		NUID   string `json:"nuid"`
+		Chunks int    `json:"chunks"`
+	}
+	if err := json.Unmarshal(m.Data, &meta); err != nil || meta.Chunks < 2 {
+		t.Fatalf("the blob's metadata: %s, %v; want more than one chunk", m.Data, err)
+	}
+	// The last chunk lost.
+	last, err := js.GetLastMsg("OBJ_sandboxd-blobs", "$O.sandboxd-blobs.C."+meta.NUID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := js.DeleteMsg("OBJ_sandboxd-blobs", last.Sequence); err != nil {
+		t.Fatal(err)
+	}
+	if err := put(); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := fleet.NewRunner(co, sandbox.KeySet{}).Blob(ctx, digest, 1<<20); err != nil || !bytes.Equal(got, content) {
+		t.Errorf("the blob put again over one cut short: %d bytes, %v; want its %d bytes", len(got), err, len(content))
 	}
 }

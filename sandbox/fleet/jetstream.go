@@ -1083,8 +1083,12 @@ func (f *JetStream) PutBlob(ctx context.Context, digest string, size int64, r io
 	}
 	c, cancel := f.call(ctx)
 	info, err := f.blobInfo(c, digest)
-	cancel()
+	whole := false
 	if err == nil && info.Size == uint64(size) {
+		whole, err = f.chunksThere(c, info)
+	}
+	cancel()
+	if whole {
 		return nil // there already
 	}
 	if err != nil && !errors.Is(err, jetstream.ErrObjectNotFound) {
@@ -1181,6 +1185,27 @@ func (f *JetStream) blobInfo(ctx context.Context, digest string) (jetstream.Obje
 		return jetstream.ObjectInfo{}, fmt.Errorf("its metadata names %q (object %q) or a link, not the blob itself", info.Name, info.NUID)
 	}
 	return info, nil
+}
+
+// chunksThere says whether the store's leader holds every chunk a blob's
+// metadata counts. A put cut short (a chunk's acknowledgement lost in an
+// election) can leave its metadata without its chunks; that blob is put
+// again rather than taken as there.
+func (f *JetStream) chunksThere(ctx context.Context, info jetstream.ObjectInfo) (bool, error) {
+	bucket := blobBucketOf(f.tenant)
+	subject := "$O." + bucket + ".C." + info.NUID
+	s, err := f.js.Stream(ctx, "OBJ_"+bucket)
+	if err != nil {
+		return false, err
+	}
+	si, err := s.Info(ctx, jetstream.WithSubjectFilter(subject))
+	if err != nil {
+		return false, err
+	}
+	if si.Cluster != nil && si.Cluster.Leader == "" {
+		return false, fmt.Errorf("stream OBJ_%s has no leader (a follower answered): %w", bucket, ErrUnavailable)
+	}
+	return si.State.Subjects[subject] == uint64(info.Chunks), nil
 }
 
 // chunkReader reads a blob's chunks in order: each from any replica (a
