@@ -135,6 +135,14 @@ func (o *serveOptions) checkUsage(fs *flag.FlagSet, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "sandboxd serve: give exactly one of --key FILE and --ephemeral-key; the daemon does not sign with a key it was not given unless told to")
 		return exitUsage
 	}
+	if o.fleet.set() && o.fleetBlobBytes < o.maxBlob {
+		fmt.Fprintf(stderr, "sandboxd serve: --fleet-blob-bytes %d is under --max-blob-bytes %d: the fleet's blob store could not hold the largest upload\n", o.fleetBlobBytes, o.maxBlob)
+		return exitUsage
+	}
+	if o.fleet.set() && o.fleetBlobAge < time.Hour {
+		fmt.Fprintf(stderr, "sandboxd serve: --fleet-blob-age %v is under an hour: a queued job's inputs would be gone before a host took it\n", o.fleetBlobAge)
+		return exitUsage
+	}
 	return -1
 }
 
@@ -328,12 +336,6 @@ func (o serveOptions) joinFleet(ctx context.Context, cfg *server.Config, log *sl
 	defer cancel()
 	if o.fleet.tenant != "" {
 		return nil, errors.New("--fleet-tenant is a submitter's: a host takes the jobs of every tenant of --tenants")
-	}
-	if o.fleetBlobBytes < cfg.MaxBlobBytes {
-		return nil, fmt.Errorf("--fleet-blob-bytes %d is under --max-blob-bytes %d: the fleet's blob store could not hold the largest upload", o.fleetBlobBytes, cfg.MaxBlobBytes)
-	}
-	if o.fleetBlobAge < time.Hour {
-		return nil, fmt.Errorf("--fleet-blob-age %v is under an hour: a queued job's inputs would be gone before a host took it", o.fleetBlobAge)
 	}
 	opt := fleet.Options{Name: "sandboxd host " + o.name, Setup: true, Replicas: o.fleetReplicas, AckWait: o.fleetAckWait,
 		BlobBytes: o.fleetBlobBytes, BlobAge: o.fleetBlobAge}

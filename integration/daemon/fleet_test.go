@@ -197,30 +197,45 @@ func TestFleetRecordsAreTheLeaders(t *testing.T) {
 	openFleet(t, c, true)
 	ctx := ctxFor(t, 2*time.Minute)
 	lagging, writer, reader := laggingPair(t, ctx, c, "KV_sandboxd-jobs", "SANDBOXD_JOBS")
-	stale := 0
-	for round := range 6 {
-		var want []fleet.Record
+	stale := afterLag(t, c, lagging, 6, 20, func(round, i int) (func() bool, error) {
+		w, err := writer.Submit(ctx, jobWithoutEngine(t, fmt.Sprintf("lag-%d-%02d-%s", round, i, randHex(3)), "true"))
+		return func() bool {
+			got, err := reader.Record(ctx, w.ID)
+			if err != nil || got.Revision < w.Revision || got.Digest != w.Digest {
+				t.Errorf("round %d: %s just after a replica came back: revision %d, %v; want revision %d or later", round, w.ID, got.Revision, err, w.Revision)
+				return false
+			}
+			return true
+		}, err
+	})
+	t.Logf("%d of 120 reads stale", stale)
+}
+
+// afterLag runs rounds of: the lagging node stopped, writes made by write
+// meanwhile, the node continued, then each write's check, the newest first
+// (the last a replica catches up with). It returns how many checks failed.
+func afterLag(t *testing.T, c *testharness.NATSCluster, lagging, rounds, writes int, write func(round, i int) (check func() bool, err error)) (failed int) {
+	t.Helper()
+	for round := range rounds {
+		var checks []func() bool
 		c.Stop(lagging)
-		for i := range 20 {
-			rec, err := writer.Submit(ctx, jobWithoutEngine(t, fmt.Sprintf("lag-%d-%02d-%s", round, i, randHex(3)), "true"))
+		for i := range writes {
+			check, err := write(round, i)
 			if err != nil {
 				c.Cont(lagging)
 				t.Fatal(err)
 			}
-			want = append(want, rec)
+			checks = append(checks, check)
 		}
 		c.Cont(lagging)
-		for i := range want { // the newest first: the last a replica catches up with
-			w := want[len(want)-1-i]
-			got, err := reader.Record(ctx, w.ID)
-			if err != nil || got.Revision < w.Revision || got.Digest != w.Digest {
-				stale++
-				t.Errorf("round %d: %s just after a replica came back: revision %d, %v; want revision %d or later", round, w.ID, got.Revision, err, w.Revision)
+		for i := range checks {
+			if !checks[len(checks)-1-i]() {
+				failed++
 			}
 		}
 		c.WaitHealthy(lagging, 30*time.Second)
 	}
-	t.Logf("%d of 120 reads stale", stale)
+	return failed
 }
 
 // A blob is read as its store's leader has it: a host that judges a job
@@ -232,48 +247,34 @@ func TestFleetBlobsAreTheLeaders(t *testing.T) {
 	openFleet(t, c, true)
 	ctx := ctxFor(t, 2*time.Minute)
 	lagging, writer, reader := laggingPair(t, ctx, c, "OBJ_sandboxd-blobs")
-	stale, reads := 0, 0
-	for round := range 4 {
-		var want [][]byte
-		c.Stop(lagging)
-		for i := range 10 {
-			// Large enough that the replica takes a while to catch up.
-			// The writer rides out an election (laggingNode may have
-			// moved a leader) with new bytes each time (a put cut short
-			// may have left its metadata): what is tested is the reader.
-			var b []byte
-			var err error
-			for began := time.Now(); ; time.Sleep(100 * time.Millisecond) {
-				b = bytes.Repeat([]byte(fmt.Sprintf("output %d of round %d: %s\n", i, round, randHex(8))), 16<<10)
-				err = writer.PutBlob(ctx, sandbox.DigestBytes(b), int64(len(b)), bytes.NewReader(b))
-				if !errors.Is(err, fleet.ErrUnavailable) || time.Since(began) > 20*time.Second {
-					break
-				}
+	stale := afterLag(t, c, lagging, 4, 10, func(round, i int) (func() bool, error) {
+		// Large enough that the replica takes a while to catch up. The
+		// writer rides out an election (laggingNode may have moved a
+		// leader): what is tested is the reader.
+		var b []byte
+		var err error
+		for began := time.Now(); ; time.Sleep(100 * time.Millisecond) {
+			b = bytes.Repeat([]byte(fmt.Sprintf("output %d of round %d: %s\n", i, round, randHex(8))), 16<<10)
+			err = writer.PutBlob(ctx, sandbox.DigestBytes(b), int64(len(b)), bytes.NewReader(b))
+			if !errors.Is(err, fleet.ErrUnavailable) || time.Since(began) > 20*time.Second {
+				break
 			}
-			if err != nil {
-				c.Cont(lagging)
-				t.Fatal(err)
-			}
-			want = append(want, b)
 		}
-		c.Cont(lagging)
-		for i := range want { // the newest first: the last a replica catches up with
-			w := want[len(want)-1-i]
-			reads++
-			rc, err := reader.Blob(ctx, sandbox.DigestBytes(w))
+		return func() bool {
+			rc, err := reader.Blob(ctx, sandbox.DigestBytes(b))
 			var got []byte
 			if err == nil {
 				got, err = io.ReadAll(rc)
 				rc.Close()
 			}
-			if err != nil || !bytes.Equal(got, w) {
-				stale++
-				t.Errorf("round %d: blob %.30q just after a replica came back: %d bytes, %v", round, w, len(got), err)
+			if err != nil || !bytes.Equal(got, b) {
+				t.Errorf("round %d: blob %.30q just after a replica came back: %d bytes, %v", round, b, len(got), err)
+				return false
 			}
-		}
-		c.WaitHealthy(lagging, 30*time.Second)
-	}
-	t.Logf("%d of %d reads stale", stale, reads)
+			return true
+		}, err
+	})
+	t.Logf("%d of 40 reads stale", stale)
 }
 
 // laggingPair is a node that leads none of streams (laggingNode), a
