@@ -24,7 +24,8 @@ import (
 // "allowed" when the kernel answered it (getpid's answer was the pid),
 // "killed" when the calling thread was gone without returning (seccomp's
 // answer to an architecture its filter does not name), "fault: …" when
-// the call faulted (a kernel without that ABI), "signal NAME" when the
+// the call faulted (a kernel without that ABI), "panic: …" when the
+// probe's own goroutine failed otherwise, "signal NAME" when the
 // process died of a signal, an errno's name ("EPERM"), or "returned N".
 type ABIAttempt struct {
 	ABI     string `json:"abi"`
@@ -105,7 +106,7 @@ func ForeignABIChild(w io.Writer) {
 		debug.SetPanicOnFault(true)
 		defer func() {
 			if e := recover(); e != nil {
-				faulted <- fmt.Sprint(e)
+				faulted <- panicOutcome(e)
 			}
 		}()
 		tids <- unix.Gettid()
@@ -134,8 +135,8 @@ func ForeignABIChild(w io.Writer) {
 				fmt.Fprintln(w, "returned "+strconv.FormatInt(r, 10))
 			}
 			return
-		case e := <-faulted:
-			fmt.Fprintln(w, "fault: "+e)
+		case outcome := <-faulted:
+			fmt.Fprintln(w, outcome)
 			return
 		case <-tick.C:
 			if threadGone(task) {
@@ -156,4 +157,15 @@ func threadGone(task string) bool {
 	// "tid (comm) S ...": the state follows the last ')'.
 	i := bytes.LastIndexByte(b, ')')
 	return err == nil && i >= 0 && i+2 < len(b) && (b[i+2] == 'Z' || b[i+2] == 'X')
+}
+
+// panicOutcome is the outcome of the attempt's goroutine panicking with e:
+// only a memory fault's panic (one that carries the faulting address) is
+// the kernel's answer to an ABI it lacks; any other is the probe's own
+// failure, never a refusal (ABIAttempt.Refused).
+func panicOutcome(e any) string {
+	if _, ok := e.(interface{ Addr() uintptr }); ok {
+		return "fault: " + fmt.Sprint(e)
+	}
+	return "panic: " + fmt.Sprint(e)
 }
