@@ -154,7 +154,7 @@ func TestSelfcheckNegativeControl(t *testing.T) {
 		"socket-AF_INET/raw", "socket-AF_PACKET/raw",
 		"root-read-only", "write-create /", "write-create /etc", "dev-shm", "resolv-conf", "environment", "hostname", "cgroup-namespace",
 	}
-	// A kernel built without the i386 ABI (CI's Firecracker guests)
+	// A kernel built without the i386 ABI (some of CI's machines)
 	// faults the call whatever the filter: there the property holds even
 	// unconfined, as the hostile case abi-i386 skips.
 	if a := rep.ForeignABI; a != nil && strings.HasPrefix(a.Outcome, "fault: ") {

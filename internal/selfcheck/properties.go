@@ -116,7 +116,7 @@ func Properties(r probe.Report, exp Expect) []Property {
 	if r.ForeignABI != nil {
 		abi = *r.ForeignABI
 	}
-	add("foreign-abi", r.ForeignABI != nil && abi.Refused(), "a syscall through the %s ABI: %s, want it refused", abi.ABI, abi.Outcome)
+	add("foreign-abi", r.ForeignABI != nil && abi.ABI == probe.ForeignABI && abi.Refused(), "a syscall through the %s ABI: %s, want it refused (the %q ABI)", abi.ABI, abi.Outcome, probe.ForeignABI)
 
 	// Network.
 	add("network-interfaces", slices.Equal(r.Interfaces, []string{"lo"}), "interfaces %v, want [lo]", r.Interfaces)

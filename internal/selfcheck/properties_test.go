@@ -124,6 +124,9 @@ func TestEachWeakeningIsNamed(t *testing.T) {
 		{"i386 ABI child failed", func(r *probe.Report) { r.ForeignABI.Outcome = "child failed: exit status 2: " }, []string{"foreign-abi"}},
 		{"i386 ABI not observed", func(r *probe.Report) { r.ForeignABI = nil }, []string{"foreign-abi"}},
 		{"i386 ABI probe panicked", func(r *probe.Report) { r.ForeignABI.Outcome = "panic: runtime error: index out of range" }, []string{"foreign-abi"}},
+		{"i386 ABI: the process killed by another signal", func(r *probe.Report) { r.ForeignABI.Outcome = "signal SIGKILL" }, []string{"foreign-abi"}},
+		{"i386 ABI: the process killed by seccomp", func(r *probe.Report) { r.ForeignABI.Outcome = "signal SIGSYS" }, nil},
+		{"no ABI named, on a host that has one", func(r *probe.Report) { r.ForeignABI.ABI = "" }, []string{"foreign-abi"}},
 		// A kernel without the i386 ABI faults the call: refused too.
 		{"no i386 ABI in the kernel", func(r *probe.Report) {
 			r.ForeignABI.Outcome = "fault: runtime error: invalid memory address or nil pointer dereference"

@@ -33,13 +33,17 @@ type ABIAttempt struct {
 }
 
 // Refused reports whether the attempt was seen refused: the calling
-// thread killed, an errno, or the process killed by a signal. An attempt
+// thread killed, an errno, the process killed by seccomp's SIGSYS, or the
+// call faulted. An attempt
 // allowed, or one the probe could not make or watch, is not.
 func (a ABIAttempt) Refused() bool {
 	switch o := a.Outcome; {
 	case a.ABI == "":
 		return true // no foreign ABI on this architecture
-	case o == "killed", strings.HasPrefix(o, "signal "), strings.HasPrefix(o, "fault: "):
+	case o == "killed", o == "signal SIGSYS", strings.HasPrefix(o, "fault: "):
+		// A thread or process seccomp killed, a kernel's fault. Another
+		// signal (SIGKILL of an out-of-memory kill, say) says nothing of
+		// the call.
 		return true
 	default:
 		return strings.HasPrefix(o, "E") && !strings.ContainsAny(o, " :")
@@ -139,7 +143,11 @@ func ForeignABIChild(w io.Writer) {
 			fmt.Fprintln(w, outcome)
 			return
 		case <-tick.C:
-			if threadGone(task) {
+			// The thread also exits once it has answered (it stays
+			// locked): only a thread gone without an answer was killed.
+			// Its answer is sent before it exits, so one not waiting
+			// here now was never sent.
+			if threadGone(task) && len(done) == 0 && len(faulted) == 0 {
 				fmt.Fprintln(w, "killed")
 				return
 			}
