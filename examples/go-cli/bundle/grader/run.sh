@@ -7,10 +7,10 @@
 # take part in the report's framing: only its answers reach the grader.
 set -u
 umask 022
-export HOME=/tmp GOCACHE=/tmp/gocache GOPATH=/tmp/gopath GOFLAGS=-mod=mod \
+export HOME=/tmp GOCACHE=/tmp/gocache GOPATH=/tmp/gopath GOTMPDIR=/tmp/gotmp GOFLAGS=-mod=mod \
        GOTOOLCHAIN=local GOPROXY=off CGO_ENABLED=0
 report=$SANDBOXD_REPORT
-mkdir -p /work/src /work/bin "$(dirname "$report")"
+mkdir -p /work/src /work/bin "$GOTMPDIR" "$(dirname "$report")"
 # The image's build cache is read where it lies, read-only, through the
 # image's cache program (images/go/gocacheprog): no copy of it in scratch
 # space; what this job builds is kept in $GOCACHE.
@@ -23,10 +23,14 @@ if ! (cd /work/src && go build -o /work/bin/calc .) >/work/build.log 2>&1; then
   # program of the grader's own is built the same way (compiled, put in
   # the cache, linked), with the candidate's files and builds gone first;
   # if that fails too, nothing is known of the candidate, and no report is
-  # written.
-  rm -rf /work/src "$GOCACHE"
-  mkdir -p /work/selftest
-  printf 'package main\n\nfunc main() {}\n' > /work/selftest/main.go
+  # written. Everything the candidate's build left (its files, its
+  # builds, the go command's scratch, all but the end of its errors) is
+  # removed first: what it filled the scratch space with must not fail
+  # the check, which would make the candidate's failure inconclusive.
+  tail -c 4096 /work/build.log > /work/build.tail
+  rm -rf /work/src /work/bin /work/build.log "$GOCACHE" "$GOTMPDIR"
+  mkdir -p /work/selftest "$GOTMPDIR"
+  printf 'package main\n\nimport (\n\t"fmt"\n\t"os"\n\t"strconv"\n)\n\nfunc main() { fmt.Fprintln(os.Stderr, strconv.Itoa(len(os.Args))) }\n' > /work/selftest/main.go
   if ! (cd /work/selftest && go build -o /work/selftest/bin main.go) >/work/selftest.log 2>&1; then
     echo "grader: the go command fails to build a program of its own; the candidate is not judged:" >&2
     tail -n 5 /work/selftest.log >&2
