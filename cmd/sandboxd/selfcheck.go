@@ -24,7 +24,7 @@ func cmdSelfcheck(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	fs := flag.NewFlagSet("selfcheck", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	imageDir := fs.String("image", "images/minimal", "images/<name> directory of the image to check in")
-	force := fs.Bool("force", false, "ignore a cached pass and check again")
+	force := fs.Bool("force", false, "check again whatever is cached; the outcome replaces the cached one (a failure removes a cached pass: no later process runs jobs on it)")
 	asJSON := fs.Bool("json", false, "print the full report as JSON")
 	eo := addEngineFlags(fs)
 	rt := addRuntimeFlag(fs, "runtime to check: runc or runsc (each is checked on its own)")
@@ -85,11 +85,14 @@ func runSelfcheck(ctx context.Context, eng selfcheck.Engine, b *broker.Broker, b
 		CandidateUID: cfg.CandidateUID, CandidateGID: cfg.CandidateGID, StateDir: state,
 	}
 	if force {
-		r, err := selfcheck.Run(ctx, o)
+		r, err := selfcheck.Recheck(ctx, o)
+		if err != nil && r != nil && errors.Is(err, selfcheck.ErrFailed) {
+			return r, err
+		}
 		if err != nil {
 			return nil, err
 		}
-		return r, r.Err()
+		return r, nil
 	}
 	return selfcheck.Ensure(ctx, o)
 }

@@ -94,6 +94,25 @@ func TestSelfcheckPassesAndCaches(t *testing.T) {
 	if len(files) != 1 {
 		t.Errorf("cache files %v, want exactly one", files)
 	}
+	// A forced check that fails removes the pass it could not confirm
+	// (the candidate ids are not part of the key: this check has the
+	// pass's key): the next process checks again rather than run jobs on
+	// the old pass.
+	wrong := o
+	wrong.CandidateUID++
+	if _, err := selfcheck.Recheck(context.Background(), wrong); !errors.Is(err, selfcheck.ErrFailed) {
+		t.Fatalf("a recheck expecting another uid: %v, want it to fail", err)
+	}
+	if r, err := selfcheck.Ensure(context.Background(), o); err != nil || r.Cached {
+		t.Fatalf("after a failed recheck: cached %v err %v, want a fresh pass", r != nil && r.Cached, err)
+	}
+	// A forced check that passes replaces the cached pass.
+	if r, err := selfcheck.Recheck(context.Background(), o); err != nil || r.Cached {
+		t.Fatalf("recheck: cached %v err %v, want a fresh pass", r != nil && r.Cached, err)
+	}
+	if r, err := selfcheck.Ensure(context.Background(), o); err != nil || !r.Cached {
+		t.Fatalf("after a recheck: cached %v err %v, want its pass", r != nil && r.Cached, err)
+	}
 	// A different probe is a different key: the cache does not answer.
 	o.Probe = probeFile(t, 0)
 	third, err := selfcheck.Ensure(context.Background(), o)

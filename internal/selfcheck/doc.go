@@ -6,7 +6,8 @@
 // not reach), and names each property that does not hold.
 //
 // A passing check is cached in a file under the state directory, keyed by
-// everything that could change the answer: engine and kernel version,
+// everything that could change the answer: engine and kernel version, the
+// versions of the engine's parts, this host's boot (a reboot checks again),
 // seccomp profile, image, runtime, probe, helper and broker version. A
 // failure is never cached. Gate is the one place `run`, `exec` and `serve`
 // ask for a check: once per engine, image and runtime in a process, with

@@ -238,6 +238,8 @@ func TestCacheKeepsOnlyPassesForTheSameKey(t *testing.T) {
 		func(k *Key) { k.Image = "sha256:bc" },
 		func(k *Key) { k.ProbeDigest = "sha256:cd" },
 		func(k *Key) { k.KernelVersion = "6.19" },
+		func(k *Key) { k.Components = "runc 1.1.5+ds1 (1.1.5+ds1-1+deb12u2)" },
+		func(k *Key) { k.BootID = "another boot" },
 	} {
 		k := key
 		other(&k)

@@ -67,7 +67,17 @@ type Options struct {
 type Key struct {
 	EngineVersion string `json:"engine_version"`
 	EngineAPI     string `json:"engine_api"`
+	// KernelVersion is the engine's kernel: Docker's answer, or, for
+	// containerd (which runs on this host and says nothing of its kernel),
+	// this host's release and build.
 	KernelVersion string `json:"kernel_version"`
+	// Components are the versions of the engine's parts it reports
+	// (Docker's containerd, runc and docker-init), "name version" each.
+	Components string `json:"components,omitempty"`
+	// BootID is this host's boot: a reboot, which can bring another
+	// kernel, other boot options (ia32_emulation=, lsm=, …) or another
+	// runtime binary under the same versions, checks again.
+	BootID        string `json:"boot_id"`
 	ProfileDigest string `json:"profile_digest"`
 	Image         string `json:"image"`
 	Runtime       string `json:"runtime"`
@@ -135,6 +145,42 @@ func Ensure(ctx context.Context, o Options) (*Report, error) {
 	return r, nil
 }
 
+// Recheck always runs the check, and its outcome replaces what the cache
+// holds for its key: a pass is stored; a failure, or a check that could
+// not run, removes the cached pass, so that no later process runs jobs on
+// a pass this check did not confirm.
+func Recheck(ctx context.Context, o Options) (*Report, error) {
+	key, err := o.key(ctx)
+	if err != nil {
+		return nil, err
+	}
+	r, err := o.run(ctx, key)
+	if err == nil {
+		err = r.Err()
+	}
+	if err != nil {
+		if ferr := o.forget(key); ferr != nil {
+			return r, fmt.Errorf("%w; and the cached pass could not be removed: %v", err, ferr)
+		}
+		return r, err
+	}
+	if err := o.store(r); err != nil {
+		return r, fmt.Errorf("selfcheck: cache the pass: %w", err)
+	}
+	return r, nil
+}
+
+// forget removes the cached pass for k, if there is one.
+func (o Options) forget(k Key) error {
+	if o.StateDir == "" {
+		return nil
+	}
+	if err := os.Remove(o.cachePath(k)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	return nil
+}
+
 // Run always runs the check, ignoring and not touching the cache.
 func Run(ctx context.Context, o Options) (*Report, error) {
 	key, err := o.key(ctx)
@@ -179,16 +225,16 @@ func (o Options) key(ctx context.Context) (Key, error) {
 	if err != nil {
 		return Key{}, fmt.Errorf("selfcheck: engine version: %w", err)
 	}
-	kernel := ""
-	for _, c := range v.Components {
-		if k, ok := c.Details["KernelVersion"]; ok && kernel == "" {
-			kernel = k
-		}
+	host, err := hostOf(v)
+	if err != nil {
+		return Key{}, fmt.Errorf("selfcheck: %w", err)
 	}
 	return Key{
 		EngineVersion: facts.EngineVersion,
 		EngineAPI:     facts.EngineAPI,
-		KernelVersion: kernel,
+		KernelVersion: host.KernelVersion,
+		Components:    host.Components,
+		BootID:        host.BootID,
 		ProfileDigest: seccomp.Digest(),
 		Image:         o.Image,
 		Runtime:       o.runtime(),
@@ -196,6 +242,66 @@ func (o Options) key(ctx context.Context) (Key, error) {
 		ShimDigest:    facts.ShimDigest,
 		BrokerVersion: facts.BrokerVersion,
 	}, nil
+}
+
+// Where this host's kernel says which boot, release and build it is.
+var (
+	bootIDPath    = "/proc/sys/kernel/random/boot_id"
+	osReleasePath = "/proc/sys/kernel/osrelease"
+	osVersionPath = "/proc/sys/kernel/version"
+)
+
+// hostOf returns the part of a check's key that is the engine's host
+// rather than the engine: its kernel, the versions of the engine's parts,
+// and this host's boot. A host whose boot cannot be read has no key: no
+// pass is cached or used for it.
+func hostOf(v client.ServerVersionResult) (Key, error) {
+	var k Key
+	var parts []string
+	for _, c := range v.Components {
+		if kv, ok := c.Details["KernelVersion"]; ok && k.KernelVersion == "" {
+			k.KernelVersion = kv
+		}
+		part := c.Name + " " + c.Version
+		if commit := c.Details["GitCommit"]; commit != "" {
+			// A distribution's rebuild (1.1.5+ds1-1+deb12u1) keeps
+			// the version and changes this.
+			part += " (" + commit + ")"
+		}
+		parts = append(parts, part)
+	}
+	slices.Sort(parts)
+	k.Components = strings.Join(parts, ", ")
+	boot, err := readProc(bootIDPath)
+	if err != nil {
+		return Key{}, fmt.Errorf("this host's boot: %w", err)
+	}
+	k.BootID = boot
+	if k.KernelVersion == "" {
+		release, err := readProc(osReleasePath)
+		if err != nil {
+			return Key{}, fmt.Errorf("this host's kernel: %w", err)
+		}
+		build, err := readProc(osVersionPath)
+		if err != nil {
+			return Key{}, fmt.Errorf("this host's kernel: %w", err)
+		}
+		k.KernelVersion = release + " " + build
+	}
+	return k, nil
+}
+
+// readProc returns a one-line file of /proc, which must not be empty.
+func readProc(path string) (string, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return "", err
+	}
+	s := strings.TrimSpace(string(b))
+	if s == "" {
+		return "", fmt.Errorf("%s is empty", path)
+	}
+	return s, nil
 }
 
 func (o Options) cachePath(k Key) string {
