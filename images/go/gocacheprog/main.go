@@ -38,6 +38,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"syscall"
 	"time"
 )
 
@@ -73,6 +74,28 @@ type response struct {
 	DiskPath      string     `json:",omitempty"`
 }
 
+// ownDir refuses a writable directory that is a link, that another uid
+// owns, or that other uids may write: what another uid (the code uid of a
+// job, say) put there would be answered as this build's own output.
+func ownDir(dir string) error {
+	fi, err := os.Lstat(dir)
+	if err != nil {
+		return err
+	}
+	st, ok := fi.Sys().(*syscall.Stat_t)
+	switch {
+	case !fi.IsDir():
+		return fmt.Errorf("%s is not a directory (%v)", dir, fi.Mode().Type())
+	case !ok:
+		return fmt.Errorf("%s: its owner is not known", dir)
+	case int(st.Uid) != os.Geteuid():
+		return fmt.Errorf("%s is uid %d's, not this program's (%d)", dir, st.Uid, os.Geteuid())
+	case fi.Mode().Perm()&0o022 != 0:
+		return fmt.Errorf("%s may be written by other uids (mode %v)", dir, fi.Mode().Perm())
+	}
+	return nil
+}
+
 // maxRequest bounds a request's line (its IDs and size; a body follows on
 // a line of its own).
 const maxRequest = 1 << 16
@@ -81,6 +104,9 @@ const maxRequest = 1 << 16
 // in ends.
 func serve(ro, rw string, in io.Reader, out io.Writer) error {
 	if err := os.MkdirAll(rw, 0o755); err != nil {
+		return err
+	}
+	if err := ownDir(rw); err != nil {
 		return err
 	}
 	br := bufio.NewReaderSize(in, maxRequest)

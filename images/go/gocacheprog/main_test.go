@@ -364,3 +364,50 @@ func TestTheGoCommandReadsTheCacheInPlace(t *testing.T) {
 		t.Fatal("nothing was put in the writable directory")
 	}
 }
+
+// A writable directory another uid may have filled is refused before any
+// request is answered: its entries would be taken for this build's.
+func TestAWritableDirectoryNotItsOwnIsRefused(t *testing.T) {
+	ro := t.TempDir()
+	mk := func(t *testing.T, mode os.FileMode) string {
+		d := filepath.Join(t.TempDir(), "rw")
+		if err := os.Mkdir(d, 0o700); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(d, mode); err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	refused := func(t *testing.T, rw, want string) {
+		t.Helper()
+		err := serve(ro, rw, strings.NewReader(""), io.Discard)
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Fatalf("serve over %s: %v, want an error saying %q", rw, err, want)
+		}
+	}
+	t.Run("others may write", func(t *testing.T) { refused(t, mk(t, 0o777), "may be written by other uids") })
+	t.Run("its group may write", func(t *testing.T) { refused(t, mk(t, 0o775), "may be written by other uids") })
+	t.Run("a link", func(t *testing.T) {
+		l := filepath.Join(t.TempDir(), "link")
+		if err := os.Symlink(mk(t, 0o755), l); err != nil {
+			t.Fatal(err)
+		}
+		refused(t, l, "is not a directory")
+	})
+	t.Run("another uid's", func(t *testing.T) {
+		if os.Geteuid() != 0 {
+			t.Skip("needs root to give the directory to another uid")
+		}
+		d := mk(t, 0o755)
+		if err := os.Chown(d, 65534, 65534); err != nil {
+			t.Fatal(err)
+		}
+		refused(t, d, "is uid 65534's")
+	})
+	t.Run("its own", func(t *testing.T) {
+		if err := serve(ro, mk(t, 0o755), strings.NewReader(""), io.Discard); err != nil {
+			t.Fatalf("its own directory: %v", err)
+		}
+	})
+}
