@@ -101,6 +101,10 @@ func (b *bench) fleetItem(ctx context.Context) error {
 		s.total = append(s.total, time.Since(t))
 		return nil
 	}
+	m0, err := local.metrics(ctx)
+	if err != nil {
+		return err
+	}
 	for range b.o.rounds {
 		if err := timed(&sock, func(j sandbox.Job) error { _, err := local.c.Submit(ctx, j); return err },
 			func(j sandbox.Job) error { sr, err := local.c.Wait(ctx, j); return succeeded(sr.Result, err) }); err != nil {
@@ -116,6 +120,21 @@ func (b *bench) fleetItem(ctx context.Context) error {
 		msText(ms), msText(mf), b.o.rounds, float64(mf-ms)/1e6)
 	fmt.Printf("    to the receipt: socket %s, fleet %s; all rounds (ms): socket %s, fleet %s\n",
 		msText(median(sock.submit)), msText(median(fl.submit)), sortedMS(sock.total), sortedMS(fl.total))
+	if m1, err := local.metrics(ctx); err == nil {
+		// Where the fleet's jobs spent their time on the host (its
+		// sandboxd_fleet_phase_seconds, over these rounds).
+		var parts []string
+		for _, ph := range []string{"queued", "claim", "receipt", "publish"} {
+			key := `sandboxd_fleet_phase_seconds_%s{phase="` + ph + `"}`
+			n := m1[fmt.Sprintf(key, "count")] - m0[fmt.Sprintf(key, "count")]
+			sum := m1[fmt.Sprintf(key, "sum")] - m0[fmt.Sprintf(key, "sum")]
+			if n > 0 {
+				parts = append(parts, fmt.Sprintf("%s %.1f", ph, sum/n*1e3))
+				b.results["fleet_noop_phase_"+ph+"_ms"] = sum / n * 1e3
+			}
+		}
+		fmt.Printf("    the host's phases of the fleet's jobs (mean ms, sandboxd_fleet_phase_seconds): %s\n", strings.Join(parts, ", "))
+	}
 	b.results["fleet_noop_socket_ms"] = float64(ms) / 1e6
 	b.results["fleet_noop_fleet_ms"] = float64(mf) / 1e6
 	b.results["fleet_noop_socket_receipt_ms"] = float64(median(sock.submit)) / 1e6
@@ -199,12 +218,20 @@ func sortedMS(ds []time.Duration) string {
 // bench.
 func (b *bench) startNATS(n int) ([]string, error) {
 	bin := filepath.Join(b.o.bin, "nats", "nats-server")
+	// Every port is held until all are picked: one closed at once could
+	// be picked again for another node.
+	var held []net.Listener
+	defer func() {
+		for _, l := range held {
+			l.Close()
+		}
+	}()
 	port := func() (int, error) {
 		l, err := net.Listen("tcp", "127.0.0.1:0")
 		if err != nil {
 			return 0, err
 		}
-		defer l.Close()
+		held = append(held, l)
 		return l.Addr().(*net.TCPAddr).Port, nil
 	}
 	type node struct{ client, route, mon int }
@@ -217,6 +244,10 @@ func (b *bench) startNATS(n int) ([]string, error) {
 			}
 		}
 	}
+	for _, l := range held {
+		l.Close()
+	}
+	held = nil
 	var urls []string
 	for i, nd := range nodes {
 		var routes []string
@@ -233,13 +264,19 @@ func (b *bench) startNATS(n int) ([]string, error) {
 			return nil, err
 		}
 		cmd := exec.Command(bin, "-c", cf)
+		logf, err := os.Create(dir + ".log")
+		if err != nil {
+			return nil, err
+		}
+		cmd.Stdout, cmd.Stderr = logf, logf
 		if err := cmd.Start(); err != nil {
+			logf.Close()
 			return nil, fmt.Errorf("nats-server (scripts/setup builds it at bin/nats): %w", err)
 		}
-		b.stops = append(b.stops, func() { cmd.Process.Kill(); cmd.Wait() })
+		b.stops = append(b.stops, func() { cmd.Process.Kill(); cmd.Wait(); logf.Close() })
 		urls = append(urls, fmt.Sprintf("nats://127.0.0.1:%d", nd.client))
 	}
-	for _, nd := range nodes {
+	for i, nd := range nodes {
 		for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
 			resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/healthz", nd.mon))
 			if err == nil {
@@ -249,7 +286,8 @@ func (b *bench) startNATS(n int) ([]string, error) {
 				}
 			}
 			if time.Now().After(deadline) {
-				return nil, fmt.Errorf("nats-server not healthy after 30s")
+				out, _ := os.ReadFile(filepath.Join(b.o.tmp, fmt.Sprintf("nats%d.log", i)))
+				return nil, fmt.Errorf("nats-server n%d not healthy after 30s; its log ends:\n%s", i+1, lastLines(string(out), 10))
 			}
 		}
 	}

@@ -648,6 +648,38 @@ func TestFleetRunsEachJobOnceAcrossHosts(t *testing.T) {
 	}
 	t.Logf("%d jobs in %v; per host through the %s: %v, through the fleet: %v",
 		n, time.Since(began).Round(time.Second), paths[0].name, byPath[0], byPath[1])
+	// Each host's phases of the jobs: one publish timed for each result it
+	// published, a claim for each claim of a job the fleet delivered (the
+	// counter counts its socket's jobs' claims too); the jobs that came
+	// through the fleet were each queued, claimed and given a receipt once.
+	elapsed := time.Since(began).Seconds()
+	var claims, rcpts, published, queued uint64
+	for _, d := range ds {
+		counts := d.metrics("sandboxd_fleet_claimed_total", "sandboxd_fleet_published_total")
+		for _, ph := range []struct {
+			name     string
+			at, most float64
+			sum      *uint64
+		}{
+			{"claim", 0, counts[0], &claims},
+			{"publish", counts[1], counts[1], &published},
+			{"receipt", 0, n, &rcpts},
+			{"queued", 0, n, &queued},
+		} {
+			got, secs := d.histogram("sandboxd_fleet_phase_seconds", "phase", ph.name)
+			if float64(got) < ph.at || float64(got) > ph.most {
+				t.Errorf("host %s: %d %s phases timed, want %v to %v", d.name, got, ph.name, ph.at, ph.most)
+			}
+			if secs < 0 || secs > elapsed*float64(max(got, 1)) || (got > 0 && secs == 0) {
+				t.Errorf("host %s: %d %s phases took %v s in all, in a test of %v s", d.name, got, ph.name, secs, elapsed)
+			}
+			*ph.sum += got
+		}
+	}
+	if claims != n/2 || rcpts != n/2 || queued < n/2 || published != n {
+		t.Errorf("phases timed over the hosts: %d claims, %d receipts, %d first deliveries, %d publishes; want %d, %d, at least %d, %d",
+			claims, rcpts, queued, published, n/2, n/2, n/2, n)
+	}
 	for _, d := range ds {
 		d.stop()
 	}

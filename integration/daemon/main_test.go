@@ -467,3 +467,30 @@ func (d *daemon) waitState(ctx context.Context, id string, state sandbox.JobStat
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// histogram reads the count and sum of one series of a histogram of the
+// daemon's metrics, the one whose label is label="value".
+func (d *daemon) histogram(name, label, value string) (uint64, float64) {
+	d.t.Helper()
+	resp, err := d.http().Get("http://sandboxd/metrics")
+	if err != nil {
+		d.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := parser.TextToMetricFamilies(resp.Body)
+	if err != nil {
+		d.t.Fatalf("metrics do not parse: %v", err)
+	}
+	if fam := fams[name]; fam != nil {
+		for _, m := range fam.Metric {
+			for _, l := range m.Label {
+				if l.GetName() == label && l.GetValue() == value && m.Histogram != nil {
+					return m.Histogram.GetSampleCount(), m.Histogram.GetSampleSum()
+				}
+			}
+		}
+	}
+	d.t.Fatalf("no series %s{%s=%q}", name, label, value)
+	return 0, 0
+}

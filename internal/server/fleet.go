@@ -139,6 +139,11 @@ func (a *fleetAgent) count(p *int) {
 	a.mu.Unlock()
 }
 
+// took records the time one of a job's phases took here.
+func (a *fleetAgent) took(phase string, d time.Duration) {
+	a.s.m.fleetPhases.WithLabelValues(phase).Observe(max(d, 0).Seconds())
+}
+
 func (a *fleetAgent) heartbeatLoop(ctx context.Context) {
 	t := time.NewTicker(a.cfg.Heartbeat)
 	defer t.Stop()
@@ -315,6 +320,10 @@ func (a *fleetAgent) pullLoop(ctx context.Context) {
 
 // handle decides what one delivered job message needs.
 func (a *fleetAgent) handle(ctx context.Context, d *fleet.Delivery) {
+	delivered := time.Now()
+	if d.Delivered == 1 && !d.Queued.IsZero() {
+		a.took(phaseQueued, delivered.Sub(d.Queued))
+	}
 	if d.Err != nil {
 		a.log.Error("fleet: a job message refused; it never runs", "error", d.Err)
 		a.count(&a.refused)
@@ -385,7 +394,7 @@ func (a *fleetAgent) handle(ctx context.Context, d *fleet.Delivery) {
 	case rec.State == fleet.StateClaimed:
 		a.checkLease(ctx, co, d, job, rec)
 	default:
-		a.claim(ctx, co, d, job, rec)
+		a.claim(ctx, co, d, job, rec, delivered)
 	}
 }
 
@@ -414,7 +423,7 @@ func (a *fleetAgent) owner(tenant string) (*caller, error) {
 // compare-and-set, with the held mark written at the same time. A claim
 // whose write timed out may have been made: the message goes back, and
 // its next delivery reads the record again.
-func (a *fleetAgent) claim(ctx context.Context, co fleet.Coordinator, d *fleet.Delivery, job sandbox.Job, rec fleet.Record) {
+func (a *fleetAgent) claim(ctx context.Context, co fleet.Coordinator, d *fleet.Delivery, job sandbox.Job, rec fleet.Record, delivered time.Time) {
 	log := a.log.With("job_id", job.ID)
 	missing, fetchErr := a.fetchInputs(ctx, co, job)
 	if fetchErr != nil && missing == "" {
@@ -454,6 +463,7 @@ func (a *fleetAgent) claim(ctx context.Context, co fleet.Coordinator, d *fleet.D
 		return
 	}
 	a.count(&a.claimed)
+	a.took(phaseClaim, time.Since(delivered))
 	log.Info("fleet: job claimed", "revision", claimed.Revision)
 	if missing != "" {
 		a.endUnrun(ctx, co, d, job, claimed, sandbox.StatusError, fmt.Sprintf("refused by host %s: input %s is not in the fleet's blob store: %v", a.s.cfg.Name, missing, fetchErr))
@@ -537,7 +547,10 @@ func (a *fleetAgent) run(ctx context.Context, co fleet.Coordinator, d *fleet.Del
 		return
 	}
 	if !rec.HasReceipt() {
-		rec = a.publishReceipt(ctx, co, log, job.ID, jrec.Receipt, rec)
+		began := time.Now()
+		if rec = a.publishReceipt(ctx, co, log, job.ID, jrec.Receipt, rec); rec.HasReceipt() {
+			a.took(phaseReceipt, time.Since(began))
+		}
 	}
 	a.follow(job.ID, d, rec)
 }
@@ -820,9 +833,11 @@ func (a *fleetAgent) publishWhenDone(id string) {
 			return
 		}
 	}
+	began := time.Now()
 	for {
 		err := a.publish(ctx, log, rec, a.followedAs(id).rec)
 		if err == nil {
+			a.took(phasePublish, time.Since(began))
 			break
 		}
 		log.Warn("fleet: publish the result; trying again", "error", err)

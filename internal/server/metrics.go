@@ -26,7 +26,26 @@ type metrics struct {
 	// assessmentsRetired counts retained assessments (and signed forms)
 	// removed after --retain.
 	assessmentsRetired prometheus.Counter
+	// fleetPhases are a fleet host's steps of a job (registerFleet).
+	fleetPhases *prometheus.HistogramVec
 }
+
+// The phases of a fleet job on the host that runs it (sandboxd_fleet_phase_seconds).
+const (
+	// phaseQueued: from the queue's storing the job's message (its
+	// server's clock) to its first delivery to this host (this host's
+	// clock; below zero counts as zero).
+	phaseQueued = "queued"
+	// phaseClaim: from the delivery to the claim made: the record read,
+	// the inputs fetched, the claim and the held mark written.
+	phaseClaim = "claim"
+	// phaseReceipt: from the journal's acceptance to the receipt written
+	// in the record.
+	phaseReceipt = "receipt"
+	// phasePublish: from the journal's result to the result written in
+	// the record (with its outputs stored in the fleet, and every retry).
+	phasePublish = "publish"
+)
 
 func newMetrics() *metrics {
 	m := &metrics{
@@ -91,6 +110,14 @@ func (m *metrics) registerPool(counts func() (ready, starting, used int)) {
 
 // registerFleet adds a fleet host's figures.
 func (m *metrics) registerFleet(counts func() map[string]int) {
+	m.fleetPhases = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name:    "sandboxd_fleet_phase_seconds",
+		Help:    "A fleet job's steps on this host: queued (stored to first delivered here, across two clocks), claim (delivered to claimed), receipt (journaled to receipt in the record), publish (result journaled to result in the record).",
+		Buckets: prometheus.ExponentialBuckets(0.0005, 2, 18)}, []string{"phase"})
+	for _, p := range []string{phaseQueued, phaseClaim, phaseReceipt, phasePublish} {
+		m.fleetPhases.WithLabelValues(p) // every phase listed from the start, at zero
+	}
+	m.reg.MustRegister(m.fleetPhases)
 	for _, c := range []struct{ key, name, help string }{
 		{"claimed", "sandboxd_fleet_claimed_total", "Fleet jobs this host claimed."},
 		{"published", "sandboxd_fleet_published_total", "Fleet results this host published."},

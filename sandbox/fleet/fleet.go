@@ -179,7 +179,10 @@ type Delivery struct {
 	Tenant string
 	// Delivered counts deliveries of this message (1 the first time).
 	Delivered uint64
-	msg       Message
+	// Queued is when the queue stored the message, by its server's clock
+	// (zero if the queue does not say).
+	Queued time.Time
+	msg    Message
 }
 
 // Message is a queue's hold on one delivered job message, as a

@@ -792,20 +792,21 @@ func (f *JetStream) Next(ctx context.Context, wait time.Duration) (*Delivery, er
 
 func (f *JetStream) delivery(m jetstream.Msg) *Delivery {
 	var delivered uint64
+	var queued time.Time
 	if md, err := m.Metadata(); err == nil {
-		delivered = md.NumDelivered
+		delivered, queued = md.NumDelivered, md.Timestamp
 	}
 	msg := jsMsg{m: m, timeout: f.opt.CallTimeout}
 	tenant, err := tenantOfSubject(m.Subject())
 	switch {
 	case err != nil:
-		return &Delivery{Delivered: delivered, msg: msg, Err: err}
+		return &Delivery{Delivered: delivered, Queued: queued, msg: msg, Err: err}
 	case len(m.Data()) > int(f.opt.MaxJobBytes):
-		return &Delivery{Delivered: delivered, msg: msg, Tenant: tenant,
+		return &Delivery{Delivered: delivered, Queued: queued, msg: msg, Tenant: tenant,
 			Err: fmt.Errorf("a job message of %d bytes is over the fleet's %d: %w", len(m.Data()), f.opt.MaxJobBytes, sandbox.ErrTooLarge)}
 	}
 	d := NewDelivery(m.Data(), delivered, msg)
-	d.Tenant = tenant
+	d.Tenant, d.Queued = tenant, queued
 	return d
 }
 
