@@ -354,6 +354,16 @@ func (a *fleetAgent) handle(ctx context.Context, d *fleet.Delivery) {
 		d.Later(time.Second)
 		return
 	}
+	if b := d.Bound; b != nil && d.Delivered == 1 {
+		// The record as its submitter made it, claimed at its revision
+		// with no read first (one round trip fewer before the job runs):
+		// a record changed since (another host's claim, a job ended, a
+		// hint that is not so) fails the claim's compare-and-set, and the
+		// record is read.
+		if a.claim(ctx, co, d, job, *b, delivered, true) {
+			return
+		}
+	}
 	rec, err := co.Record(ctx, job.ID)
 	if errors.Is(err, sandbox.ErrNotFound) {
 		// Queued with no record (a record aged out, or a publisher that
@@ -394,7 +404,7 @@ func (a *fleetAgent) handle(ctx context.Context, d *fleet.Delivery) {
 	case rec.State == fleet.StateClaimed:
 		a.checkLease(ctx, co, d, job, rec)
 	default:
-		a.claim(ctx, co, d, job, rec, delivered)
+		a.claim(ctx, co, d, job, rec, delivered, false)
 	}
 }
 
@@ -423,13 +433,18 @@ func (a *fleetAgent) owner(tenant string) (*caller, error) {
 // compare-and-set, with the held mark written at the same time. A claim
 // whose write timed out may have been made: the message goes back, and
 // its next delivery reads the record again.
-func (a *fleetAgent) claim(ctx context.Context, co fleet.Coordinator, d *fleet.Delivery, job sandbox.Job, rec fleet.Record, delivered time.Time) {
+//
+// hinted is a claim of the record its message says its submitter made
+// (Delivery.Bound), not of one read: if that record has changed, claim
+// returns false with nothing done (its mark removed), for the record to be
+// read. Otherwise it returns true: the message is handled.
+func (a *fleetAgent) claim(ctx context.Context, co fleet.Coordinator, d *fleet.Delivery, job sandbox.Job, rec fleet.Record, delivered time.Time, hinted bool) bool {
 	log := a.log.With("job_id", job.ID)
 	missing, fetchErr := a.fetchInputs(ctx, co, job)
 	if fetchErr != nil && missing == "" {
 		log.Warn("fleet: fetch the job's inputs", "error", fetchErr)
 		d.Later(time.Second)
-		return
+		return true
 	}
 	rec.State, rec.Host, rec.ClaimedAt, rec.WallTime = fleet.StateClaimed, a.s.cfg.Name, time.Now().UTC(), job.Limits.WallTime()
 	// The held mark and the claim are written at once (one synced write's
@@ -450,26 +465,30 @@ func (a *fleetAgent) claim(ctx context.Context, co fleet.Coordinator, d *fleet.D
 	if err != nil {
 		if errors.Is(err, fleet.ErrRevision) {
 			co.Release(ctx, a.s.cfg.Name, job.ID)
+			if hinted {
+				return false
+			}
 		}
 		log.Info("fleet: claim not made (another host's, or to be read again)", "error", err)
 		d.Later(0)
-		return
+		return true
 	}
 	if held != nil {
 		// Claimed, not marked: nothing journaled. The message comes back,
 		// and its next delivery marks the claim before it runs.
 		log.Warn("fleet: mark the claim", "error", held)
 		d.Later(time.Second)
-		return
+		return true
 	}
 	a.count(&a.claimed)
 	a.took(phaseClaim, time.Since(delivered))
 	log.Info("fleet: job claimed", "revision", claimed.Revision)
 	if missing != "" {
 		a.endUnrun(ctx, co, d, job, claimed, sandbox.StatusError, fmt.Sprintf("refused by host %s: input %s is not in the fleet's blob store: %v", a.s.cfg.Name, missing, fetchErr))
-		return
+		return true
 	}
 	a.run(ctx, co, d, job, claimed)
+	return true
 }
 
 // fetchInputs copies the job's inputs from the fleet's blob store (its

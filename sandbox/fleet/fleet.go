@@ -182,7 +182,14 @@ type Delivery struct {
 	// Queued is when the queue stored the message, by its server's clock
 	// (zero if the queue does not say).
 	Queued time.Time
-	msg    Message
+	// Bound is the record its submitter says it made for the job just
+	// before it queued it (queued, at a revision; nil if it says nothing).
+	// A hint, never the fleet's word: a claim made on it is a
+	// compare-and-set at that revision, which fails unless the record is
+	// still the one made then; the record is then read. (A submitter may
+	// write its records anyway: docs/fleet.md.)
+	Bound *Record
+	msg   Message
 }
 
 // Message is a queue's hold on one delivered job message, as a

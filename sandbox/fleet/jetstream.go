@@ -523,7 +523,7 @@ func (f *JetStream) Submit(ctx context.Context, job sandbox.Job) (Record, error)
 		return Record{}, err
 	}
 	began := time.Now()
-	rec, _, err := f.bindJob(ctx, job, Record{Schema: RecordSchema, ID: job.ID, Digest: job.Digest, State: StateQueued, SubmittedAt: time.Now().UTC()})
+	rec, made, err := f.bindJob(ctx, job, Record{Schema: RecordSchema, ID: job.ID, Digest: job.Digest, State: StateQueued, SubmittedAt: time.Now().UTC()})
 	if err != nil || rec.State != StateQueued {
 		return rec, f.denied(err, began) // or a host has it: nothing to queue
 	}
@@ -542,7 +542,15 @@ func (f *JetStream) Submit(ctx context.Context, job sandbox.Job) (Record, error)
 	if f.tenant == "" {
 		opts = append(opts, jetstream.WithMsgID(job.ID+"/"+job.Digest))
 	}
-	if _, err := f.js.Publish(c, jobsSubjectOf(f.tenant), canon, opts...); err != nil {
+	msg := &nats.Msg{Subject: jobsSubjectOf(f.tenant), Data: canon}
+	if made {
+		// The record this call made: a host claims it at its revision
+		// with no read first (Delivery.Bound).
+		msg.Header = nats.Header{}
+		msg.Header.Set(headerBoundRevision, strconv.FormatUint(rec.Revision, 10))
+		msg.Header.Set(headerBoundAt, rec.SubmittedAt.Format(time.RFC3339Nano))
+	}
+	if _, err := f.js.PublishMsg(c, msg, opts...); err != nil {
 		return rec, f.denied(fmt.Errorf("fleet: queue job %s: %w", job.ID, classify(err)), began)
 	}
 	return rec, nil
@@ -807,7 +815,31 @@ func (f *JetStream) delivery(m jetstream.Msg) *Delivery {
 	}
 	d := NewDelivery(m.Data(), delivered, msg)
 	d.Tenant, d.Queued = tenant, queued
+	if d.Err == nil {
+		d.Bound = boundOf(m.Headers(), d.Job)
+	}
 	return d
+}
+
+// The headers of a job message whose submitter made its record just
+// before: the record's revision, and its submission time.
+const (
+	headerBoundRevision = "Sandboxd-Record-Revision"
+	headerBoundAt       = "Sandboxd-Submitted-At"
+)
+
+// boundOf is the queued record a job message's headers say its submitter
+// made for job, or nil if they do not say so in full.
+func boundOf(h nats.Header, job sandbox.Job) *Record {
+	rev, err := strconv.ParseUint(h.Get(headerBoundRevision), 10, 64)
+	if err != nil || rev == 0 {
+		return nil
+	}
+	at, err := time.Parse(time.RFC3339Nano, h.Get(headerBoundAt))
+	if err != nil {
+		return nil
+	}
+	return &Record{Schema: RecordSchema, ID: job.ID, Digest: job.Digest, State: StateQueued, SubmittedAt: at.UTC(), Revision: rev}
 }
 
 type jsMsg struct {
