@@ -785,6 +785,33 @@ func (a *fleetAgent) updateFrom(ctx context.Context, co fleet.Coordinator, id st
 type followed struct {
 	d   *fleet.Delivery
 	rec fleet.Record
+	// published is closed once its result is in the fleet's record.
+	published chan struct{}
+}
+
+// tidyAfterPublishAtMost bounds how long a job's container waits for its
+// removal while its result is published.
+const tidyAfterPublishAtMost = 250 * time.Millisecond
+
+// awaitPublished waits, at most most, until the result of followed job
+// id is in the fleet's record (at once if it is not followed). The
+// broker's removal of the job's container, and the pool's next start, wait
+// for it: on a busy machine they made the publish's writes (and the
+// submitter's wait) take longer.
+func (a *fleetAgent) awaitPublished(id string, most time.Duration) {
+	a.mu.Lock()
+	f := a.following[id]
+	a.mu.Unlock()
+	if f == nil {
+		return
+	}
+	t := time.NewTimer(most)
+	defer t.Stop()
+	select {
+	case <-f.published:
+	case <-t.C:
+	case <-a.s.closing:
+	}
 }
 
 // follow publishes the job's outcome once its journal has it. A second
@@ -804,7 +831,7 @@ func (a *fleetAgent) follow(id string, d *fleet.Delivery, rec fleet.Record) {
 		a.mu.Unlock()
 		return
 	}
-	a.following[id] = &followed{d: d, rec: rec}
+	a.following[id] = &followed{d: d, rec: rec, published: make(chan struct{})}
 	a.mu.Unlock()
 	a.s.jobs.Add(1)
 	go func() {
@@ -857,6 +884,9 @@ func (a *fleetAgent) publishWhenDone(id string) {
 		err := a.publish(ctx, log, rec, a.followedAs(id).rec)
 		if err == nil {
 			a.took(phasePublish, time.Since(began))
+			a.mu.Lock()
+			close(a.following[id].published)
+			a.mu.Unlock()
 			break
 		}
 		log.Warn("fleet: publish the result; trying again", "error", err)

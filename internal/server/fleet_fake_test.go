@@ -116,13 +116,17 @@ func (ff *fakeFleet) queue(t *testing.T, job sandbox.Job) {
 	ff.queueLocked(job.ID, canon)
 }
 
-func (ff *fakeFleet) queueLocked(id string, data []byte) {
+func (ff *fakeFleet) queueLocked(id string, data []byte) { ff.queueBoundLocked(id, data, nil) }
+
+// queueBoundLocked queues a message saying its submitter made record bound
+// (nil: saying nothing), as JetStream's submit does.
+func (ff *fakeFleet) queueBoundLocked(id string, data []byte, bound *fleet.Record) {
 	for _, m := range ff.msgs {
 		if m.id == id && m.state != "acked" && m.state != "refused" {
 			return // the stream drops a duplicate
 		}
 	}
-	ff.msgs = append(ff.msgs, &fakeMsg{ff: ff, id: id, data: data, state: "ready"})
+	ff.msgs = append(ff.msgs, &fakeMsg{ff: ff, id: id, data: data, state: "ready", bound: bound})
 	ff.changeLocked()
 }
 
@@ -183,7 +187,7 @@ func (ff *fakeFleet) bind(job sandbox.Job, rec fleet.Record) (fleet.Record, bool
 
 func (ff *fakeFleet) Submit(_ context.Context, job sandbox.Job) (fleet.Record, error) {
 	ff.log("Submit %s", job.ID)
-	rec, _, err := ff.bind(job, fleet.Record{Schema: fleet.RecordSchema, ID: job.ID, Digest: job.Digest, State: fleet.StateQueued, SubmittedAt: time.Now().UTC()})
+	rec, made, err := ff.bind(job, fleet.Record{Schema: fleet.RecordSchema, ID: job.ID, Digest: job.Digest, State: fleet.StateQueued, SubmittedAt: time.Now().UTC()})
 	if err != nil || rec.State != fleet.StateQueued {
 		return rec, err
 	}
@@ -191,8 +195,13 @@ func (ff *fakeFleet) Submit(_ context.Context, job sandbox.Job) (fleet.Record, e
 	if err != nil {
 		return rec, err
 	}
+	var bound *fleet.Record
+	if made {
+		b := rec
+		bound = &b
+	}
 	ff.mu.Lock()
-	ff.queueLocked(job.ID, canon)
+	ff.queueBoundLocked(job.ID, canon, bound)
 	ff.mu.Unlock()
 	return rec, nil
 }
@@ -265,7 +274,11 @@ func (ff *fakeFleet) Next(ctx context.Context, wait time.Duration) (*fleet.Deliv
 				m.state = "out"
 				m.delivered++
 				ff.mu.Unlock()
-				return fleet.NewDelivery(m.data, m.delivered, m), nil
+				d := fleet.NewDelivery(m.data, m.delivered, m)
+				if d.Err == nil {
+					d.Bound = m.bound
+				}
+				return d, nil
 			}
 		}
 		ch := ff.changed
@@ -289,6 +302,7 @@ type fakeMsg struct {
 	data      []byte
 	delivered uint64
 	state     string
+	bound     *fleet.Record // the record its submitter says it made
 }
 
 func (m *fakeMsg) set(from, to string) {

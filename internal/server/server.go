@@ -541,6 +541,11 @@ func (s *Server) runJob(id string) {
 		finished = true
 		return nil
 	}
+	hooks.BeforeTidy = func() {
+		if finished && s.fleet != nil {
+			s.fleet.awaitPublished(id, tidyAfterPublishAtMost)
+		}
+	}
 	res, err := s.cfg.Broker.RunWithHooks(jctx, job, hooks)
 	defer bridge()
 	if finished {

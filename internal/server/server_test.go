@@ -55,6 +55,8 @@ type fakeBroker struct {
 	// finish makes a run hand its result to OnFinished, as the real
 	// broker does, and keep the container when that fails.
 	finish bool
+	// onTidy, if set, is told a run ended, after its BeforeTidy returned.
+	onTidy func(id string)
 	// outputs makes a run's result name an artifact and a stdout log.
 	outputs bool
 	// orphanShims are the engine's shims that serve no container, and
@@ -135,6 +137,12 @@ func (f *fakeBroker) RunWithHooks(ctx context.Context, job sandbox.Job, h broker
 		if err := h.OnFinished(ctx, res); err != nil {
 			return res, err
 		}
+	}
+	if h.BeforeTidy != nil {
+		h.BeforeTidy()
+	}
+	if f.onTidy != nil {
+		f.onTidy(job.ID)
 	}
 	return res, nil
 }
