@@ -144,13 +144,13 @@ type Hooks struct {
 	// the container is left in place so that Recover can read the job's
 	// stream again after a restart.
 	OnFinished func(ctx context.Context, res sandbox.Result) error
-	// BeforeTidy, if set, runs once the job's result is final (and
-	// OnFinished, if set, took it), before the broker removes the job's
-	// container and starts the pool's next sandbox: the caller's
+	// BeforeRefill, if set, runs once the job's result is final (and
+	// OnFinished, if set, took it) and its container removed, before the
+	// pool starts the next sandbox of the job's shape: the caller's
 	// delivery of the result (a fleet's publish) is not made to share the
-	// machine with that work. The broker waits for it; it must return
-	// soon.
-	BeforeTidy func()
+	// machine with that start. It runs on a goroutine of its own (Run
+	// does not wait for it) and should return soon.
+	BeforeRefill func()
 	// OnCollect, if set, runs at each step of the live collection of the
 	// helper's stream (see CollectSteps). Crash tests use it to kill the
 	// daemon at a precise point of a collection.
@@ -258,15 +258,19 @@ func (b *Broker) RunWithHooks(ctx context.Context, job sandbox.Job, hooks Hooks)
 			res, err = r.res, nil
 		}
 		if !keep {
-			if hooks.BeforeTidy != nil && r.containerID != "" {
-				hooks.BeforeTidy()
-			}
 			r.cleanup()
 		}
 		// A sandbox of this shape could be made: keep some ready for the
 		// next job like it.
 		if b.pool != nil && r.poolKey != "" && r.containerID != "" {
-			b.pool.want(job, r.poolKey)
+			if hooks.BeforeRefill != nil && !keep {
+				go func() {
+					hooks.BeforeRefill()
+					b.pool.want(job, r.poolKey)
+				}()
+			} else {
+				b.pool.want(job, r.poolKey)
+			}
 		}
 	}()
 	if err := r.execute(ctx); err != nil {

@@ -88,7 +88,9 @@ func (s *Server) startFleet(ctx context.Context) {
 	cfg := *s.cfg.Fleet
 	a := &fleetAgent{s: s, cfg: cfg, co: cfg.Coordinator, log: s.log.With("fleet_host", s.cfg.Name), following: map[string]*followed{},
 		givingBack: map[string]bool{}, listed: make(chan struct{})}
+	s.mu.Lock()
 	s.fleet = a
+	s.mu.Unlock()
 	s.m.registerFleet(a.counts)
 	if ts := s.cfg.Tenants; ts != nil {
 		// A tenant added by SIGHUP gets its records and blob store in the
@@ -789,15 +791,15 @@ type followed struct {
 	published chan struct{}
 }
 
-// tidyAfterPublishAtMost bounds how long a job's container waits for its
-// removal while its result is published.
-const tidyAfterPublishAtMost = 250 * time.Millisecond
+// refillAfterPublishAtMost bounds how long the pool's next start waits
+// for a job's result to be published.
+const refillAfterPublishAtMost = 250 * time.Millisecond
 
 // awaitPublished waits, at most most, until the result of followed job
-// id is in the fleet's record (at once if it is not followed). The
-// broker's removal of the job's container, and the pool's next start, wait
-// for it: on a busy machine they made the publish's writes (and the
-// submitter's wait) take longer.
+// id is in the fleet's record (at once if it is not followed). The pool's
+// next start after the job waits for it (the job's slot does not): on a
+// busy machine that start made the publish's writes, and the submitter's
+// wait, take longer.
 func (a *fleetAgent) awaitPublished(id string, most time.Duration) {
 	a.mu.Lock()
 	f := a.following[id]
@@ -1227,4 +1229,13 @@ func (a *fleetAgent) fleetRecord(ctx context.Context, id string) (journal.Record
 		state = sandbox.JobUncertain
 	}
 	return journal.Record{ID: id, Digest: job.Digest, Job: canon, State: state, Receipt: receiptEnv, Result: resultEnv, Status: res.Status, Tenant: tenant}, nil
+}
+
+// fleetAgent is the daemon's part in a fleet, nil until it has started
+// (or without a fleet): it starts after the workers, which may run jobs
+// meanwhile.
+func (s *Server) fleetAgent() *fleetAgent {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.fleet
 }

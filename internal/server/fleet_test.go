@@ -419,20 +419,20 @@ func TestFleetRecordGoneWhileTheJobRuns(t *testing.T) {
 	}
 }
 
-// A host's job result is in the fleet's record before the broker removes
-// the job's container and starts the pool's next sandbox (BeforeTidy):
-// that work, on the same machine, made the publish's writes and the
-// submitter's wait longer (item 6 of the benchmarks).
-func TestFleetResultIsPublishedBeforeTheTidyUp(t *testing.T) {
+// A host's job result is in the fleet's record before the broker's pool
+// starts its next sandbox (BeforeRefill): that start, on the same machine,
+// made the publish's writes and the submitter's wait longer (item 6 of the
+// benchmarks).
+func TestFleetResultIsPublishedBeforeThePoolRefills(t *testing.T) {
 	ff := newFakeFleet()
 	h := fleetHost(t, ff, "h1", nil)
 	job := newJob(t, "tidy-1", "true")
 	var mu sync.Mutex
-	var at []string // the record's state when each run was tidied
+	var at []string // the record's state when each run's pool refill began
 	tidied := make(chan struct{}, 1)
 	h.fb.mu.Lock()
-	h.fb.finish = true // as the real broker: the result is journaled before the tidy-up
-	h.fb.onTidy = func(id string) {
+	h.fb.finish = true // as the real broker: the result is journaled before the refill
+	h.fb.onRefill = func(id string) {
 		if id != job.ID {
 			return
 		}
@@ -452,11 +452,11 @@ func TestFleetResultIsPublishedBeforeTheTidyUp(t *testing.T) {
 	select {
 	case <-tidied:
 	case <-time.After(10 * time.Second):
-		t.Fatal("the job's run was never tidied")
+		t.Fatal("the job's pool refill never began")
 	}
 	mu.Lock()
 	defer mu.Unlock()
 	if len(at) != 1 || !strings.HasPrefix(at[0], "ended") {
-		t.Errorf("the record when the job's container was tidied: %q, want it ended (its result published) once", at)
+		t.Errorf("the record when the pool's refill after the job began: %q, want it ended (its result published) once", at)
 	}
 }

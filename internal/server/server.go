@@ -541,9 +541,11 @@ func (s *Server) runJob(id string) {
 		finished = true
 		return nil
 	}
-	hooks.BeforeTidy = func() {
-		if finished && s.fleet != nil {
-			s.fleet.awaitPublished(id, tidyAfterPublishAtMost)
+	if fa := s.fleetAgent(); fa != nil {
+		hooks.BeforeRefill = func() {
+			if finished {
+				fa.awaitPublished(id, refillAfterPublishAtMost)
+			}
 		}
 	}
 	res, err := s.cfg.Broker.RunWithHooks(jctx, job, hooks)
