@@ -144,13 +144,6 @@ type Hooks struct {
 	// the container is left in place so that Recover can read the job's
 	// stream again after a restart.
 	OnFinished func(ctx context.Context, res sandbox.Result) error
-	// BeforeRefill, if set, runs once the job's result is final (and
-	// OnFinished, if set, took it) and its container removed, before the
-	// pool starts the next sandbox of the job's shape: the caller's
-	// delivery of the result (a fleet's publish) is not made to share the
-	// machine with that start. It runs on a goroutine of its own (Run
-	// does not wait for it) and should return soon.
-	BeforeRefill func()
 	// OnCollect, if set, runs at each step of the live collection of the
 	// helper's stream (see CollectSteps). Crash tests use it to kill the
 	// daemon at a precise point of a collection.
@@ -263,14 +256,7 @@ func (b *Broker) RunWithHooks(ctx context.Context, job sandbox.Job, hooks Hooks)
 		// A sandbox of this shape could be made: keep some ready for the
 		// next job like it.
 		if b.pool != nil && r.poolKey != "" && r.containerID != "" {
-			if hooks.BeforeRefill != nil && !keep {
-				go func() {
-					hooks.BeforeRefill()
-					b.pool.want(job, r.poolKey)
-				}()
-			} else {
-				b.pool.want(job, r.poolKey)
-			}
+			b.pool.want(job, r.poolKey)
 		}
 	}()
 	if err := r.execute(ctx); err != nil {

@@ -160,7 +160,7 @@ func Recheck(ctx context.Context, o Options) (*Report, error) {
 	}
 	if err != nil {
 		if ferr := o.forget(key); ferr != nil {
-			return r, fmt.Errorf("%w; and the cached pass could not be removed: %v", err, ferr)
+			return r, fmt.Errorf("%w; and the cached pass could not be removed (later processes would run jobs on it: remove %s): %v", err, o.cachePath(key), ferr)
 		}
 		return r, err
 	}
@@ -253,8 +253,9 @@ var (
 
 // hostOf returns the part of a check's key that is the engine's host
 // rather than the engine: its kernel, the versions of the engine's parts,
-// and this host's boot. A host whose boot cannot be read has no key: no
-// pass is cached or used for it.
+// and this host's boot (the host sandboxd runs on: an engine elsewhere,
+// DOCKER_HOST, reboots unseen). A boot that cannot be read is an error:
+// no check is run or answered.
 func hostOf(v client.ServerVersionResult) (Key, error) {
 	var k Key
 	var parts []string

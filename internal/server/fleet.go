@@ -88,9 +88,7 @@ func (s *Server) startFleet(ctx context.Context) {
 	cfg := *s.cfg.Fleet
 	a := &fleetAgent{s: s, cfg: cfg, co: cfg.Coordinator, log: s.log.With("fleet_host", s.cfg.Name), following: map[string]*followed{},
 		givingBack: map[string]bool{}, listed: make(chan struct{})}
-	s.mu.Lock()
 	s.fleet = a
-	s.mu.Unlock()
 	s.m.registerFleet(a.counts)
 	if ts := s.cfg.Tenants; ts != nil {
 		// A tenant added by SIGHUP gets its records and blob store in the
@@ -466,7 +464,7 @@ func (a *fleetAgent) claim(ctx context.Context, co fleet.Coordinator, d *fleet.D
 	marking.Wait()
 	if err != nil {
 		if errors.Is(err, fleet.ErrRevision) {
-			co.Release(ctx, a.s.cfg.Name, job.ID)
+			a.releaseUnlessOurs(ctx, co, job.ID)
 			if hinted {
 				return false
 			}
@@ -491,6 +489,17 @@ func (a *fleetAgent) claim(ctx context.Context, co fleet.Coordinator, d *fleet.D
 	}
 	a.run(ctx, co, d, job, claimed)
 	return true
+}
+
+// releaseUnlessOurs removes this host's held mark of a job whose claim
+// failed here, unless the record, read now, holds this host's claim: one
+// made by another way (another message of the job, a submit on this
+// host's socket) keeps the mark its run needs.
+func (a *fleetAgent) releaseUnlessOurs(ctx context.Context, co fleet.Coordinator, id string) {
+	if rec, err := co.Record(ctx, id); err == nil && rec.State == fleet.StateClaimed && rec.Host == a.s.cfg.Name {
+		return
+	}
+	co.Release(ctx, a.s.cfg.Name, id)
 }
 
 // fetchInputs copies the job's inputs from the fleet's blob store (its
@@ -787,33 +796,6 @@ func (a *fleetAgent) updateFrom(ctx context.Context, co fleet.Coordinator, id st
 type followed struct {
 	d   *fleet.Delivery
 	rec fleet.Record
-	// published is closed once its result is in the fleet's record.
-	published chan struct{}
-}
-
-// refillAfterPublishAtMost bounds how long the pool's next start waits
-// for a job's result to be published.
-const refillAfterPublishAtMost = 250 * time.Millisecond
-
-// awaitPublished waits, at most most, until the result of followed job
-// id is in the fleet's record (at once if it is not followed). The pool's
-// next start after the job waits for it (the job's slot does not): on a
-// busy machine that start made the publish's writes, and the submitter's
-// wait, take longer.
-func (a *fleetAgent) awaitPublished(id string, most time.Duration) {
-	a.mu.Lock()
-	f := a.following[id]
-	a.mu.Unlock()
-	if f == nil {
-		return
-	}
-	t := time.NewTimer(most)
-	defer t.Stop()
-	select {
-	case <-f.published:
-	case <-t.C:
-	case <-a.s.closing:
-	}
 }
 
 // follow publishes the job's outcome once its journal has it. A second
@@ -821,19 +803,31 @@ func (a *fleetAgent) awaitPublished(id string, most time.Duration) {
 func (a *fleetAgent) follow(id string, d *fleet.Delivery, rec fleet.Record) {
 	a.mu.Lock()
 	if f, ok := a.following[id]; ok {
-		if d != nil {
-			if f.d != nil {
-				f.d.Later(0) // an older delivery of the same message
-			}
-			f.d = d
+		var again, older *fleet.Delivery
+		switch {
+		case d == nil:
+		case f.d != nil && d.Seq != 0 && f.d.Seq != 0 && d.Seq != f.d.Seq:
+			// Another message of the job (queued again): the one held
+			// stands for the job until its result is out, and this one
+			// is acknowledged. Given back, each would bring the other
+			// back, at once, for as long as the job runs.
+			again = d
+		default:
+			older, f.d = f.d, d // an older delivery of the same message
 		}
 		if rec.Revision > f.rec.Revision {
 			f.rec = rec
 		}
 		a.mu.Unlock()
+		if older != nil {
+			older.Later(0)
+		}
+		if again != nil {
+			again.Done(context.Background())
+		}
 		return
 	}
-	a.following[id] = &followed{d: d, rec: rec, published: make(chan struct{})}
+	a.following[id] = &followed{d: d, rec: rec}
 	a.mu.Unlock()
 	a.s.jobs.Add(1)
 	go func() {
@@ -886,9 +880,6 @@ func (a *fleetAgent) publishWhenDone(id string) {
 		err := a.publish(ctx, log, rec, a.followedAs(id).rec)
 		if err == nil {
 			a.took(phasePublish, time.Since(began))
-			a.mu.Lock()
-			close(a.following[id].published)
-			a.mu.Unlock()
 			break
 		}
 		log.Warn("fleet: publish the result; trying again", "error", err)
@@ -1229,13 +1220,4 @@ func (a *fleetAgent) fleetRecord(ctx context.Context, id string) (journal.Record
 		state = sandbox.JobUncertain
 	}
 	return journal.Record{ID: id, Digest: job.Digest, Job: canon, State: state, Receipt: receiptEnv, Result: resultEnv, Status: res.Status, Tenant: tenant}, nil
-}
-
-// fleetAgent is the daemon's part in a fleet, nil until it has started
-// (or without a fleet): it starts after the workers, which may run jobs
-// meanwhile.
-func (s *Server) fleetAgent() *fleetAgent {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.fleet
 }

@@ -126,7 +126,7 @@ func (ff *fakeFleet) queueBoundLocked(id string, data []byte, bound *fleet.Recor
 			return // the stream drops a duplicate
 		}
 	}
-	ff.msgs = append(ff.msgs, &fakeMsg{ff: ff, id: id, data: data, state: "ready", bound: bound})
+	ff.msgs = append(ff.msgs, &fakeMsg{ff: ff, id: id, data: data, state: "ready", bound: bound, seq: uint64(len(ff.msgs) + 1)})
 	ff.changeLocked()
 }
 
@@ -275,6 +275,7 @@ func (ff *fakeFleet) Next(ctx context.Context, wait time.Duration) (*fleet.Deliv
 				m.delivered++
 				ff.mu.Unlock()
 				d := fleet.NewDelivery(m.data, m.delivered, m)
+				d.Seq = m.seq
 				if d.Err == nil {
 					d.Bound = m.bound
 				}
@@ -303,6 +304,7 @@ type fakeMsg struct {
 	delivered uint64
 	state     string
 	bound     *fleet.Record // the record its submitter says it made
+	seq       uint64        // its place in the queue
 }
 
 func (m *fakeMsg) set(from, to string) {

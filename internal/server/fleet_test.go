@@ -419,44 +419,95 @@ func TestFleetRecordGoneWhileTheJobRuns(t *testing.T) {
 	}
 }
 
-// A host's job result is in the fleet's record before the broker's pool
-// starts its next sandbox (BeforeRefill): that start, on the same machine,
-// made the publish's writes and the submitter's wait longer (item 6 of the
-// benchmarks).
-func TestFleetResultIsPublishedBeforeThePoolRefills(t *testing.T) {
+// requeue queues another message of job, saying its submitter made
+// bound: one the stream does not take for a duplicate (with tenants, no
+// message has an id it could).
+func (ff *fakeFleet) requeue(t *testing.T, job sandbox.Job, bound fleet.Record) {
+	t.Helper()
+	canon, err := job.CanonicalJSON()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ff.mu.Lock()
+	defer ff.mu.Unlock()
+	ff.msgs = append(ff.msgs, &fakeMsg{ff: ff, id: job.ID, data: canon, state: "ready", bound: &bound, seq: uint64(len(ff.msgs) + 1)})
+	ff.changeLocked()
+}
+
+// A message whose word is stale (the record it names has changed since:
+// the job ended) is read on its first delivery, not given back: the job
+// does not run again, and the mark the failed claim wrote goes.
+func TestFleetStaleWordIsReadAtOnce(t *testing.T) {
 	ff := newFakeFleet()
 	h := fleetHost(t, ff, "h1", nil)
-	job := newJob(t, "tidy-1", "true")
-	var mu sync.Mutex
-	var at []string // the record's state when each run's pool refill began
-	tidied := make(chan struct{}, 1)
-	h.fb.mu.Lock()
-	h.fb.finish = true // as the real broker: the result is journaled before the refill
-	h.fb.onRefill = func(id string) {
-		if id != job.ID {
-			return
-		}
-		ff.mu.Lock()
-		state := stateOf(ff.records[id])
-		ff.mu.Unlock()
-		mu.Lock()
-		at = append(at, state)
-		mu.Unlock()
-		tidied <- struct{}{}
-	}
-	h.fb.mu.Unlock()
-	if _, err := ff.Submit(context.Background(), job); err != nil {
+	job := newJob(t, "stale-1", "true")
+	made, err := ff.Submit(context.Background(), job)
+	if err != nil {
 		t.Fatal(err)
 	}
 	ff.waitFor(t, "the job settled", func(ff *fakeFleet) bool { return ff.settled(job.ID) })
-	select {
-	case <-tidied:
-	case <-time.After(10 * time.Second):
-		t.Fatal("the job's pool refill never began")
+	before := len(ff.callsAbout(job.ID))
+	ff.requeue(t, job, made)
+	ff.waitFor(t, "the message again settled", func(ff *fakeFleet) bool { return ff.settled(job.ID) })
+	calls := ff.callsAbout(job.ID)[before:]
+	for _, c := range []struct {
+		prefix string
+		want   int
+	}{
+		{"Update " + job.ID + " claimed", 1}, {"Record ", 2}, {"Later ", 0}, {"Ack ", 1}, {"Hold ", 1}, {"Release ", 1},
+	} {
+		if got := count(calls, c.prefix); got != c.want {
+			t.Errorf("%q calls: got %d, want %d (calls %q)", c.prefix, got, c.want, calls)
+		}
 	}
-	mu.Lock()
-	defer mu.Unlock()
-	if len(at) != 1 || !strings.HasPrefix(at[0], "ended") {
-		t.Errorf("the record when the pool's refill after the job began: %q, want it ended (its result published) once", at)
+	h.fb.mu.Lock()
+	defer h.fb.mu.Unlock()
+	if n := h.fb.runs[job.ID]; n != 1 {
+		t.Errorf("the job ran %d times, want once", n)
+	}
+}
+
+// A message with a stale word for a job this host is running (its claim
+// made from another message) leaves the held mark the run needs (the
+// failed claim's mark is removed only where the record is not this host's
+// claim), and is acknowledged: the message the host holds stands for the
+// job.
+func TestFleetStaleWordKeepsTheMarkOfOurRun(t *testing.T) {
+	ff := newFakeFleet()
+	h := newFixture(t, func(cfg *Config) {
+		cfg.Name, cfg.Concurrency = "h1", 2 // a slot free for the message again
+		cfg.Fleet = &FleetConfig{Coordinator: ff, Lease: time.Minute}
+	}, nil)
+	job := newJob(t, "stale-2", "true")
+	gate := make(chan struct{})
+	var once sync.Once
+	open := func() { once.Do(func() { close(gate) }) }
+	t.Cleanup(open)
+	h.fb.mu.Lock()
+	h.fb.gates[job.ID] = gate
+	h.fb.mu.Unlock()
+	made, err := ff.Submit(context.Background(), job)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ff.waitFor(t, "the job running, its receipt written", func(ff *fakeFleet) bool { return ff.records[job.ID].HasReceipt() })
+	before := len(ff.callsAbout(job.ID))
+	ff.requeue(t, job, made)
+	ff.waitFor(t, "the message again acknowledged", func(ff *fakeFleet) bool { return ff.msgs[len(ff.msgs)-1].state == "acked" })
+	calls := ff.callsAbout(job.ID)[before:]
+	if count(calls, "Release ") != 0 {
+		t.Errorf("the held mark of the running job was removed: calls %q", calls)
+	}
+	// The message again is acknowledged, not given back: given back, the
+	// two messages of the job brought each other back while it ran.
+	if count(calls, "Later ") != 0 || count(calls, "Ack ") != 1 {
+		t.Errorf("the message again: calls %q, want one acknowledgement and nothing given back", calls)
+	}
+	open()
+	ff.waitFor(t, "the job settled", func(ff *fakeFleet) bool { return ff.settled(job.ID) })
+	h.fb.mu.Lock()
+	defer h.fb.mu.Unlock()
+	if n := h.fb.runs[job.ID]; n != 1 {
+		t.Errorf("the job ran %d times, want once", n)
 	}
 }

@@ -541,13 +541,6 @@ func (s *Server) runJob(id string) {
 		finished = true
 		return nil
 	}
-	if fa := s.fleetAgent(); fa != nil {
-		hooks.BeforeRefill = func() {
-			if finished {
-				fa.awaitPublished(id, refillAfterPublishAtMost)
-			}
-		}
-	}
 	res, err := s.cfg.Broker.RunWithHooks(jctx, job, hooks)
 	defer bridge()
 	if finished {

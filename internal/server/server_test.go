@@ -55,9 +55,6 @@ type fakeBroker struct {
 	// finish makes a run hand its result to OnFinished, as the real
 	// broker does, and keep the container when that fails.
 	finish bool
-	// onRefill, if set, is told a run ended, after its BeforeRefill
-	// returned (the real broker's pool would start its next sandbox).
-	onRefill func(id string)
 	// outputs makes a run's result name an artifact and a stdout log.
 	outputs bool
 	// orphanShims are the engine's shims that serve no container, and
@@ -138,12 +135,6 @@ func (f *fakeBroker) RunWithHooks(ctx context.Context, job sandbox.Job, h broker
 		if err := h.OnFinished(ctx, res); err != nil {
 			return res, err
 		}
-	}
-	if h.BeforeRefill != nil {
-		h.BeforeRefill()
-	}
-	if f.onRefill != nil {
-		f.onRefill(job.ID)
 	}
 	return res, nil
 }

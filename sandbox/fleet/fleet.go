@@ -182,12 +182,18 @@ type Delivery struct {
 	// Queued is when the queue stored the message, by its server's clock
 	// (zero if the queue does not say).
 	Queued time.Time
+	// Seq is the message's place in the queue (0 if the queue does not
+	// say): two deliveries of one message have the same, two messages of
+	// one job (queued again) do not.
+	Seq uint64
 	// Bound is the record its submitter says it made for the job just
 	// before it queued it (queued, at a revision; nil if it says nothing).
 	// A hint, never the fleet's word: a claim made on it is a
-	// compare-and-set at that revision, which fails unless the record is
-	// still the one made then; the record is then read. (A submitter may
-	// write its records anyway: docs/fleet.md.)
+	// compare-and-set at that revision, which fails once the record has
+	// been written since (the record is then read). A message naming the
+	// record's current revision has it claimed whatever it holds: only a
+	// submitter can queue one, and a submitter may write its records
+	// anyway (docs/fleet.md).
 	Bound *Record
 	msg   Message
 }

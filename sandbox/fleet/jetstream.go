@@ -799,22 +799,22 @@ func (f *JetStream) Next(ctx context.Context, wait time.Duration) (*Delivery, er
 }
 
 func (f *JetStream) delivery(m jetstream.Msg) *Delivery {
-	var delivered uint64
+	var delivered, seq uint64
 	var queued time.Time
 	if md, err := m.Metadata(); err == nil {
-		delivered, queued = md.NumDelivered, md.Timestamp
+		delivered, queued, seq = md.NumDelivered, md.Timestamp, md.Sequence.Stream
 	}
 	msg := jsMsg{m: m, timeout: f.opt.CallTimeout}
 	tenant, err := tenantOfSubject(m.Subject())
 	switch {
 	case err != nil:
-		return &Delivery{Delivered: delivered, Queued: queued, msg: msg, Err: err}
+		return &Delivery{Delivered: delivered, Queued: queued, Seq: seq, msg: msg, Err: err}
 	case len(m.Data()) > int(f.opt.MaxJobBytes):
-		return &Delivery{Delivered: delivered, Queued: queued, msg: msg, Tenant: tenant,
+		return &Delivery{Delivered: delivered, Queued: queued, Seq: seq, msg: msg, Tenant: tenant,
 			Err: fmt.Errorf("a job message of %d bytes is over the fleet's %d: %w", len(m.Data()), f.opt.MaxJobBytes, sandbox.ErrTooLarge)}
 	}
 	d := NewDelivery(m.Data(), delivered, msg)
-	d.Tenant, d.Queued = tenant, queued
+	d.Tenant, d.Queued, d.Seq = tenant, queued, seq
 	if d.Err == nil {
 		d.Bound = boundOf(m.Headers(), d.Job)
 	}
