@@ -4,6 +4,7 @@
 package daemon
 
 import (
+	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 
@@ -427,16 +428,7 @@ func (d *daemon) metric(name string) float64 { return d.metrics(name)[0] }
 // separate scrapes may straddle a job's end and the next one's start.
 func (d *daemon) metrics(names ...string) []float64 {
 	d.t.Helper()
-	resp, err := d.http().Get("http://sandboxd/metrics")
-	if err != nil {
-		d.t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	parser := expfmt.NewTextParser(model.UTF8Validation)
-	fams, err := parser.TextToMetricFamilies(resp.Body)
-	if err != nil {
-		d.t.Fatalf("metrics do not parse: %v", err)
-	}
+	fams := d.scrape()
 	var out []float64
 	for _, name := range names {
 		fam := fams[name]
@@ -472,17 +464,7 @@ func (d *daemon) waitState(ctx context.Context, id string, state sandbox.JobStat
 // daemon's metrics, the one whose label is label="value".
 func (d *daemon) histogram(name, label, value string) (uint64, float64) {
 	d.t.Helper()
-	resp, err := d.http().Get("http://sandboxd/metrics")
-	if err != nil {
-		d.t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	parser := expfmt.NewTextParser(model.UTF8Validation)
-	fams, err := parser.TextToMetricFamilies(resp.Body)
-	if err != nil {
-		d.t.Fatalf("metrics do not parse: %v", err)
-	}
-	if fam := fams[name]; fam != nil {
+	if fam := d.scrape()[name]; fam != nil {
 		for _, m := range fam.Metric {
 			for _, l := range m.Label {
 				if l.GetName() == label && l.GetValue() == value && m.Histogram != nil {
@@ -493,4 +475,20 @@ func (d *daemon) histogram(name, label, value string) (uint64, float64) {
 	}
 	d.t.Fatalf("no series %s{%s=%q}", name, label, value)
 	return 0, 0
+}
+
+// scrape reads the daemon's metrics once.
+func (d *daemon) scrape() map[string]*dto.MetricFamily {
+	d.t.Helper()
+	resp, err := d.http().Get("http://sandboxd/metrics")
+	if err != nil {
+		d.t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := parser.TextToMetricFamilies(resp.Body)
+	if err != nil {
+		d.t.Fatalf("metrics do not parse: %v", err)
+	}
+	return fams
 }

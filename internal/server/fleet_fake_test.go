@@ -107,13 +107,20 @@ func (ff *fakeFleet) rewrite(id string, change func(*fleet.Record)) fleet.Record
 // queue puts a message of job in the queue.
 func (ff *fakeFleet) queue(t *testing.T, job sandbox.Job) {
 	t.Helper()
+	canon := canonical(t, job)
+	ff.mu.Lock()
+	defer ff.mu.Unlock()
+	ff.queueLocked(job.ID, canon)
+}
+
+// canonical is job's canonical form, a message's body.
+func canonical(t *testing.T, job sandbox.Job) []byte {
+	t.Helper()
 	canon, err := job.CanonicalJSON()
 	if err != nil {
 		t.Fatal(err)
 	}
-	ff.mu.Lock()
-	defer ff.mu.Unlock()
-	ff.queueLocked(job.ID, canon)
+	return canon
 }
 
 func (ff *fakeFleet) queueLocked(id string, data []byte) { ff.queueBoundLocked(id, data, nil) }

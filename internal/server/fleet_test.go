@@ -424,10 +424,7 @@ func TestFleetRecordGoneWhileTheJobRuns(t *testing.T) {
 // message has an id it could).
 func (ff *fakeFleet) requeue(t *testing.T, job sandbox.Job, bound fleet.Record) {
 	t.Helper()
-	canon, err := job.CanonicalJSON()
-	if err != nil {
-		t.Fatal(err)
-	}
+	canon := canonical(t, job)
 	ff.mu.Lock()
 	defer ff.mu.Unlock()
 	ff.msgs = append(ff.msgs, &fakeMsg{ff: ff, id: job.ID, data: canon, state: "ready", bound: &bound, seq: uint64(len(ff.msgs) + 1)})
