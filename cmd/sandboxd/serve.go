@@ -113,7 +113,7 @@ func serveFlags(stderr io.Writer) (*serveOptions, *flag.FlagSet) {
 	fs.DurationVar(&o.fleetAckWait, "fleet-ack-wait", 30*time.Second, "with --fleet: how long a job message stays with a host that sends no word before it is delivered again (every host of a fleet must give the same)")
 	fs.Var(&o.fleetKeys, "fleet-key", "with --fleet: another host's public key `PEM` file (repeatable): results it signed are assessed here")
 	fs.IntVar(&o.fleetReplicas, "fleet-replicas", 3, "with --fleet: replicas of the fleet's streams and buckets when this host creates them (1, 3 or 5)")
-	fs.Int64Var(&o.fleetBlobBytes, "fleet-blob-bytes", fleet.DefaultBlobBytes, "with --fleet: bytes the fleet's blob store holds (JetStream reserves them on every server of its replicas when the store is made; with --tenants, shared equally by tenants with no max_blob_bytes); every host of a fleet must give the same")
+	fs.Int64Var(&o.fleetBlobBytes, "fleet-blob-bytes", fleet.DefaultBlobBytes, "with --fleet: bytes the fleet's blob store holds (JetStream reserves them on every server of its replicas when the store is made; with --tenants, shared equally by tenants with no max_blob_bytes, each share at least --max-blob-bytes); every host of a fleet must give the same")
 	fs.DurationVar(&o.fleetBlobAge, "fleet-blob-age", fleet.DefaultBlobAge, "with --fleet: how long a blob is kept in the fleet (a job queued longer loses its inputs); every host of a fleet must give the same")
 	fs.StringVar(&o.tenants, "tenants", "", "tenants `FILE` (JSON, schema "+server.TenantsSchema+"): socket peers (uid, gid) and client certificate subjects mapped to tenants, roles and quotas; each tenant sees only its own jobs and blobs; read again on SIGHUP. Without it, whoever reaches the socket or holds a certificate of the client CA may read, cancel and fetch every job and blob")
 	fs.DurationVar(&o.retain, "retain", 0, "how long an ended job's journal record (its receipt and result envelopes) and a retained assessment are kept; then they are removed, and the blobs only such records named with the next collection (0: forever)")
@@ -340,7 +340,8 @@ func (o serveOptions) joinFleet(ctx context.Context, cfg *server.Config, log *sl
 	opt := fleet.Options{Name: "sandboxd host " + o.name, Setup: true, Replicas: o.fleetReplicas, AckWait: o.fleetAckWait,
 		BlobBytes: o.fleetBlobBytes, BlobAge: o.fleetBlobAge}
 	if cfg.Tenants != nil {
-		for _, t := range cfg.Tenants.List() {
+		tenants := cfg.Tenants.List()
+		for _, t := range tenants {
 			if err := fleet.CheckTenantName(t.Name); err != nil {
 				return nil, fmt.Errorf("--tenants %s with --fleet: tenant %q: %w", cfg.Tenants.File(), t.Name, err)
 			}
@@ -350,6 +351,11 @@ func (o serveOptions) joinFleet(ctx context.Context, cfg *server.Config, log *sl
 					opt.TenantBlobBytes = map[string]int64{}
 				}
 				opt.TenantBlobBytes[t.Name] = t.Quota.MaxBlobBytes
+			} else if share := o.fleetBlobBytes / int64(len(tenants)); share < o.maxBlob {
+				// The store JetStream makes for it (fleet.Options.TenantBlobBytes)
+				// could not hold an upload this host takes.
+				return nil, fmt.Errorf("--tenants %s with --fleet: tenant %q has no max_blob_bytes, so its blob store in the fleet is an equal share of --fleet-blob-bytes %d among %d tenants, %d bytes, under --max-blob-bytes %d: its largest upload could not be held there; give --fleet-blob-bytes more, the tenant a max_blob_bytes, or --max-blob-bytes less",
+					cfg.Tenants.File(), t.Name, o.fleetBlobBytes, len(tenants), share, o.maxBlob)
 			}
 		}
 	}

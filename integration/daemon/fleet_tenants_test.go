@@ -456,3 +456,22 @@ func TestFleetCLI(t *testing.T) {
 	}
 	d.stop()
 }
+
+// A tenant with no max_blob_bytes gets an equal share of the fleet's
+// --fleet-blob-bytes: a share under --max-blob-bytes, which could not hold
+// an upload the host takes, is refused when the host starts, naming the
+// tenant and the flags; a share that holds it starts.
+func TestFleetTenantShareHoldsTheLargestUpload(t *testing.T) {
+	c, tenants := tenantFleet(t)
+	flags := []string{"--fleet", userURL(c, "host"), "--fleet-replicas", "1", "--tenants", tenants,
+		"--fleet-call-timeout", "3s", "--pool", "0", "--max-blob-bytes", "1048576"}
+	logs := newDaemon(t, append(flags, "--fleet-blob-bytes", "2097152")...).startFails(time.Minute)
+	for _, want := range []string{"team-a", "has no max_blob_bytes", "--fleet-blob-bytes 2097152 among 3 tenants, 699050 bytes", "--max-blob-bytes 1048576"} {
+		if !strings.Contains(logs, want) {
+			t.Errorf("a share of 699050 bytes: %s\nwant an error saying %q", tail(logs, 5), want)
+		}
+	}
+	d := newDaemon(t, append(flags, "--fleet-blob-bytes", "3145728")...)
+	d.start()
+	d.stop()
+}
