@@ -63,12 +63,7 @@ func TestFleetCoordinator(t *testing.T) {
 	ctx := ctxFor(t, 2*time.Minute)
 
 	t.Run("a message that is not a sealed job never runs", func(t *testing.T) {
-		nc, err := nats.Connect(strings.Join(c.URLs(), ","))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer nc.Close()
-		js, _ := nc.JetStream()
+		_, js := rawJetStream(t, c)
 		job := jobWithoutEngine(t, "tampered-"+randHex(3), "true")
 		canon, _ := job.CanonicalJSON()
 		tampered := bytes.Replace(canon, []byte(`"true"`), []byte(`"id"`), 1)
@@ -104,12 +99,7 @@ func TestFleetCoordinator(t *testing.T) {
 		}
 		d.Refuse()
 
-		nc, err := nats.Connect(strings.Join(c.URLs(), ","))
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer nc.Close()
-		js, _ := nc.JetStream()
+		_, js := rawJetStream(t, c)
 		hinted := jobWithoutEngine(t, "hinted-"+randHex(3), "true")
 		canon, _ := hinted.CanonicalJSON()
 		for _, h := range []map[string]string{
@@ -751,12 +741,7 @@ func TestFleetClaimOnTheSubmittersWord(t *testing.T) {
 	co := openFleet(t, c, false)
 	r := fleet.NewRunner(co, d.keys)
 	ctx := ctxFor(t, 2*time.Minute)
-	nc, err := nats.Connect(strings.Join(c.URLs(), ","))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	js, _ := nc.JetStream()
+	_, js := rawJetStream(t, c)
 	publish := func(job sandbox.Job, rev uint64) {
 		t.Helper()
 		canon, _ := job.CanonicalJSON()
