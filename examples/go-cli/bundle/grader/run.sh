@@ -24,10 +24,12 @@ if ! (cd /work/src && go build -o /work/bin/calc .) >/work/build.log 2>&1; then
   # the cache, linked), with the candidate's files and builds gone first;
   # if that fails too, nothing is known of the candidate, and no report is
   # written. Everything the candidate's build left (its files, its
-  # builds, the go command's scratch, all but the end of its errors) is
-  # removed first: what it filled the scratch space with must not fail
-  # the check, which would make the candidate's failure inconclusive.
-  tail -c 4096 /work/build.log > /work/build.tail
+  # builds, the go command's scratch, its errors) is removed first: what
+  # it filled the scratch space with must not fail the check, which would
+  # make the candidate's failure inconclusive. The end of its errors goes
+  # to this job's stderr, for people (never read as a result).
+  echo "grader: the candidate does not build; the end of what go build said:" >&2
+  tail -c 4096 /work/build.log >&2
   rm -rf /work/src /work/bin /work/build.log "$GOCACHE" "$GOTMPDIR"
   mkdir -p /work/selftest "$GOTMPDIR"
   printf 'package main\n\nimport (\n\t"fmt"\n\t"os"\n\t"strconv"\n)\n\nfunc main() { fmt.Fprintln(os.Stderr, strconv.Itoa(len(os.Args))) }\n' > /work/selftest/main.go
