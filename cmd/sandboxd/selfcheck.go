@@ -86,13 +86,10 @@ func runSelfcheck(ctx context.Context, eng selfcheck.Engine, b *broker.Broker, b
 	}
 	if force {
 		r, err := selfcheck.Recheck(ctx, o)
-		if err != nil && r != nil && errors.Is(err, selfcheck.ErrFailed) {
-			return r, err
-		}
-		if err != nil {
+		if err != nil && !errors.Is(err, selfcheck.ErrFailed) {
 			return nil, err
 		}
-		return r, nil
+		return r, err
 	}
 	return selfcheck.Ensure(ctx, o)
 }

@@ -123,3 +123,36 @@ func TestHostKeyWithoutABootFails(t *testing.T) {
 		t.Fatalf("an empty boot id: %v", err)
 	}
 }
+
+// Storing a pass removes the passes cached under another boot (they can
+// never be answered again), and keeps this boot's others and files that
+// are not passes of a boot.
+func TestStoringAPassPrunesOtherBoots(t *testing.T) {
+	o := Options{StateDir: t.TempDir()}
+	pass := func(boot, image string) Key {
+		k := Key{BootID: boot, Image: image, ProbeDigest: "sha256:cc"}
+		if err := o.store(&Report{Schema: ReportSchema, Key: k, OK: true, Properties: []Property{{Name: "x", OK: true}}}); err != nil {
+			t.Fatal(err)
+		}
+		return k
+	}
+	earlier := pass("boot-1", "sha256:b1")
+	dir := filepath.Dir(o.cachePath(earlier))
+	stray := filepath.Join(dir, "notes.json")
+	if err := os.WriteFile(stray, []byte("not a report"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	now1 := pass("boot-2", "sha256:b1")
+	now2 := pass("boot-2", "sha256:b2")
+	if _, err := os.Stat(o.cachePath(earlier)); !os.IsNotExist(err) {
+		t.Errorf("the earlier boot's pass: %v, want it removed", err)
+	}
+	for _, k := range []Key{now1, now2} {
+		if _, ok := o.cached(k); !ok {
+			t.Errorf("this boot's pass for %s is gone", k.Image)
+		}
+	}
+	if _, err := os.Stat(stray); err != nil {
+		t.Errorf("a file that is no pass: %v, want it left", err)
+	}
+}

@@ -353,7 +353,39 @@ func (o Options) store(r *Report) error {
 	if err := tmp.Close(); err != nil {
 		return err
 	}
-	return os.Rename(tmp.Name(), p)
+	if err := os.Rename(tmp.Name(), p); err != nil {
+		return err
+	}
+	pruneOtherBoots(filepath.Dir(p), r.Key.BootID)
+	return nil
+}
+
+// pruneOtherBoots removes the cached passes of dir kept under another boot
+// than boot: no key of this boot names them, so they would only pile up,
+// one set per reboot. A file it cannot read or parse is left as it is
+// (cached never answers with one).
+func pruneOtherBoots(dir, boot string) {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return
+	}
+	for _, e := range ents {
+		if !e.Type().IsRegular() || filepath.Ext(e.Name()) != ".json" {
+			continue
+		}
+		b, err := os.ReadFile(filepath.Join(dir, e.Name()))
+		if err != nil {
+			continue
+		}
+		var old struct {
+			Key struct {
+				BootID *string `json:"boot_id"`
+			} `json:"key"`
+		}
+		if json.Unmarshal(b, &old) == nil && old.Key.BootID != nil && *old.Key.BootID != boot {
+			os.Remove(filepath.Join(dir, e.Name()))
+		}
+	}
 }
 
 // Paths inside the self-check sandbox.
