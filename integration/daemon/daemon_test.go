@@ -24,7 +24,7 @@ import (
 	"github.com/sandboxd/sandboxd/sandbox"
 )
 
-func ctxFor(t *testing.T, d time.Duration) context.Context {
+func ctxFor(t testing.TB, d time.Duration) context.Context {
 	ctx, cancel := context.WithTimeout(context.Background(), d)
 	t.Cleanup(cancel)
 	return ctx

@@ -27,7 +27,7 @@ import (
 // The fleet suite: real nats-server processes (R3, every write synced) on
 // loopback and real daemons on this machine's engine.
 
-func openFleet(t *testing.T, c *testharness.NATSCluster, setup bool) *fleet.JetStream {
+func openFleet(t testing.TB, c *testharness.NATSCluster, setup bool) *fleet.JetStream {
 	t.Helper()
 	ctx := ctxFor(t, 30*time.Second)
 	co, err := fleet.Open(ctx, fleet.Options{URLs: c.URLs(), Name: t.Name(), Setup: setup, CallTimeout: 3 * time.Second, AckWait: 3 * time.Second})
@@ -40,7 +40,7 @@ func openFleet(t *testing.T, c *testharness.NATSCluster, setup bool) *fleet.JetS
 
 // jobWithoutEngine is a sealed job for the coordinator's own tests (never
 // run).
-func jobWithoutEngine(t *testing.T, id, argv string) sandbox.Job {
+func jobWithoutEngine(t testing.TB, id, argv string) sandbox.Job {
 	t.Helper()
 	j := sandbox.Job{Schema: sandbox.JobSchema, ID: id, Image: "sha256:" + strings.Repeat("a", 64),
 		Argv: []string{"/bin/sh", "-c", argv}, Env: map[string]string{}, WorkDir: sandbox.WorkPath, Outputs: []string{},
@@ -1656,18 +1656,9 @@ func TestFleetBlobPutAgainOverAPutCutShort(t *testing.T) {
 func BenchmarkFleetClaim(b *testing.B) {
 	c := testharness.StartNATS(b, 3)
 	ctx := context.Background()
-	co, err := fleet.Open(ctx, fleet.Options{URLs: c.URLs(), Name: b.Name(), Setup: true})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer co.Close()
+	co := openFleet(b, c, true)
 	claim := func(hinted bool) time.Duration {
-		j := sandbox.Job{Schema: sandbox.JobSchema, ID: "claim-" + randHex(6), Image: "sha256:" + strings.Repeat("a", 64),
-			Argv: []string{"/bin/true"}, Env: map[string]string{}, WorkDir: sandbox.WorkPath, Outputs: []string{},
-			Limits: sandbox.DefaultLimits(), Network: sandbox.NetworkNone, Runtime: sandbox.RuntimeRunc}
-		if err := j.Seal(); err != nil {
-			b.Fatal(err)
-		}
+		j := jobWithoutEngine(b, "claim-"+randHex(6), "true")
 		if _, err := co.Submit(ctx, j); err != nil {
 			b.Fatal(err)
 		}
