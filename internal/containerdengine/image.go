@@ -6,9 +6,12 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
@@ -81,10 +84,21 @@ func (im *importer) ensure(ctx context.Context, id string) (imageInfo, error) {
 	im.mu.Lock()
 	info, ok := im.known[id]
 	im.mu.Unlock()
+	memo := false
+	if !ok {
+		info, ok = im.recall(id)
+		memo = ok
+	}
 	if ok {
 		// Still there? (someone may have removed it)
 		if _, err := im.e.c.SnapshotService(im.e.cfg.Snapshotter).Stat(ctx, info.chainID); err == nil {
+			im.mu.Lock()
+			im.known[id] = info
+			im.mu.Unlock()
 			return info, nil
+		}
+		if memo {
+			os.Remove(im.memoPath(id)) // kept again if the image is
 		}
 	}
 	img, err := im.e.c.GetImage(ctx, imageName(id))
@@ -94,14 +108,87 @@ func (im *importer) ensure(ctx context.Context, id string) (imageInfo, error) {
 	if err != nil {
 		return imageInfo{}, err
 	}
-	info, err = im.prepare(ctx, img, id)
+	info, config, err := im.prepare(ctx, img, id)
 	if err != nil {
 		return imageInfo{}, err
 	}
+	im.remember(id, config)
 	im.mu.Lock()
 	im.known[id] = info
 	im.mu.Unlock()
 	return info, nil
+}
+
+// The configs of the images this engine has read, by ID, are kept under
+// StateDir/images, so that a one-shot process (sandboxd exec, run) reads
+// an image's index, manifest and config from containerd once per
+// machine, not once per process (4 to 8 ms of every cold exec). A memo
+// is the config's own bytes: it is used only if they hash to the ID it is
+// kept under (an image's ID is its config's digest), and only while the
+// image's snapshot is there, as for an image this process read itself.
+// So a memo can name no other image than its own, nor outlive it.
+
+// maxConfigMemo bounds a config kept as a memo (and read back as one).
+const maxConfigMemo = 1 << 20
+
+func (im *importer) memoPath(id string) string {
+	return filepath.Join(im.e.cfg.StateDir, "images", strings.TrimPrefix(id, "sha256:"))
+}
+
+// recall is the image of that ID as its memo has it, if it has a memo
+// whose bytes are that image's config.
+func (im *importer) recall(id string) (imageInfo, bool) {
+	f, err := os.Open(im.memoPath(id))
+	if err != nil {
+		return imageInfo{}, false
+	}
+	defer f.Close()
+	b, err := io.ReadAll(io.LimitReader(f, maxConfigMemo+1))
+	if err != nil || len(b) > maxConfigMemo {
+		return imageInfo{}, false
+	}
+	if sum := sha256.Sum256(b); "sha256:"+hex.EncodeToString(sum[:]) != id {
+		return imageInfo{}, false
+	}
+	info, err := configInfo(id, b)
+	return info, err == nil
+}
+
+// remember keeps an image's config (checked against its ID) as its memo,
+// in one rename. A memo that cannot be written is not kept: the image
+// is read from containerd again by the next process.
+func (im *importer) remember(id string, config []byte) {
+	if len(config) > maxConfigMemo {
+		return
+	}
+	dir := filepath.Dir(im.memoPath(id))
+	if err := os.Mkdir(dir, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
+		return
+	}
+	f, err := os.CreateTemp(dir, ".memo-*")
+	if err != nil {
+		return
+	}
+	_, err = f.Write(config)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(f.Name(), im.memoPath(id))
+	}
+	if err != nil {
+		os.Remove(f.Name())
+	}
+}
+
+// configInfo is what a container needs of the image whose config (the
+// bytes whose digest is id) is config.
+func configInfo(id string, config []byte) (imageInfo, error) {
+	var oc ocispec.Image
+	if err := json.Unmarshal(config, &oc); err != nil {
+		return imageInfo{}, fmt.Errorf("image %s: parse config: %w", id, err)
+	}
+	return imageInfo{id: id, env: oc.Config.Env, chainID: identity.ChainID(oc.RootFS.DiffIDs).String()}, nil
 }
 
 // fromDocker imports one image from the Docker engine by ID.
@@ -141,36 +228,36 @@ func (im *importer) importArchive(ctx context.Context, r io.Reader, id string) (
 	return img, nil
 }
 
-// prepare checks that the image's config is the ID and unpacks it. It
-// walks the image's index and manifest once (the client's Config, RootFS
-// and IsUnpacked walk them each, about twenty round trips in all).
-func (im *importer) prepare(ctx context.Context, img containerd.Image, id string) (imageInfo, error) {
+// prepare checks that the image's config is the ID and unpacks it, and
+// returns the config's bytes too. It walks the image's index and manifest
+// once (the client's Config, RootFS and IsUnpacked walk them each, about
+// twenty round trips in all).
+func (im *importer) prepare(ctx context.Context, img containerd.Image, id string) (imageInfo, []byte, error) {
 	cs := img.ContentStore()
 	manifest, err := images.Manifest(ctx, cs, img.Target(), platforms.Default())
 	if err != nil {
-		return imageInfo{}, fmt.Errorf("image %s: manifest: %w", id, err)
+		return imageInfo{}, nil, fmt.Errorf("image %s: manifest: %w", id, err)
 	}
 	desc := manifest.Config
 	if desc.Digest.String() != id {
 		im.e.c.ImageService().Delete(ctx, img.Name())
-		return imageInfo{}, fmt.Errorf("image %s: %w: the imported image's config is %s", id, errdefs.ErrNotFound, desc.Digest)
+		return imageInfo{}, nil, fmt.Errorf("image %s: %w: the imported image's config is %s", id, errdefs.ErrNotFound, desc.Digest)
 	}
 	blob, err := content.ReadBlob(ctx, cs, desc)
 	if err != nil {
-		return imageInfo{}, fmt.Errorf("image %s: read config: %w", id, err)
+		return imageInfo{}, nil, fmt.Errorf("image %s: read config: %w", id, err)
 	}
-	var oc ocispec.Image
-	if err := json.Unmarshal(blob, &oc); err != nil {
-		return imageInfo{}, fmt.Errorf("image %s: parse config: %w", id, err)
+	info, err := configInfo(id, blob)
+	if err != nil {
+		return imageInfo{}, nil, err
 	}
-	chainID := identity.ChainID(oc.RootFS.DiffIDs).String()
 	sn := im.e.cfg.Snapshotter
-	if _, err := im.e.c.SnapshotService(sn).Stat(ctx, chainID); err != nil {
+	if _, err := im.e.c.SnapshotService(sn).Stat(ctx, info.chainID); err != nil {
 		if err := img.Unpack(ctx, sn); err != nil {
-			return imageInfo{}, fmt.Errorf("image %s: unpack: %w", id, err)
+			return imageInfo{}, nil, fmt.Errorf("image %s: unpack: %w", id, err)
 		}
 	}
-	return imageInfo{id: id, env: oc.Config.Env, chainID: chainID}, nil
+	return info, blob, nil
 }
 
 // rootfsView names the shared view of an image for a set of mount points
