@@ -417,6 +417,7 @@ func TestVolumeTreesLabel(t *testing.T) {
 		{Type: "tree", Src: "/x", Dst: "/usr/local/go", Volume: true},
 		{Type: "tree", Src: "/y", Dst: "/opt/plain"},
 		{Type: "gocache", Src: "/z", Dst: "/usr/local/share/gocache", Volume: true},
+		{Type: "pycompile", Src: "/usr/bin/python3.11", Python: "3.11.2", Dst: "/usr/lib/python3/dist-packages", Volume: true},
 	}}
 	labels := func(s *Spec) map[string]string {
 		b, err := configJSON(s, "sha256:"+strings.Repeat("0", 64))
@@ -431,10 +432,10 @@ func TestVolumeTreesLabel(t *testing.T) {
 		}
 		return cfg.Config.Labels
 	}
-	if got, want := labels(spec)[sandbox.ImageTreesLabel], `["/usr/local/go","/usr/local/share/gocache"]`; got != want {
+	if got, want := labels(spec)[sandbox.ImageTreesLabel], `["/usr/lib/python3/dist-packages","/usr/local/go","/usr/local/share/gocache"]`; got != want {
 		t.Errorf("label %q, want %q", got, want)
 	}
-	spec.Contents[0].Volume, spec.Contents[2].Volume = false, false
+	spec.Contents[0].Volume, spec.Contents[2].Volume, spec.Contents[3].Volume = false, false, false
 	if got, ok := labels(spec)[sandbox.ImageTreesLabel]; ok {
 		t.Errorf("no content marked volume: label %q", got)
 	}

@@ -60,8 +60,9 @@ type Content struct {
 	Target string `json:"target,omitempty"`
 	// Text is the content of a text file.
 	Text string `json:"text,omitempty"`
-	// Volume marks a tree or gocache content that a broker may serve from
-	// a read-only volume it fills from this image (label
+	// Volume marks a tree, gocache or pycompile content whose destination
+	// directory (all of it, whatever content placed its files) a broker
+	// may serve from a read-only volume it fills from this image (label
 	// sandbox.ImageTreesLabel): where the engine's storage driver is
 	// fuse-overlayfs, whose directory listings of large directories can
 	// repeat or skip entries (see README), and whose every lookup costs a
@@ -135,8 +136,8 @@ func (s *Spec) validate(dir string) error {
 		default:
 			return fmt.Errorf("%s.type: unknown type %q", f, c.Type)
 		}
-		if c.Volume && c.Type != "tree" && c.Type != "gocache" {
-			return fmt.Errorf("%s.volume: only a tree or a gocache can be served from a volume, not a %s", f, c.Type)
+		if c.Volume && c.Type != "tree" && c.Type != "gocache" && c.Type != "pycompile" {
+			return fmt.Errorf("%s.volume: only a tree, a gocache or a pycompile's directory can be served from a volume, not a %s", f, c.Type)
 		}
 		if c.Mode != "" {
 			if _, err := strconv.ParseUint(c.Mode, 8, 32); err != nil {

@@ -21,7 +21,7 @@ func TestLoadSpecRefuses(t *testing.T) {
 		{"file without src", `{"schema":"sandboxd.image/v1","name":"a","contents":[{"type":"file","dst":"/a"}]}`, `contents[0].src: required for file`},
 		{"tree without src", `{"schema":"sandboxd.image/v1","name":"a","contents":[{"type":"tree","dst":"/a"}]}`, `contents[0].src: required for tree`},
 		{"symlink without target", `{"schema":"sandboxd.image/v1","name":"a","contents":[{"type":"symlink","dst":"/a"}]}`, `contents[0].target: required`},
-		{"volume on a file", `{"schema":"sandboxd.image/v1","name":"a","contents":[{"type":"file","src":"/bin/sh","dst":"/a","volume":true}]}`, `contents[0].volume: only a tree or a gocache`},
+		{"volume on a file", `{"schema":"sandboxd.image/v1","name":"a","contents":[{"type":"file","src":"/bin/sh","dst":"/a","volume":true}]}`, `contents[0].volume: only a tree, a gocache or a pycompile`},
 		{"volume in the scratch space", `{"schema":"sandboxd.image/v1","name":"a","contents":[{"type":"tree","src":"/usr/share","dst":"/work/share","volume":true}]}`, `overlaps /work`},
 		{"volumes nested", `{"schema":"sandboxd.image/v1","name":"a","contents":[{"type":"tree","src":"/usr/share","dst":"/opt","volume":true},{"type":"tree","src":"/usr/share","dst":"/opt/b","volume":true}]}`, `"/opt" and "/opt/b" overlap`},
 		{"mode not octal", `{"schema":"sandboxd.image/v1","name":"a","contents":[{"type":"dir","dst":"/a","mode":"0789"}]}`, `contents[0].mode: "0789" is not octal`},
@@ -70,5 +70,26 @@ func TestCollectRefusesConflicts(t *testing.T) {
 	// A directory placed twice is one directory.
 	if _, err := collect(&Spec{Name: "t", Contents: []Content{{Type: "dir", Dst: "/a"}, {Type: "dir", Dst: "/a"}, {Type: "text", Dst: "/a/b"}}}); err != nil {
 		t.Errorf("a directory twice: got %v, want it accepted", err)
+	}
+}
+
+// The images this repository ships load, and name the trees their jobs
+// read from volumes where Docker's storage driver is fuse-overlayfs: the
+// Go toolchain and build cache, and the Python image's module
+// directories (the standard library's and Debian's dist-packages), whose
+// listings fuse-overlayfs 1.10 can get wrong (README, "image trees").
+func TestShippedImagesNameTheirTrees(t *testing.T) {
+	for name, want := range map[string]string{
+		"go":      `["/usr/local/go","/usr/local/share/gocache"]`,
+		"python":  `["/usr/lib/python3.11","/usr/lib/python3/dist-packages"]`,
+		"minimal": "",
+	} {
+		s, err := LoadSpec(filepath.Join("..", "..", "images", name))
+		if err != nil {
+			t.Fatalf("images/%s: %v", name, err)
+		}
+		if got := volumeTrees(s); got != want {
+			t.Errorf("images/%s: trees %s, want %s", name, got, want)
+		}
 	}
 }
