@@ -321,18 +321,12 @@ func runJob(o *out) (*shim.Status, error) {
 	if st.StdoutTotal > cfg.LogBytes || st.StderrTotal > cfg.LogBytes {
 		st.LimitsHit = append(st.LimitsHit, "log_bytes")
 	}
-	// A full scratch space is the job's limit hit, as a refused fork is:
-	// not once the exec service ran a program of the code uid, which can
-	// write where every uid may (a 1777 /tmp) and so fill the grader's
-	// scratch space to move its verdict to inconclusive (examples/go-cli's
-	// candidate fill). Whose files filled it cannot be told; what the
-	// fill did to the grader shows in the grader's own report and exit.
 	for _, dir := range cfg.Scratch {
 		var fs unix.Statfs_t
 		if err := unix.Statfs(dir, &fs); err == nil {
 			used := int64(fs.Blocks-fs.Bfree) * fs.Bsize
 			st.ScratchUsed[dir] = used
-			if fs.Bavail == 0 && !svc.used() && !slices.Contains(st.LimitsHit, "disk_bytes") {
+			if fs.Bavail == 0 && !slices.Contains(st.LimitsHit, "disk_bytes") {
 				st.LimitsHit = append(st.LimitsHit, "disk_bytes")
 			}
 		}
