@@ -1,6 +1,7 @@
 package containerdengine
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"crypto/sha256"
@@ -29,6 +30,7 @@ import (
 	"github.com/moby/moby/client"
 	"github.com/opencontainers/image-spec/identity"
 	ocispec "github.com/opencontainers/image-spec/specs-go/v1"
+	"golang.org/x/sys/unix"
 
 	"github.com/sandboxd/sandboxd/sandbox"
 )
@@ -84,25 +86,25 @@ func (im *importer) ensure(ctx context.Context, id string) (imageInfo, error) {
 	im.mu.Lock()
 	info, ok := im.known[id]
 	im.mu.Unlock()
-	memo := false
-	if !ok {
-		info, ok = im.recall(id)
-		memo = ok
-	}
 	if ok {
 		// Still there? (someone may have removed it)
 		if _, err := im.e.c.SnapshotService(im.e.cfg.Snapshotter).Stat(ctx, info.chainID); err == nil {
-			im.mu.Lock()
-			im.known[id] = info
-			im.mu.Unlock()
 			return info, nil
-		}
-		if memo {
-			os.Remove(im.memoPath(id)) // kept again if the image is
 		}
 	}
 	img, err := im.e.c.GetImage(ctx, imageName(id))
+	if err == nil && !ok {
+		if info, ok := im.recall(id, img.Target().Digest.String()); ok {
+			if _, err := im.e.c.SnapshotService(im.e.cfg.Snapshotter).Stat(ctx, info.chainID); err == nil {
+				im.mu.Lock()
+				im.known[id] = info
+				im.mu.Unlock()
+				return info, nil
+			}
+		}
+	}
 	if errdefs.IsNotFound(err) {
+		os.Remove(im.memoPath(id)) // the image is gone from the namespace
 		img, err = im.fromDocker(ctx, id)
 	}
 	if err != nil {
@@ -112,7 +114,7 @@ func (im *importer) ensure(ctx context.Context, id string) (imageInfo, error) {
 	if err != nil {
 		return imageInfo{}, err
 	}
-	im.remember(id, config)
+	im.remember(id, img.Target().Digest.String(), config)
 	im.mu.Lock()
 	im.known[id] = info
 	im.mu.Unlock()
@@ -122,43 +124,57 @@ func (im *importer) ensure(ctx context.Context, id string) (imageInfo, error) {
 // The configs of the images this engine has read, by ID, are kept under
 // StateDir/images, so that a one-shot process (sandboxd exec, run) reads
 // an image's index, manifest and config from containerd once per
-// machine, not once per process (4 to 8 ms of every cold exec). A memo
-// is the config's own bytes: it is used only if they hash to the ID it is
-// kept under (an image's ID is its config's digest), and only while the
-// image's snapshot is there, as for an image this process read itself.
-// So a memo can name no other image than its own, nor outlive it.
+// machine, not once per process (4 to 8 ms of every cold exec; what is
+// left is the image's record and its snapshot, one round trip each). A
+// memo is the config's own bytes and the digest of the manifest (or
+// index) the image's record named when it was read: it is used only if
+// the bytes hash to the ID it is kept under (an image's ID is its
+// config's digest), while the record names that same manifest and the
+// image's snapshot is there. So a memo can name no other image than its
+// own, nor outlive its record: a record removed (ctr images rm) makes
+// the next process look for the image as before, and the memo goes.
 
-// maxConfigMemo bounds a config kept as a memo (and read back as one).
-const maxConfigMemo = 1 << 20
+// maxMemo bounds a memo, written or read.
+const maxMemo = 1 << 20
 
 func (im *importer) memoPath(id string) string {
 	return filepath.Join(im.e.cfg.StateDir, "images", strings.TrimPrefix(id, "sha256:"))
 }
 
 // recall is the image of that ID as its memo has it, if it has a memo
-// whose bytes are that image's config.
-func (im *importer) recall(id string) (imageInfo, bool) {
-	f, err := os.Open(im.memoPath(id))
+// taken of the record whose target is target, whose bytes are that
+// image's config.
+func (im *importer) recall(id, target string) (imageInfo, bool) {
+	f, err := os.OpenFile(im.memoPath(id), os.O_RDONLY|unix.O_NOFOLLOW|unix.O_NONBLOCK, 0)
 	if err != nil {
 		return imageInfo{}, false
 	}
 	defer f.Close()
-	b, err := io.ReadAll(io.LimitReader(f, maxConfigMemo+1))
-	if err != nil || len(b) > maxConfigMemo {
+	if st, err := f.Stat(); err != nil || !st.Mode().IsRegular() {
 		return imageInfo{}, false
 	}
-	if sum := sha256.Sum256(b); "sha256:"+hex.EncodeToString(sum[:]) != id {
+	b, err := io.ReadAll(io.LimitReader(f, maxMemo+1))
+	if err != nil || len(b) > maxMemo {
 		return imageInfo{}, false
 	}
-	info, err := configInfo(id, b)
+	line, config, ok := bytes.Cut(b, []byte("\n"))
+	if !ok || string(line) != "target "+target {
+		return imageInfo{}, false
+	}
+	if sum := sha256.Sum256(config); "sha256:"+hex.EncodeToString(sum[:]) != id {
+		return imageInfo{}, false
+	}
+	info, err := configInfo(id, config)
 	return info, err == nil
 }
 
-// remember keeps an image's config (checked against its ID) as its memo,
-// in one rename. A memo that cannot be written is not kept: the image
-// is read from containerd again by the next process.
-func (im *importer) remember(id string, config []byte) {
-	if len(config) > maxConfigMemo {
+// remember keeps an image's config (checked against its ID) and the
+// target of the record it was read through as its memo, in one rename. A
+// memo that cannot be written is not kept: the next process reads the
+// image from containerd again.
+func (im *importer) remember(id, target string, config []byte) {
+	memo := append([]byte("target "+target+"\n"), config...)
+	if len(memo) > maxMemo {
 		return
 	}
 	dir := filepath.Dir(im.memoPath(id))
@@ -169,7 +185,7 @@ func (im *importer) remember(id string, config []byte) {
 	if err != nil {
 		return
 	}
-	_, err = f.Write(config)
+	_, err = f.Write(memo)
 	if cerr := f.Close(); err == nil {
 		err = cerr
 	}

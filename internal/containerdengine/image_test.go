@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"os"
+	"path/filepath"
 	"slices"
 	"testing"
 
@@ -75,11 +76,12 @@ func imageInNamespace(t *testing.T, e *Engine, env ...string) (string, []byte) {
 }
 
 // A one-shot process reads an image from containerd once per machine: the
-// first read keeps the image's config under the state directory, and a
-// later process (a new importer) takes the image from it with no read of
-// the image, as long as the bytes are the image's config and its
-// snapshot is there. Without the memo, the same later process finds no
-// image (its record is gone and there is no Docker to import it from).
+// first read keeps the image's config and its record's target under the
+// state directory, and a later process (a new importer) takes the image
+// from the memo with no read of its manifest or config (here deleted from
+// the content store, so that nothing else could give it), as long as the
+// memo's bytes are the image's config, the record names the same target
+// and the image's snapshot is there.
 func TestAnImageIsReadOncePerMachine(t *testing.T) {
 	e := realContainerd(t)
 	e.cfg.Snapshotter = "overlayfs"
@@ -93,13 +95,23 @@ func TestAnImageIsReadOncePerMachine(t *testing.T) {
 	if !slices.Equal(first.env, []string{"PATH=/bin", "WHO=unit"}) || first.chainID == "" {
 		t.Fatalf("first read: %+v", first)
 	}
-	kept, err := os.ReadFile(newImporter(e).memoPath(id))
-	if err != nil || !bytes.Equal(kept, config) {
-		t.Fatalf("memo after the first read: %q, %v; want the image's config", kept, err)
+	memoPath := newImporter(e).memoPath(id)
+	memo, err := os.ReadFile(memoPath)
+	if err != nil || !bytes.HasSuffix(memo, config) {
+		t.Fatalf("memo after the first read: %q, %v; want the image's config", memo, err)
+	}
+	img, err := e.c.GetImage(ctx, imageName(id))
+	if err != nil {
+		t.Fatal(err)
+	}
+	target := img.Target().Digest.String()
+	if want := "target " + target + "\n"; !bytes.HasPrefix(memo, []byte(want)) {
+		t.Fatalf("memo %q does not begin with %q", memo, want)
 	}
 
-	// The record gone: only the memo can give the image now.
-	if err := e.c.ImageService().Delete(ctx, imageName(id)); err != nil {
+	// The config gone from the content store: only the memo can give the
+	// image now.
+	if err := e.c.ContentStore().Delete(ctx, digest.Digest(id)); err != nil {
 		t.Fatal(err)
 	}
 	later, err := newImporter(e).ensure(ctx, id)
@@ -110,54 +122,76 @@ func TestAnImageIsReadOncePerMachine(t *testing.T) {
 		t.Fatalf("from the memo: %+v, want %+v", later, first)
 	}
 
-	notFound := func(t *testing.T) {
+	refused := func(t *testing.T, memo []byte) {
 		t.Helper()
-		if info, err := newImporter(e).ensure(ctx, id); !errdefs.IsNotFound(err) {
-			t.Fatalf("ensure: %+v, %v; want not found", info, err)
+		if err := os.WriteFile(memoPath, memo, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if info, err := newImporter(e).ensure(ctx, id); err == nil {
+			t.Fatalf("ensure: %+v; want the image read again, and its config not found", info)
 		}
 	}
 	t.Run("bytes that are not the image's config", func(t *testing.T) {
-		other := bytes.Replace(config, []byte("WHO=unit"), []byte("WHO=evil"), 1)
-		if bytes.Equal(other, config) {
+		other := bytes.Replace(memo, []byte("WHO=unit"), []byte("WHO=evil"), 1)
+		if bytes.Equal(other, memo) {
 			t.Fatal("the config was not changed")
 		}
-		if err := os.WriteFile(newImporter(e).memoPath(id), other, 0o600); err != nil {
-			t.Fatal(err)
-		}
-		notFound(t)
+		refused(t, other)
 	})
-	t.Run("no memo", func(t *testing.T) {
-		if err := os.Remove(newImporter(e).memoPath(id)); err != nil {
+	t.Run("a memo of another record", func(t *testing.T) {
+		refused(t, append([]byte("target "+digest.FromString("another manifest").String()+"\n"), config...))
+	})
+	t.Run("a memo that is a link", func(t *testing.T) {
+		good := filepath.Join(t.TempDir(), "memo")
+		if err := os.WriteFile(good, memo, 0o600); err != nil {
 			t.Fatal(err)
 		}
-		notFound(t)
+		os.Remove(memoPath)
+		if err := os.Symlink(good, memoPath); err != nil {
+			t.Fatal(err)
+		}
+		if info, err := newImporter(e).ensure(ctx, id); err == nil {
+			t.Fatalf("ensure through a link: %+v; want it not followed", info)
+		}
+		os.Remove(memoPath)
 	})
 	t.Run("the image's snapshot gone", func(t *testing.T) {
-		newImporter(e).remember(id, config)
+		newImporter(e).remember(id, target, config)
 		if _, err := newImporter(e).ensure(ctx, id); err != nil {
 			t.Fatalf("memo put back: %v", err)
 		}
 		if err := e.c.SnapshotService(e.cfg.Snapshotter).Remove(ctx, first.chainID); err != nil {
 			t.Fatal(err)
 		}
-		notFound(t)
-		if _, err := os.Stat(newImporter(e).memoPath(id)); !os.IsNotExist(err) {
-			t.Fatalf("the memo of an image whose snapshot is gone: %v, want it removed", err)
+		if info, err := newImporter(e).ensure(ctx, id); err == nil {
+			t.Fatalf("ensure: %+v; want the image read again, and its config not found", info)
+		}
+	})
+	t.Run("the image's record gone", func(t *testing.T) {
+		newImporter(e).remember(id, target, config)
+		if err := e.c.ImageService().Delete(ctx, imageName(id)); err != nil {
+			t.Fatal(err)
+		}
+		if info, err := newImporter(e).ensure(ctx, id); !errdefs.IsNotFound(err) {
+			t.Fatalf("ensure: %+v, %v; want not found (no record, no Docker to import from)", info, err)
+		}
+		if _, err := os.Lstat(memoPath); !os.IsNotExist(err) {
+			t.Fatalf("the memo of an image whose record is gone: %v, want it removed", err)
 		}
 	})
 	t.Run("a memo as large as the bound is not read", func(t *testing.T) {
-		big := append(bytes.Clone(config), bytes.Repeat([]byte(" "), maxConfigMemo)...)
+		big := append(bytes.Clone(config), bytes.Repeat([]byte(" "), maxMemo)...)
 		sum := sha256.Sum256(big)
 		bigID := "sha256:" + hex.EncodeToString(sum[:])
 		im := newImporter(e)
-		im.remember(bigID, big)
+		im.remember(bigID, target, big)
 		if _, err := os.Stat(im.memoPath(bigID)); !os.IsNotExist(err) {
 			t.Fatalf("a config over the bound was kept: %v", err)
 		}
-		if err := os.WriteFile(im.memoPath(bigID), big, 0o600); err != nil {
+		if err := os.WriteFile(im.memoPath(bigID), append([]byte("target "+target+"\n"), big...), 0o600); err != nil {
 			t.Fatal(err)
 		}
-		if info, ok := im.recall(bigID); ok {
+		if info, ok := im.recall(bigID, target); ok {
 			t.Fatalf("recalled a memo over the bound: %+v", info)
 		}
 	})
