@@ -24,18 +24,9 @@ case "$example" in
   python-bridge) img=python; placeholder=PYTHON_IMAGE; candidate=examples/python/candidates/good ;;
   *) echo "evaluation-since: example $example: want go or python-bridge" >&2; exit 64 ;;
 esac
-./scripts/setup >/dev/null
 here="$PWD"
 work="$here/.cache/bench-since"
-mkdir -p "$work"
-. bench/oneshot.sh "$work"
-base="$work/src"
-if [ "$(git -C "$base" rev-parse HEAD 2>/dev/null)" != "$(git rev-parse "$rev^{commit}")" ]; then
-  rm -rf "$base"
-  git worktree prune
-  git worktree add -f --detach "$base" "$rev" >/dev/null
-fi
-(cd "$base" && CGO_ENABLED=0 go build -trimpath -o bin/ ./cmd/...) # every command of that build (an older one had a hook binary too)
+. bench/since.sh "$rev" "$work" # $base: the worktree of $rev, built; alternate
 for side in base head; do
   src="$here"; [ "$side" = base ] && src="$base"
   image=$(cd "$src" && ./bin/sandboxd image build -q "images/$img" | tail -n 1)
@@ -60,15 +51,8 @@ median() { sort -n | awk '{a[NR]=$1} END {print (NR % 2) ? a[(NR+1)/2] : int((a[
 
 timed base >/dev/null # warm: each side's selfcheck and helper volume, the page cache
 timed head >/dev/null
-: > "$work/base.txt" && : > "$work/head.txt"
 echo "examples/$example on $engine, $rounds rounds, load $(cut -d' ' -f1-3 /proc/loadavg), $(date -u +%FT%TZ)"
-for r in $(seq "$rounds"); do
-  if [ $((r % 2)) = 1 ]; then
-    timed base >> "$work/base.txt"; timed head >> "$work/head.txt"
-  else
-    timed head >> "$work/head.txt"; timed base >> "$work/base.txt"
-  fi
-done
+alternate "$rounds"
 b=$(median < "$work/base.txt")
 h=$(median < "$work/head.txt")
 echo "$(git rev-parse --short "$rev"): $(tr '\n' ' ' < "$work/base.txt")(median $b ms)"
