@@ -38,7 +38,7 @@ timed head >/dev/null
 echo "sandboxd exec on $engine, $rounds rounds, load $(cut -d' ' -f1-3 /proc/loadavg), $(date -u +%FT%TZ)"
 alternate "$rounds"
 # median, first and third quartile (nearest rank), in ms
-stats() { sort -n | awk '{a[NR]=$1} END {printf "%.1f %.1f %.1f", a[int((NR+1)/2)]/10, a[int((NR+3)/4)]/10, a[int((3*NR+3)/4)]/10}'; }
+stats() { sort -n | awk '{a[NR]=$1} END {printf "%.1f %.1f %.1f\n", a[int((NR+1)/2)]/10, a[int((NR+3)/4)]/10, a[int((3*NR+3)/4)]/10}'; }
 read -r bm bq1 bq3 < <(stats < "$work/base.txt")
 read -r hm hq1 hq3 < <(stats < "$work/head.txt")
 echo "$(git rev-parse --short "$rev"): median $bm ms (quartiles $bq1, $bq3)"
