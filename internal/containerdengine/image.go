@@ -181,6 +181,7 @@ func (im *importer) remember(id, target string, config []byte) {
 	if err := os.Mkdir(dir, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
 		return
 	}
+	pruneMemoTemps(dir, time.Hour)
 	f, err := os.CreateTemp(dir, ".memo-*")
 	if err != nil {
 		return
@@ -194,6 +195,23 @@ func (im *importer) remember(id, target string, config []byte) {
 	}
 	if err != nil {
 		os.Remove(f.Name())
+	}
+}
+
+// pruneMemoTemps removes the temporary files of memos in dir older than
+// age: what a process killed between a memo's write and its rename left.
+func pruneMemoTemps(dir string, age time.Duration) {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return
+	}
+	for _, ent := range ents {
+		if !strings.HasPrefix(ent.Name(), ".memo-") {
+			continue
+		}
+		if info, err := ent.Info(); err == nil && info.Mode().IsRegular() && time.Since(info.ModTime()) > age {
+			os.Remove(filepath.Join(dir, ent.Name()))
+		}
 	}
 }
 

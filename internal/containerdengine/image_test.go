@@ -9,7 +9,9 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/containerd/containerd/content"
 	"github.com/containerd/containerd/images"
@@ -195,4 +197,34 @@ func TestAnImageIsReadOncePerMachine(t *testing.T) {
 			t.Fatalf("recalled a memo over the bound: %+v", info)
 		}
 	})
+}
+
+// A memo's temporary file that a killed process left is removed once it is
+// old; a young one (another process's write under way) and the memos
+// themselves stay.
+func TestOldMemoTempsArePruned(t *testing.T) {
+	dir := t.TempDir()
+	for _, name := range []string{".memo-old", ".memo-young", strings.Repeat("a", 64)} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte("x"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	old := time.Now().Add(-2 * time.Hour)
+	for _, name := range []string{".memo-old", strings.Repeat("a", 64)} {
+		if err := os.Chtimes(filepath.Join(dir, name), old, old); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pruneMemoTemps(dir, time.Hour)
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var left []string
+	for _, e := range ents {
+		left = append(left, e.Name())
+	}
+	if want := []string{".memo-young", strings.Repeat("a", 64)}; !slices.Equal(left, want) {
+		t.Fatalf("left %q, want %q", left, want)
+	}
 }
