@@ -18,8 +18,13 @@ const (
 	// WorkPath is the size-bounded scratch space (tmpfs) where writable
 	// inputs are copied and the candidate's working directory lives.
 	WorkPath = "/work"
-	// TmpPath is a second size-bounded tmpfs for temporary files.
+	// TmpPath is a second size-bounded tmpfs for temporary files, the
+	// candidate's uid's alone (with root's): closed to the code uid.
 	TmpPath = "/tmp"
+	// CodeTmpPath is the code uid's own size-bounded tmpfs, its $TMPDIR:
+	// programs a grader runs through the helper's exec service write
+	// there, never in the grader's scratch space.
+	CodeTmpPath = "/.code-tmp"
 	// BundlePath is where a job's evaluator bundle is mounted read-only.
 	BundlePath = "/bundle"
 	// InputsPath is the parent of every other read-only input.

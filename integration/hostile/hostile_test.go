@@ -282,11 +282,33 @@ func hostileCases() []hostile {
 			// The candidate's program, run by a grader through the exec
 			// service, writes a file exactly at the limit (a legal write):
 			// the grader's job keeps its own outcome, not limit_exceeded.
-			name: "file-size-limit-by-code-uid", argv: sh(`/.sandboxd/shim exec /bin/dd if=/dev/zero of=/tmp/big bs=1M count=1 2>/dev/null; echo "dd=$?"; exit 1`),
+			name: "file-size-limit-by-code-uid", argv: sh(`/.sandboxd/shim exec /bin/dd if=/dev/zero of=/.code-tmp/big bs=1M count=1 2>/dev/null; echo "dd=$?"; exit 1`),
 			mod: func(t *testing.T, j *sandbox.Job) { j.Limits.FileSize = 1 << 20 },
 			check: func(t *testing.T, r sandbox.Result) {
 				want(t, r, sandbox.StatusFailed, 1)
 				wantStdout(t, r, "dd=0\n")
+			},
+		},
+		{
+			// A program the grader runs through the exec service (the code
+			// uid) can write neither /tmp nor /work, the grader's scratch
+			// space: it cannot fill it (a full one made a right candidate's
+			// run inconclusive: candidates fill of examples/go-cli and
+			// examples/python) nor change what the grader keeps there,
+			// but in a directory the grader opened to it. Its $TMPDIR is a
+			// tmpfs of its own, bounded to an eighth of the job's memory,
+			// which it fills without touching the grader's.
+			name: "code-uid-scratch-of-its-own", argv: sh(`echo grader > /tmp/mine; mkdir /tmp/d && chmod 777 /tmp/d
+				/.sandboxd/shim exec /bin/sh -c 'touch /tmp/x 2>/dev/null; echo "tmp=$?"; touch /tmp/d/x 2>/dev/null; echo "tmp-d=$?"; touch /work/x 2>/dev/null; echo "work=$?"; echo "dir=$TMPDIR"; dd if=/dev/zero of=$TMPDIR/fill bs=1M count=64 2>/dev/null; echo "dd=$?"'
+				echo "mine=$(cat /tmp/mine) mode=$(stat -c %a /tmp)"`),
+			mod: func(t *testing.T, j *sandbox.Job) { j.Limits.MemoryBytes = 256 << 20; j.Limits.DiskBytes = 64 << 20 },
+			check: func(t *testing.T, r sandbox.Result) {
+				want(t, r, sandbox.StatusSucceeded, 0)
+				// /tmp/d: the grader's choice to share.
+				wantStdout(t, r, "tmp=1\n", "tmp-d=0\n", "work=1\n", "dir=/.code-tmp\n", "dd=1\n", "mine=grader mode=1775\n")
+				if r.Usage.TmpBytesUsed > 1<<20 {
+					t.Errorf("/tmp use %d bytes: the code uid's fill reached the grader's scratch space", r.Usage.TmpBytesUsed)
+				}
 			},
 		},
 		{

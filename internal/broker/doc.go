@@ -15,7 +15,9 @@
 //     with the input before first use, and mounted read-only (NoCopy).
 //     A volume that fails the check is removed and rebuilt, never used.
 //   - Scratch space is tmpfs (/work, /tmp) with a size, so disk use is
-//     bounded and vanishes with the container.
+//     bounded and vanishes with the container. The exec service's code uid
+//     has a tmpfs of its own (/.code-tmp, its $TMPDIR) and cannot write
+//     the candidate's (the grader's) scratch space.
 //   - The in-container helper (package shim), a static binary on its own
 //     read-only volume, is the entrypoint. Over the attached stdin the broker
 //     sends a config frame and the writable inputs; over stdout the helper

@@ -667,6 +667,7 @@ func (r *run) helperConfig(writable []sandbox.Input) shim.Config {
 		GID:         r.b.cfg.CandidateGID,
 		CodeUID:     r.b.cfg.CodeUID,
 		CodeGID:     r.b.cfg.CodeGID,
+		CodeTmp:     codeTmp(r.b.cfg.CodeUID),
 		Inputs:      inputs,
 		MakeDirs:    mk,
 		Outputs:     j.Outputs,
@@ -822,7 +823,7 @@ func (b *Broker) planFor(j *sandbox.Job, labels map[string]string, trees []strin
 		name:       ContainerName(b.cfg.Name, j.ID, j.Digest),
 		labels:     labels,
 		shimVolume: b.shimVolumeName(b.shimDigest),
-		tmpfs:      tmpfsMounts(j.Limits, b.cfg.CandidateUID, b.cfg.CandidateGID),
+		tmpfs:      tmpfsMounts(j.Limits, ids{b.cfg.CandidateUID, b.cfg.CandidateGID}, ids{b.cfg.CodeUID, b.cfg.CodeGID}),
 		seccomp:    string(seccomp.JSON()),
 	}
 	for _, in := range j.Inputs {
@@ -840,4 +841,12 @@ func (b *Broker) planFor(j *sandbox.Job, labels map[string]string, trees []strin
 		})
 	}
 	return p
+}
+
+// codeTmp is the code uid's tmpfs (tmpfsMounts), if there is a code uid.
+func codeTmp(codeUID int) string {
+	if codeUID > 0 {
+		return sandbox.CodeTmpPath
+	}
+	return ""
 }

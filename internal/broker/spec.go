@@ -136,13 +136,37 @@ func ulimits(l sandbox.Limits, nproc int64) []*container.Ulimit {
 	}
 }
 
-func tmpfsMounts(l sandbox.Limits, uid, gid int) map[string]string {
+// tmpfsMounts are a job's scratch spaces: /work, the candidate uid's;
+// /tmp, root's, with the candidate's group (the helper closes it to other
+// uids' writes where there is a code uid: closeScratch), each of
+// l.DiskBytes; and, with a code uid, that uid's own (its $TMPDIR in the
+// exec service; codeTmpSize). The engines give a tmpfs the mode of the
+// directory it is mounted on, whatever the mode option says. The code uid can write in no scratch space of the
+// candidate's (the grader's): a program it runs cannot fill it, nor read
+// what the grader keeps there.
+func tmpfsMounts(l sandbox.Limits, cand, code ids) map[string]string {
 	size := strconv.FormatInt(l.DiskBytes, 10)
-	return map[string]string{
-		sandbox.WorkPath: fmt.Sprintf("rw,exec,nosuid,nodev,size=%s,mode=0755,uid=%d,gid=%d", size, uid, gid),
-		sandbox.TmpPath:  fmt.Sprintf("rw,exec,nosuid,nodev,size=%s,mode=1777", size),
+	m := map[string]string{
+		sandbox.WorkPath: fmt.Sprintf("rw,exec,nosuid,nodev,size=%s,mode=0755,uid=%d,gid=%d", size, cand.uid, cand.gid),
+		sandbox.TmpPath:  fmt.Sprintf("rw,exec,nosuid,nodev,size=%s,mode=1775,gid=%d", size, cand.gid),
 	}
+	if code.uid > 0 {
+		m[sandbox.CodeTmpPath] = fmt.Sprintf("rw,exec,nosuid,nodev,size=%d,mode=0755,uid=%d,gid=%d", codeTmpSize(l), code.uid, code.gid)
+	}
+	return m
 }
+
+// codeTmpSize is the size of the code uid's tmpfs: l.DiskBytes, at most an
+// eighth of the job's memory. A tmpfs's pages count against the memory
+// limit and belong to no process, so the kernel's OOM killer, wanting
+// memory back from a program that filled it, would kill the grader: the
+// bound leaves the grader seven eighths of its memory.
+func codeTmpSize(l sandbox.Limits) int64 {
+	return max(min(l.DiskBytes, l.MemoryBytes/8), 1<<20)
+}
+
+// ids are a uid and its gid.
+type ids struct{ uid, gid int }
 
 // SettingError names a container setting whose inspected value differs
 // from what the broker asked for.

@@ -64,6 +64,9 @@ type Config struct {
 	// anything of UID's.
 	CodeUID int `json:"code_uid,omitempty"`
 	CodeGID int `json:"code_gid,omitempty"`
+	// CodeTmp is the code uid's own tmpfs: the $TMPDIR of every program
+	// the exec service runs ("": the caller's environment as it is).
+	CodeTmp string `json:"code_tmp,omitempty"`
 	// Inputs are the writable inputs, in the order their tars follow on stdin.
 	Inputs []string `json:"inputs"`
 	// MakeDirs are created (as the candidate) before the command runs.

@@ -159,7 +159,7 @@ func (s *execService) serve(c *net.UnixConn) {
 		path = lookPath(path, req.Env)
 	}
 	cmd := &exec.Cmd{
-		Path: path, Args: req.Argv, Env: req.Env, Dir: req.Dir,
+		Path: path, Args: req.Argv, Env: withTmpdir(req.Env, s.cfg.CodeTmp), Dir: req.Dir,
 		Stdin: files[0], Stdout: files[1], Stderr: files[2],
 		SysProcAttr: &syscall.SysProcAttr{
 			Credential: &syscall.Credential{Uid: uint32(s.cfg.CodeUID), Gid: uint32(s.cfg.CodeGID), Groups: []uint32{}},
@@ -340,8 +340,9 @@ func receiveFDs(oob []byte) ([]*os.File, error) {
 }
 
 // execMain is `shim exec PROG [ARG...]`: run PROG as the code uid through
-// the helper's exec service, with this process's environment, working
-// directory and standard descriptors, and exit as it exited.
+// the helper's exec service, with this process's environment (but
+// $TMPDIR: the code uid's own tmpfs), working directory and standard
+// descriptors, and exit as it exited.
 func execMain(args []string) int {
 	if len(args) == 0 {
 		fmt.Fprintln(os.Stderr, "usage: /.sandboxd/shim exec PROG [ARG...]")
@@ -368,4 +369,20 @@ func execMain(args []string) int {
 		fmt.Fprintln(os.Stderr, "sandboxd exec:", rep.Error)
 	}
 	return rep.ExitCode
+}
+
+// withTmpdir is env with TMPDIR set to dir (the code uid's own tmpfs, the
+// one scratch space it may write), replacing the caller's; env itself if
+// dir is "".
+func withTmpdir(env []string, dir string) []string {
+	if dir == "" {
+		return env
+	}
+	out := make([]string, 0, len(env)+1)
+	for _, kv := range env {
+		if !strings.HasPrefix(kv, "TMPDIR=") {
+			out = append(out, kv)
+		}
+	}
+	return append(out, "TMPDIR="+dir)
 }

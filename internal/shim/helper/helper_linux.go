@@ -180,6 +180,9 @@ func runJob(o *out) (*shim.Status, error) {
 	if err := checkScratch(cfg.Scratch); err != nil {
 		return nil, err
 	}
+	if err := closeScratch(cfg); err != nil {
+		return nil, err
+	}
 	cfgJSON, _ := json.Marshal(cfg)
 
 	// Stage: extract writable inputs as the candidate user, reading the
@@ -377,6 +380,40 @@ func checkScratch(dirs []string) error {
 	return nil
 }
 
+// closeScratch closes the job's scratch space to writes by every uid but
+// the candidate's (and root's) where the exec service has a code uid: a
+// program it runs must not fill the grader's scratch space (a full one
+// made its run inconclusive: candidates fill of examples/go-cli and
+// examples/python). The code uid writes in a tmpfs of its own
+// (cfg.CodeTmp). A scratch directory others may write is root's /tmp (the
+// engine gives a tmpfs the mode of the image's directory, 1777), whose
+// group is the candidate's (the broker's mount option), and is made 1775;
+// one the helper cannot close so stops the job before anything of it
+// runs. What others may read stays readable, and a directory the grader
+// makes writable to others in it stays so: the grader's choice to share
+// its scratch space with the programs it runs.
+func closeScratch(cfg *shim.Config) error {
+	if cfg.CodeUID <= 0 {
+		return nil
+	}
+	for _, d := range cfg.Scratch {
+		var st unix.Stat_t
+		if err := unix.Stat(d, &st); err != nil {
+			return fmt.Errorf("scratch %s: %w", d, err)
+		}
+		if st.Mode&0o002 == 0 {
+			continue // /work: the candidate's 0755 (the code uid reads what the grader puts there for it)
+		}
+		if st.Uid != 0 || int(st.Gid) != cfg.GID {
+			return fmt.Errorf("scratch %s is mode %#o, owner %d:%d: open to the exec service's code uid, and not root's with the candidate's group to close; the job does not run", d, st.Mode&0o7777, st.Uid, st.Gid)
+		}
+		if err := unix.Chmod(d, (st.Mode&0o7777)&^0o002); err != nil {
+			return fmt.Errorf("scratch %s: close it to other uids: %w", d, err)
+		}
+	}
+	return nil
+}
+
 func command(cfg *shim.Config) (*exec.Cmd, error) {
 	path := cfg.Argv[0]
 	if !strings.Contains(path, "/") {
@@ -531,10 +568,9 @@ func nothingToCollect(cfg *shim.Config) bool {
 		}
 	}
 	empty := true
-	// Only the uid decides what the candidate may list here: /work is the
-	// candidate's own (its owner class), /tmp is root's and 1777, which no
-	// group class changes.
-	err := asUID(cfg.UID, func() {
+	// As the candidate lists them: /work is its own (its owner class),
+	// /tmp is root's and open to the candidate's group alone.
+	err := asIDs(cfg.UID, cfg.GID, func() {
 		for _, dir := range cfg.Scratch {
 			if !emptyDir(dir) {
 				empty = false

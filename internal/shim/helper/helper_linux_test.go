@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -521,5 +522,75 @@ func TestCgroupCount(t *testing.T) {
 		if got, ok := cgroupCount(tt.files, tt.key); got != tt.want || ok != tt.ok {
 			t.Errorf("%v %s: got %d %v, want %d %v", tt.files, tt.key, got, ok, tt.want, tt.ok)
 		}
+	}
+}
+
+// Where there is a code uid, the grader's scratch space is closed to its
+// writes: root's /tmp (1777 from the image, with the candidate's group)
+// becomes 1775; /work (the candidate's 0755) stays as it is; one the
+// helper cannot close stops the job. Without a code uid nothing changes.
+func TestCloseScratch(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root (chown)")
+	}
+	const cand = 65534
+	dir := func(mode os.FileMode, uid, gid int) string {
+		d := t.TempDir()
+		if err := os.Chown(d, uid, gid); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(d, mode); err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	modeOf := func(d string) os.FileMode {
+		st, err := os.Stat(d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st.Mode() & (os.ModePerm | os.ModeSticky)
+	}
+	tmp, work := dir(0o777|os.ModeSticky, 0, cand), dir(0o755, cand, cand)
+	if err := closeScratch(&shim.Config{GID: cand, CodeUID: 65533, CodeGID: 65533, Scratch: []string{work, tmp}}); err != nil {
+		t.Fatal(err)
+	}
+	if got := modeOf(tmp); got != 0o775|os.ModeSticky {
+		t.Errorf("/tmp: mode %v, want 1775", got)
+	}
+	if got := modeOf(work); got != 0o755 {
+		t.Errorf("/work: mode %v, want 0755 as it was", got)
+	}
+
+	other := dir(0o777|os.ModeSticky, cand, cand) // the candidate's, open to all: the helper cannot close it
+	if err := closeScratch(&shim.Config{GID: cand, CodeUID: 65533, Scratch: []string{other}}); err == nil || !strings.Contains(err.Error(), "open to the exec service's code uid") {
+		t.Errorf("a scratch space the helper cannot close: %v, want the job stopped", err)
+	}
+	wrongGroup := dir(0o777|os.ModeSticky, 0, 0)
+	if err := closeScratch(&shim.Config{GID: cand, CodeUID: 65533, Scratch: []string{wrongGroup}}); err == nil {
+		t.Error("a root /tmp without the candidate's group was accepted (closing it would shut the candidate out)")
+	}
+
+	open := dir(0o777|os.ModeSticky, 0, cand)
+	if err := closeScratch(&shim.Config{GID: cand, Scratch: []string{open}}); err != nil {
+		t.Fatal(err)
+	}
+	if got := modeOf(open); got != 0o777|os.ModeSticky {
+		t.Errorf("no code uid: mode %v, want 1777 as it was", got)
+	}
+}
+
+// The exec service's programs get the code uid's tmpfs as $TMPDIR, in
+// place of the caller's; without one the caller's environment stays.
+func TestWithTmpdir(t *testing.T) {
+	env := []string{"PATH=/bin", "TMPDIR=/tmp", "HOME=/tmp"}
+	if got, want := withTmpdir(env, "/.code-tmp"), []string{"PATH=/bin", "HOME=/tmp", "TMPDIR=/.code-tmp"}; !slices.Equal(got, want) {
+		t.Errorf("got %q, want %q", got, want)
+	}
+	if got, want := withTmpdir([]string{"PATH=/bin"}, "/.code-tmp"), []string{"PATH=/bin", "TMPDIR=/.code-tmp"}; !slices.Equal(got, want) {
+		t.Errorf("got %q, want %q", got, want)
+	}
+	if got := withTmpdir(env, ""); !slices.Equal(got, env) {
+		t.Errorf("no code tmpfs: got %q, want %q", got, env)
 	}
 }

@@ -5,15 +5,16 @@
 # grader, as its own uid, then writes the report the supervisor reads
 # (report.py: only the expected tests, each from pytest's file, checked
 # against pytest's exit code) in a directory the code uid cannot write.
+# pytest writes its JUnit file in the code uid's own tmpfs (/.code-tmp,
+# its $TMPDIR): the grader's scratch space is closed to the code uid.
 set -u
-mkdir -p "$(dirname "$SANDBOXD_REPORT")" /work/candidate /work/run /tmp/pytest
-chmod 0777 /tmp/pytest
+mkdir -p "$(dirname "$SANDBOXD_REPORT")" /work/candidate /work/run
 cp -r "$SANDBOXD_CANDIDATE"/. /work/candidate/
 cp /bundle/tests/conftest.py /bundle/tests/test_calc.py /work/run/
 cd /work/run
 env -i PATH=/usr/bin:/bin LANG=C.UTF-8 HOME=/tmp PYTHONDONTWRITEBYTECODE=1 \
   timeout 20 /.sandboxd/shim exec /usr/bin/python3 -I -m pytest -p no:cacheprovider -q \
-  --rootdir=/work/run --junitxml=/tmp/pytest/junit.xml -o junit_family=xunit2 /work/run
+  --rootdir=/work/run --junitxml=/.code-tmp/junit.xml -o junit_family=xunit2 /work/run
 code=$?
-exec python3 -I /bundle/grader/report.py "$code" /tmp/pytest/junit.xml "$SANDBOXD_REPORT" \
+exec python3 -I /bundle/grader/report.py "$code" /.code-tmp/junit.xml "$SANDBOXD_REPORT" \
   test_calc.test_add test_calc.test_fib test_calc.test_fib_large test_calc.test_fib_negative

@@ -44,7 +44,7 @@ BUNDLE = os.environ.get("SANDBOXD_BUNDLE", "/bundle")
 CANDIDATE = os.environ.get("SANDBOXD_CANDIDATE", "/inputs/candidate-export")
 REPORT = os.environ.get("SANDBOXD_REPORT", "/work/out/report.xml")
 REPO = "/work/repo"
-RUN = "/tmp/run"  # the code uid's: pytest writes its JUnit here
+RUN = "/.code-tmp"  # the code uid's own tmpfs (its $TMPDIR): pytest writes its JUnit here
 MAX_PATCH = 4 << 20
 MAX_JUNIT = 4 << 20
 # The code's environment: nothing of the grader's (not the report's path).
@@ -159,8 +159,6 @@ def prepare(inst):
 def run_tests(inst):
     """Runs the test command as the code uid; returns its exit code and
     the path of the JUnit file it was told to write."""
-    os.makedirs(RUN, exist_ok=True)
-    os.chmod(RUN, 0o777)
     junit = os.path.join(RUN, "junit.xml")
     argv = [a.replace("@JUNIT@", junit) for a in inst["test_command"]]
     log = open("/work/tests.log", "wb")  # the grader's file; the code writes through its descriptor
