@@ -44,6 +44,6 @@ func ParseImageTrees(label string) ([]string, error) {
 // volume.
 const HelperPath = "/.sandboxd"
 
-// reservedPaths are where a sandbox mounts its own: the scratch spaces,
-// the read-only inputs and the broker's helper.
-var reservedPaths = []string{WorkPath, TmpPath, BundlePath, InputsPath, HelperPath}
+// reservedPaths are where a sandbox mounts its own: the scratch spaces
+// (the code uid's too), the read-only inputs and the broker's helper.
+var reservedPaths = []string{WorkPath, TmpPath, CodeTmpPath, BundlePath, InputsPath, HelperPath}

@@ -18,8 +18,8 @@ const (
 	// WorkPath is the size-bounded scratch space (tmpfs) where writable
 	// inputs are copied and the candidate's working directory lives.
 	WorkPath = "/work"
-	// TmpPath is a second size-bounded tmpfs for temporary files, the
-	// candidate's uid's alone (with root's): closed to the code uid.
+	// TmpPath is a second size-bounded tmpfs for temporary files, root's
+	// with the candidate's group, closed to the code uid's writes.
 	TmpPath = "/tmp"
 	// CodeTmpPath is the code uid's own size-bounded tmpfs, its $TMPDIR:
 	// programs a grader runs through the helper's exec service write
@@ -92,7 +92,7 @@ type Limits struct {
 	CPUMillis   int64 `json:"cpu_millis"`      // CPU quota in thousandths of a core
 	MemoryBytes int64 `json:"memory_bytes"`    // memory, with swap equal to memory
 	Pids        int64 `json:"pids"`            // processes and threads
-	DiskBytes   int64 `json:"disk_bytes"`      // size of each scratch tmpfs (WorkPath, TmpPath)
+	DiskBytes   int64 `json:"disk_bytes"`      // size of each scratch tmpfs (WorkPath, TmpPath; CodeTmpPath at most MemoryBytes/8)
 	OutputBytes int64 `json:"output_bytes"`    // total bytes of collected artifacts
 	LogBytes    int64 `json:"log_bytes"`       // bytes kept of stdout, and of stderr
 	FileCount   int64 `json:"file_count"`      // collected artifacts

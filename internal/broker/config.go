@@ -99,8 +99,10 @@ func (c Config) Validate() error {
 		return errors.New("broker config: ShimPath is empty")
 	case c.CandidateUID <= 0 || c.CandidateGID <= 0:
 		return fmt.Errorf("broker config: candidate uid/gid %d/%d must not be root", c.CandidateUID, c.CandidateGID)
-	case c.CodeUID < 0 || c.CodeGID < 0 || (c.CodeUID > 0 && (c.CodeUID == c.CandidateUID || c.CodeGID == 0)):
-		return fmt.Errorf("broker config: code uid/gid %d/%d must be another non-root identity", c.CodeUID, c.CodeGID)
+	case c.CodeUID < 0 || c.CodeGID < 0 || (c.CodeUID > 0 && (c.CodeUID == c.CandidateUID || c.CodeGID == 0 || c.CodeGID == c.CandidateGID)):
+		// The candidate's group may write /tmp (closeScratch): the code
+		// uid must not be in it.
+		return fmt.Errorf("broker config: code uid/gid %d/%d must be another non-root identity, in another group than the candidate's", c.CodeUID, c.CodeGID)
 	case c.CollectGrace < time.Second:
 		return fmt.Errorf("broker config: CollectGrace %v is under 1s", c.CollectGrace)
 	case c.EngineTimeout < time.Second:

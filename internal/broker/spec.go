@@ -141,9 +141,10 @@ func ulimits(l sandbox.Limits, nproc int64) []*container.Ulimit {
 // uids' writes where there is a code uid: closeScratch), each of
 // l.DiskBytes; and, with a code uid, that uid's own (its $TMPDIR in the
 // exec service; codeTmpSize). The engines give a tmpfs the mode of the
-// directory it is mounted on, whatever the mode option says. The code uid can write in no scratch space of the
-// candidate's (the grader's): a program it runs cannot fill it, nor read
-// what the grader keeps there.
+// directory it is mounted on, whatever the mode option says. The code uid
+// can write in no scratch space of the candidate's (the grader's), so a
+// program it runs cannot fill it; it may still read what others may read
+// there.
 func tmpfsMounts(l sandbox.Limits, cand, code ids) map[string]string {
 	size := strconv.FormatInt(l.DiskBytes, 10)
 	m := map[string]string{
@@ -158,11 +159,11 @@ func tmpfsMounts(l sandbox.Limits, cand, code ids) map[string]string {
 
 // codeTmpSize is the size of the code uid's tmpfs: l.DiskBytes, at most an
 // eighth of the job's memory. A tmpfs's pages count against the memory
-// limit and belong to no process, so the kernel's OOM killer, wanting
-// memory back from a program that filled it, would kill the grader: the
-// bound leaves the grader seven eighths of its memory.
+// limit and belong to no process, so on runc the kernel's OOM killer,
+// wanting memory back from a program that filled it, would kill the
+// grader: the bound leaves the grader seven eighths of its memory.
 func codeTmpSize(l sandbox.Limits) int64 {
-	return max(min(l.DiskBytes, l.MemoryBytes/8), 1<<20)
+	return min(l.DiskBytes, l.MemoryBytes/8)
 }
 
 // ids are a uid and its gid.

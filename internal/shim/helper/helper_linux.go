@@ -150,8 +150,8 @@ func readConfig(r io.Reader) (*shim.Config, error) {
 	if len(c.Argv) == 0 || c.UID <= 0 || c.GID <= 0 {
 		return nil, errors.New("config: empty argv or root candidate")
 	}
-	if c.CodeUID < 0 || c.CodeGID < 0 || (c.CodeUID > 0 && (c.CodeUID == c.UID || c.CodeGID == 0)) {
-		return nil, errors.New("config: the code uid must be another non-root uid")
+	if c.CodeUID < 0 || c.CodeGID < 0 || (c.CodeUID > 0 && (c.CodeUID == c.UID || c.CodeGID == 0 || c.CodeGID == c.GID)) {
+		return nil, errors.New("config: the code uid must be another non-root uid, in another group than the candidate's")
 	}
 	return &c, nil
 }
@@ -404,10 +404,21 @@ func closeScratch(cfg *shim.Config) error {
 		if st.Mode&0o002 == 0 {
 			continue // /work: the candidate's 0755 (the code uid reads what the grader puts there for it)
 		}
-		if st.Uid != 0 || int(st.Gid) != cfg.GID {
-			return fmt.Errorf("scratch %s is mode %#o, owner %d:%d: open to the exec service's code uid, and not root's with the candidate's group to close; the job does not run", d, st.Mode&0o7777, st.Uid, st.Gid)
+		mode := (st.Mode & 0o7777) &^ 0o002
+		var err error
+		switch {
+		case st.Uid == 0 && int(st.Gid) == cfg.GID:
+			err = unix.Chmod(d, mode) // root's /tmp: the helper is its owner
+		case int(st.Uid) == cfg.UID:
+			// The candidate's own (an image's sticky 1777 /work): its owner
+			// may change its mode, no capability needed.
+			if aerr := asUID(cfg.UID, func() { err = unix.Chmod(d, mode) }); aerr != nil {
+				err = aerr
+			}
+		default:
+			return fmt.Errorf("scratch %s is mode %#o, owner %d:%d: open to the exec service's code uid, and neither root's with the candidate's group nor the candidate's to close; the job does not run", d, st.Mode&0o7777, st.Uid, st.Gid)
 		}
-		if err := unix.Chmod(d, (st.Mode&0o7777)&^0o002); err != nil {
+		if err != nil {
 			return fmt.Errorf("scratch %s: close it to other uids: %w", d, err)
 		}
 	}
@@ -569,15 +580,20 @@ func nothingToCollect(cfg *shim.Config) bool {
 	}
 	empty := true
 	// As the candidate lists them: /work is its own (its owner class),
-	// /tmp is root's and open to the candidate's group alone.
-	err := asIDs(cfg.UID, cfg.GID, func() {
-		for _, dir := range cfg.Scratch {
-			if !emptyDir(dir) {
-				empty = false
-				return
+	// /tmp is root's and open to the candidate's group. On a goroutine of
+	// its own: a thread that could not take its ids back ends with it.
+	done := make(chan error)
+	go func() {
+		done <- asIDs(cfg.UID, cfg.GID, func() {
+			for _, dir := range cfg.Scratch {
+				if !emptyDir(dir) {
+					empty = false
+					return
+				}
 			}
-		}
-	})
+		})
+	}()
+	err := <-done
 	return err == nil && empty
 }
 

@@ -527,15 +527,28 @@ func TestCgroupCount(t *testing.T) {
 
 // Where there is a code uid, the grader's scratch space is closed to its
 // writes: root's /tmp (1777 from the image, with the candidate's group)
-// becomes 1775; /work (the candidate's 0755) stays as it is; one the
-// helper cannot close stops the job. Without a code uid nothing changes.
+// becomes 1775; /work (the candidate's 0755) stays as it is, and an
+// image's sticky 1777 one is closed as its owner; one the helper cannot
+// close stops the job. Without a code uid nothing changes.
 func TestCloseScratch(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root (chown)")
 	}
 	const cand = 65534
+	base := t.TempDir() // 0700: the candidate's uid could not reach what is in it
+	if err := os.Chmod(base, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(filepath.Dir(base), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	n := 0
 	dir := func(mode os.FileMode, uid, gid int) string {
-		d := t.TempDir()
+		n++
+		d := filepath.Join(base, strconv.Itoa(n))
+		if err := os.Mkdir(d, 0o700); err != nil {
+			t.Fatal(err)
+		}
 		if err := os.Chown(d, uid, gid); err != nil {
 			t.Fatal(err)
 		}
@@ -552,7 +565,7 @@ func TestCloseScratch(t *testing.T) {
 		return st.Mode() & (os.ModePerm | os.ModeSticky)
 	}
 	tmp, work := dir(0o777|os.ModeSticky, 0, cand), dir(0o755, cand, cand)
-	if err := closeScratch(&shim.Config{GID: cand, CodeUID: 65533, CodeGID: 65533, Scratch: []string{work, tmp}}); err != nil {
+	if err := closeScratch(&shim.Config{UID: cand, GID: cand, CodeUID: 65533, CodeGID: 65533, Scratch: []string{work, tmp}}); err != nil {
 		t.Fatal(err)
 	}
 	if got := modeOf(tmp); got != 0o775|os.ModeSticky {
@@ -562,12 +575,19 @@ func TestCloseScratch(t *testing.T) {
 		t.Errorf("/work: mode %v, want 0755 as it was", got)
 	}
 
-	other := dir(0o777|os.ModeSticky, cand, cand) // the candidate's, open to all: the helper cannot close it
-	if err := closeScratch(&shim.Config{GID: cand, CodeUID: 65533, Scratch: []string{other}}); err == nil || !strings.Contains(err.Error(), "open to the exec service's code uid") {
+	own := dir(0o777|os.ModeSticky, cand, cand) // an image's sticky 1777 /work: closed as its owner
+	if err := closeScratch(&shim.Config{UID: cand, GID: cand, CodeUID: 65533, Scratch: []string{own}}); err != nil {
+		t.Fatalf("the candidate's own 1777 scratch space: %v", err)
+	}
+	if got := modeOf(own); got != 0o775|os.ModeSticky {
+		t.Errorf("the candidate's own scratch space: mode %v, want 1775", got)
+	}
+	other := dir(0o777|os.ModeSticky, 1234, 1234) // a third uid's, open to all: the helper cannot close it
+	if err := closeScratch(&shim.Config{UID: cand, GID: cand, CodeUID: 65533, Scratch: []string{other}}); err == nil || !strings.Contains(err.Error(), "open to the exec service's code uid") {
 		t.Errorf("a scratch space the helper cannot close: %v, want the job stopped", err)
 	}
 	wrongGroup := dir(0o777|os.ModeSticky, 0, 0)
-	if err := closeScratch(&shim.Config{GID: cand, CodeUID: 65533, Scratch: []string{wrongGroup}}); err == nil {
+	if err := closeScratch(&shim.Config{UID: cand, GID: cand, CodeUID: 65533, Scratch: []string{wrongGroup}}); err == nil {
 		t.Error("a root /tmp without the candidate's group was accepted (closing it would shut the candidate out)")
 	}
 

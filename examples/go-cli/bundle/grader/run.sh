@@ -61,7 +61,7 @@ check() { # name, expected output, arguments...
   # behind (one that started a session of its own escapes the service's
   # kill) could hold a pipe open and the grader with it, until wall time.
   out=/work/case-$n.out
-  timeout 10 env -i PATH=/bin HOME=/tmp /.sandboxd/shim exec /work/bin/calc "$@" </dev/null >"$out" 2>/dev/null
+  timeout 10 env -i PATH=/bin HOME=/.code-tmp /.sandboxd/shim exec /work/bin/calc "$@" </dev/null >"$out" 2>/dev/null
   got=$(head -c 100 "$out")
   if [ "$got" = "$want" ]; then
     echo "ok $n - $name"

@@ -9,4 +9,4 @@ bin=/work/bin/$(basename "$1")
 cp "$1" "$bin"
 chmod 0755 "$bin"
 shift
-exec env -i PATH=/bin HOME=/tmp /.sandboxd/shim exec "$bin" "$@"
+exec env -i PATH=/bin HOME=/.code-tmp /.sandboxd/shim exec "$bin" "$@"

@@ -43,7 +43,7 @@ LAUNCHER = ["/.sandboxd/shim", "exec"]
 WORKER = os.environ.get("BRIDGE_WORKER", "/work/bridge/worker.py")
 LOG_CHUNKS = 4  # of 4 KiB: the tail of a worker's output kept for the grader's stderr
 # The worker's environment: nothing of the grader's (no report path).
-WORKER_ENV = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "HOME": "/tmp", "PYTHONDONTWRITEBYTECODE": "1"}
+WORKER_ENV = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "HOME": "/.code-tmp", "PYTHONDONTWRITEBYTECODE": "1"}
 
 
 class WorkerFailure(AssertionError):

@@ -12,7 +12,7 @@ mkdir -p "$(dirname "$SANDBOXD_REPORT")" /work/candidate /work/run
 cp -r "$SANDBOXD_CANDIDATE"/. /work/candidate/
 cp /bundle/tests/conftest.py /bundle/tests/test_calc.py /work/run/
 cd /work/run
-env -i PATH=/usr/bin:/bin LANG=C.UTF-8 HOME=/tmp PYTHONDONTWRITEBYTECODE=1 \
+env -i PATH=/usr/bin:/bin LANG=C.UTF-8 HOME=/.code-tmp PYTHONDONTWRITEBYTECODE=1 \
   timeout 20 /.sandboxd/shim exec /usr/bin/python3 -I -m pytest -p no:cacheprovider -q \
   --rootdir=/work/run --junitxml=/.code-tmp/junit.xml -o junit_family=xunit2 /work/run
 code=$?

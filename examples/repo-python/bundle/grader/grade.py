@@ -48,7 +48,7 @@ RUN = "/.code-tmp"  # the code uid's own tmpfs (its $TMPDIR): pytest writes its 
 MAX_PATCH = 4 << 20
 MAX_JUNIT = 4 << 20
 # The code's environment: nothing of the grader's (not the report's path).
-CODE_ENV = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "HOME": "/tmp", "PYTHONDONTWRITEBYTECODE": "1",
+CODE_ENV = {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "HOME": "/.code-tmp", "PYTHONDONTWRITEBYTECODE": "1",
             "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1"}
 
 
