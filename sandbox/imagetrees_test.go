@@ -20,6 +20,7 @@ func TestParseImageTrees(t *testing.T) {
 		`["/work/cache"]`:          "overlaps /work",
 		`["/inputs"]`:              "overlaps /inputs",
 		`["/.sandboxd"]`:           "overlaps /.sandboxd",
+		`["/.code-tmp/x"]`:         "overlaps /.code-tmp",
 		`["/bundle/x"]`:            "overlaps /bundle",
 		`["/usr","/usr/local/go"]`: `"/usr" and "/usr/local/go" overlap`,
 		`["/opt/a","/opt/a"]`:      "overlap",

@@ -16,3 +16,25 @@ func TestVolumePrefixBoundsItsLength(t *testing.T) {
 		}
 	}
 }
+
+// The code uid is another non-root identity, in another group than the
+// candidate's: that group may write /tmp (the helper's closeScratch), so a
+// code uid in it could fill the grader's scratch space again.
+func TestCodeIdentityIsItsOwn(t *testing.T) {
+	ok := Default()
+	ok.ShimPath = "/x"
+	if err := ok.Validate(); err != nil {
+		t.Fatalf("the default identities: %v", err)
+	}
+	for name, change := range map[string]func(*Config){
+		"the candidate's uid":   func(c *Config) { c.CodeUID = c.CandidateUID },
+		"the candidate's group": func(c *Config) { c.CodeGID = c.CandidateGID },
+		"root's group":          func(c *Config) { c.CodeGID = 0 },
+	} {
+		c := ok
+		change(&c)
+		if err := c.Validate(); err == nil || !strings.Contains(err.Error(), "code uid/gid") {
+			t.Errorf("%s: %v, want the code identity refused", name, err)
+		}
+	}
+}
