@@ -3,10 +3,13 @@ package containerdengine
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"testing"
+	"time"
 
 	"github.com/containerd/containerd"
+	eventstypes "github.com/containerd/containerd/api/events"
 	"github.com/containerd/containerd/namespaces"
 	"github.com/containerd/errdefs"
 	"github.com/moby/moby/client"
@@ -91,5 +94,45 @@ func TestRemoveFreesTheNameOfAKilledCreate(t *testing.T) {
 	}
 	if err := e.reserveName(ctx, name, name); !errors.Is(err, errdefs.ErrConflict) {
 		t.Errorf("the name of a create under way after a removal: %v, want still taken", err)
+	}
+}
+
+// The event stream tells its end on Err once its context is cancelled,
+// whatever it was doing: here, holding an event its reader has not taken
+// (the buffer full). Before, it returned without a word, and a reader
+// that stops the stream and waits for its end waited for ever (CI: the
+// daemon soak on containerd hung at its end). containerd's own client
+// does the same when cancelled while it hands over an event, which this
+// stream now covers too.
+func TestEventsEndOnCancelWhileHoldingAnEvent(t *testing.T) {
+	e := realContainerd(t)
+	ctx, cancel := context.WithCancel(e.ns(context.Background()))
+	defer cancel()
+	res := e.Events(ctx, client.EventsListOptions{})
+	time.Sleep(200 * time.Millisecond) // subscribed
+	pub := e.c.EventService()
+	for i := range 300 { // more than the stream holds: it waits on its reader
+		id := fmt.Sprintf("unit-%d", i)
+		if err := pub.Publish(e.ns(context.Background()), "/containers/update", &eventstypes.ContainerUpdate{ID: id, Labels: map[string]string{labelName: id + "-renamed"}}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	deadline := time.After(10 * time.Second)
+	for len(res.Messages) < cap(res.Messages) {
+		select {
+		case <-deadline:
+			t.Fatalf("the stream holds %d events, want it full (%d)", len(res.Messages), cap(res.Messages))
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	time.Sleep(100 * time.Millisecond) // the next event is being handed over
+	cancel()
+	select {
+	case err := <-res.Err:
+		if !errors.Is(err, context.Canceled) {
+			t.Fatalf("the stream ended with %v, want context.Canceled", err)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the stream did not tell its end within 5 s of the cancel")
 	}
 }

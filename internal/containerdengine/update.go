@@ -147,6 +147,7 @@ func (e *Engine) Events(ctx context.Context, opts client.EventsListOptions) clie
 				select {
 				case out <- m:
 				case <-ctx.Done():
+					errc <- ctx.Err()
 					return
 				}
 			case err := <-errs:
@@ -155,6 +156,12 @@ func (e *Engine) Events(ctx context.Context, opts client.EventsListOptions) clie
 				} else {
 					errc <- ctx.Err()
 				}
+				return
+			case <-ctx.Done():
+				// containerd's client ends its subscription without a word
+				// when it is cancelled while handing over an event: the
+				// stream's end is told here, once, whatever it was doing.
+				errc <- ctx.Err()
 				return
 			}
 		}
