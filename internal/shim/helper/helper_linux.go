@@ -580,20 +580,15 @@ func nothingToCollect(cfg *shim.Config) bool {
 	}
 	empty := true
 	// As the candidate lists them: /work is its own (its owner class),
-	// /tmp is root's and open to the candidate's group. On a goroutine of
-	// its own: a thread that could not take its ids back ends with it.
-	done := make(chan error)
-	go func() {
-		done <- asIDs(cfg.UID, cfg.GID, func() {
-			for _, dir := range cfg.Scratch {
-				if !emptyDir(dir) {
-					empty = false
-					return
-				}
+	// /tmp is root's and open to the candidate's group.
+	err := asIDs(cfg.UID, cfg.GID, func() {
+		for _, dir := range cfg.Scratch {
+			if !emptyDir(dir) {
+				empty = false
+				return
 			}
-		})
-	}()
-	err := <-done
+		}
+	})
 	return err == nil && empty
 }
 

@@ -23,57 +23,62 @@ import (
 // It needs no new process or thread: a candidate that fills its pids
 // cgroup (a fork bomb) cannot keep the helper from killing it, as it did
 // when the kill went through a child that needed a free pid.
-func asUID(uid int, fn func()) error {
-	runtime.LockOSThread()
-	stuck, err := asUIDLocked(uid, fn)
-	if !stuck {
-		runtime.UnlockOSThread()
-	}
-	return err
-}
+func asUID(uid int, fn func()) error { return asIDs(uid, keepID, fn) }
 
-// asUIDLocked is asUID on a thread the caller has locked. stuck: the
-// thread did not return to root, and must stay locked (it ends with its
-// goroutine and never runs anything else of the helper's as uid).
-func asUIDLocked(uid int, fn func()) (stuck bool, err error) {
-	if uid <= 0 {
-		return false, fmt.Errorf("act as uid %d: not a candidate uid", uid)
-	}
-	keep := uintptr(^uint32(0)) // -1: leave this id as it is
-	if _, _, e := unix.RawSyscall(unix.SYS_SETRESUID, keep, uintptr(uid), keep); e != 0 {
-		return false, fmt.Errorf("take uid %d on a thread: %w", uid, e)
-	}
-	fn()
-	if _, _, e := unix.RawSyscall(unix.SYS_SETRESUID, keep, 0, keep); e != 0 {
-		return true, fmt.Errorf("return to root from uid %d: %w", uid, e)
-	}
-	return false, nil
-}
+// keepID, as asIDs's gid: the thread's gid stays root's.
+const keepID = -1
 
 // asIDs is asUID with the thread's effective gid (and so its file system
-// gid) gid too, for what the candidate may list through its group: /tmp
-// is root's, writable and listable by the candidate's group alone. The
-// gid is taken first and given back last, while the thread is root (its
-// capabilities are dropped while its effective uid is not).
+// gid) gid too, unless gid is keepID: for what the candidate may list
+// through its group (/tmp is root's, writable and listable by the
+// candidate's group alone). fn runs on a goroutine of its own, locked to
+// its thread, and waited for: a thread that could not take root's ids
+// back ends with that goroutine and never runs anything else of the
+// helper's. The gid is taken first and given back last, while the thread
+// is root (its capabilities are dropped while its effective uid is not).
 func asIDs(uid, gid int, fn func()) error {
-	if gid <= 0 {
+	if uid <= 0 {
+		return fmt.Errorf("act as uid %d: not a candidate uid", uid)
+	}
+	if gid == 0 || gid < keepID {
 		return fmt.Errorf("act as gid %d: not a candidate gid", gid)
 	}
-	runtime.LockOSThread()
-	keep := uintptr(^uint32(0))
-	if _, _, e := unix.RawSyscall(unix.SYS_SETRESGID, keep, uintptr(gid), keep); e != 0 {
-		runtime.UnlockOSThread()
-		return fmt.Errorf("take gid %d on a thread: %w", gid, e)
+	done := make(chan error, 1)
+	go func() {
+		runtime.LockOSThread()
+		back, err := onThreadAs(uid, gid, fn)
+		if back {
+			runtime.UnlockOSThread()
+		}
+		done <- err
+	}()
+	return <-done
+}
+
+// onThreadAs takes uid (and gid, unless keepID) as the calling thread's
+// effective ids, runs fn, and takes root's back. back: the thread is root
+// again (or never left it).
+func onThreadAs(uid, gid int, fn func()) (back bool, err error) {
+	keep := uintptr(^uint32(0)) // -1: leave this id as it is
+	if gid != keepID {
+		if _, _, e := unix.RawSyscall(unix.SYS_SETRESGID, keep, uintptr(gid), keep); e != 0 {
+			return true, fmt.Errorf("take gid %d on a thread: %w", gid, e)
+		}
 	}
-	stuck, err := asUIDLocked(uid, fn)
-	if stuck {
-		return err
+	if _, _, e := unix.RawSyscall(unix.SYS_SETRESUID, keep, uintptr(uid), keep); e != 0 {
+		err = fmt.Errorf("take uid %d on a thread: %w", uid, e)
+	} else {
+		fn()
+		if _, _, e := unix.RawSyscall(unix.SYS_SETRESUID, keep, 0, keep); e != 0 {
+			return false, fmt.Errorf("return to root from uid %d: %w", uid, e)
+		}
 	}
-	if _, _, e := unix.RawSyscall(unix.SYS_SETRESGID, keep, 0, keep); e != 0 {
-		return fmt.Errorf("return to gid 0 from gid %d: %w", gid, e) // stays locked
+	if gid != keepID {
+		if _, _, e := unix.RawSyscall(unix.SYS_SETRESGID, keep, 0, keep); e != 0 {
+			return false, fmt.Errorf("return to gid 0 from gid %d: %w", gid, e)
+		}
 	}
-	runtime.UnlockOSThread()
-	return err
+	return true, err
 }
 
 // killAllOf sends SIGKILL to every process of uid in the sandbox's pid
