@@ -60,9 +60,15 @@ check() { # name, expected output, arguments...
   # answer goes to a file of its own, never a pipe: a process it left
   # behind (one that started a session of its own escapes the service's
   # kill) could hold a pipe open and the grader with it, until wall time.
+  # The program may fill that file up to the file size limit, and the
+  # scratch space with it: its first 100 bytes are all that is kept, and
+  # the file is removed before the grader writes anything more (the exec
+  # service kills what is left of the program when its call ends), so a
+  # flood of output fails the case, never the grader's own writes.
   out=/work/case-$n.out
   timeout 10 env -i PATH=/bin HOME=/.code-tmp /.sandboxd/shim exec /work/bin/calc "$@" </dev/null >"$out" 2>/dev/null
   got=$(head -c 100 "$out")
+  rm -f "$out"
   if [ "$got" = "$want" ]; then
     echo "ok $n - $name"
   else

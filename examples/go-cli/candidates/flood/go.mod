@@ -1,0 +1,3 @@
+module calc
+
+go 1.22
