@@ -12,6 +12,7 @@ import (
 
 	containerd "github.com/containerd/containerd"
 	"github.com/containerd/containerd/namespaces"
+	"github.com/moby/moby/api/types/system"
 	"github.com/moby/moby/client"
 	"golang.org/x/sys/unix"
 )
@@ -175,7 +176,9 @@ func (e *Engine) Info(context.Context, client.InfoOptions) (client.SystemInfoRes
 }
 
 // ServerVersion reports containerd's version; the engine is named in
-// Platform so that results say which engine ran the job.
+// Platform so that results say which engine ran the job. Its Components
+// are containerd (its revision: a rebuild keeps the version) and the
+// binaries that run this engine's containers, by path and digest (parts).
 func (e *Engine) ServerVersion(ctx context.Context, _ client.ServerVersionOptions) (client.ServerVersionResult, error) {
 	v, err := e.c.Version(e.ns(ctx))
 	if err != nil {
@@ -183,5 +186,6 @@ func (e *Engine) ServerVersion(ctx context.Context, _ client.ServerVersionOption
 	}
 	res := client.ServerVersionResult{Version: "containerd " + v.Version, APIVersion: "containerd/" + v.Version, Os: "linux"}
 	res.Platform.Name = "containerd"
+	res.Components = append([]system.ComponentVersion{{Name: "containerd", Version: v.Version, Details: map[string]string{"GitCommit": v.Revision}}}, e.parts()...)
 	return res, nil
 }

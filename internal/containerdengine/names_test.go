@@ -41,7 +41,7 @@ func realContainerd(t *testing.T) *Engine {
 			c.NamespaceService().Delete(ctx, ns)
 			c.Close()
 		})
-		return &Engine{cfg: Config{Namespace: ns, StateDir: t.TempDir()}, c: c}
+		return &Engine{cfg: Config{Address: a, Namespace: ns, StateDir: t.TempDir()}, c: c}
 	}
 	if os.Getenv("CI") == "true" {
 		t.Fatal("no containerd socket, and CI=true")
