@@ -319,6 +319,71 @@ func TestFleetBlobsAreTheLeaders(t *testing.T) {
 	t.Logf("%d of 40 reads stale", stale)
 }
 
+// A paused replica of the blob store does not fail blob reads: each is
+// whole and right (how long they took is logged). Five servers,
+// the blob store on three of them, the reader on one of the other two (a
+// server answers a direct get itself where it holds a replica), a replica
+// that leads nothing paused. (An earlier note feared that the servers
+// route direct gets to a paused replica until they see it gone, each read
+// then waiting a call's timeout; with nats-server 2.15 they did not, even
+// with both followers paused: 10 reads in 0.1 s.)
+func TestFleetBlobReadsOutlastAPausedReplica(t *testing.T) {
+	c := testharness.StartNATS(t, 5)
+	openFleet(t, c, true)
+	ctx := ctxFor(t, 3*time.Minute)
+	const stream = "OBJ_sandboxd-blobs"
+	_, js := rawJetStream(t, c)
+	var reader, paused = -1, -1
+	for began := time.Now(); reader < 0 || paused < 0; time.Sleep(200 * time.Millisecond) {
+		if time.Since(began) > 30*time.Second {
+			t.Fatalf("no reader and replica to pause among the servers")
+		}
+		info, err := js.StreamInfo(stream)
+		if err != nil || info.Cluster == nil || info.Cluster.Leader == "" || len(info.Cluster.Replicas) != 2 {
+			continue
+		}
+		holds := map[string]bool{info.Cluster.Leader: true}
+		for _, r := range info.Cluster.Replicas {
+			holds[r.Name] = true
+		}
+		meta := c.MetaLeader()
+		reader, paused = -1, -1
+		for i, n := range c.Nodes {
+			switch {
+			case !holds[n.Name] && reader < 0:
+				reader = i
+			case holds[n.Name] && n.Name != info.Cluster.Leader && n.Name != meta && paused < 0:
+				paused = i
+			}
+		}
+	}
+	co, err := fleet.Open(ctx, fleet.Options{URLs: []string{c.Nodes[reader].URL()}, Name: t.Name(), CallTimeout: 2 * time.Second, AckWait: 3 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(co.Close)
+	b := bytes.Repeat([]byte("a chunk's worth of output "+randHex(8)+"\n"), 40<<10) // 1.7 MiB: 14 chunks
+	digest := sandbox.DigestBytes(b)
+	if err := co.PutBlob(ctx, digest, int64(len(b)), bytes.NewReader(b)); err != nil {
+		t.Fatal(err)
+	}
+	c.Stop(paused)
+	defer c.Cont(paused)
+	began := time.Now()
+	for i := range 10 {
+		rc, err := co.Blob(ctx, digest)
+		if err != nil {
+			t.Fatalf("read %d: %v", i, err)
+		}
+		got, err := io.ReadAll(rc)
+		rc.Close()
+		if err != nil || !bytes.Equal(got, b) {
+			t.Fatalf("read %d with a replica paused: %d bytes, %v", i, len(got), err)
+		}
+	}
+	t.Logf("10 reads of a %d-byte blob with a replica paused: %v (a read that waited a call's timeout takes 2 s more)", len(b), time.Since(began))
+}
+
 // laggingPair is a node that leads none of streams (laggingNode), a
 // writer connected to the other nodes and a reader connected to that
 // node alone: what the reader is answered there, it is answered first.
