@@ -128,6 +128,9 @@ func printSelfcheck(w io.Writer, r *selfcheck.Report, asJSON bool) {
 		fmt.Fprintf(w, "FAIL %s: %s\n", p.Name, p.Detail)
 	}
 	src := "checked now"
+	if r.Key.Unknown != "" {
+		src = "checked now, not kept: the engine's parts are not all known (" + r.Key.Unknown + ")"
+	}
 	if r.Cached {
 		src = "cached from " + r.CheckedAt.Format("2006-01-02T15:04:05Z")
 	}

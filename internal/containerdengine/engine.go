@@ -64,6 +64,10 @@ func (c Config) Validate() error {
 		return fmt.Errorf("containerd engine: state directory %q is not absolute", c.StateDir)
 	case c.Snapshotter == "":
 		return errors.New("containerd engine: Snapshotter is empty")
+	case c.RunscPath != "" && !filepath.IsAbs(c.RunscPath):
+		// The shim would look a bare name up in containerd's PATH, and a
+		// relative one from its bundle: neither is the file named here.
+		return fmt.Errorf("containerd engine: runsc's binary %q is not an absolute path", c.RunscPath)
 	}
 	return nil
 }

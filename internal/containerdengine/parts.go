@@ -5,9 +5,11 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -27,9 +29,10 @@ import (
 // engine's parts, each binary by its path and digest: containerd's runc
 // shim and the runc it runs, found as containerd and the shim find them,
 // and the binary of every other job runtime (runsc's wrapper, and what the
-// wrapper says it runs). A part that cannot be found or read is named so:
-// what it would have been keyed by is unknown, and a check keyed by that
-// answer is not one keyed by a binary.
+// wrapper says it runs). A part that cannot be found or read is named so,
+// and marked unknown (its Details' "Unknown"): a check's pass is not kept
+// for a key with an unknown part (selfcheck.Key.Unknown), since nothing
+// would tell a binary replaced under it.
 
 // runsLine, in a runtime wrapper (a script: runsc's, written by
 // scripts/setup), names a binary the wrapper runs: its digest is one of the
@@ -45,14 +48,17 @@ const maxWrapper = 64 << 10
 func (e *Engine) parts() []system.ComponentVersion {
 	memo := filepath.Join(e.cfg.StateDir, "digests")
 	var out []system.ComponentVersion
+	unknown := func(name, version string) {
+		out = append(out, system.ComponentVersion{Name: name, Version: version, Details: map[string]string{"Unknown": version}})
+	}
 	add := func(name, path string, err error) {
 		if err != nil {
-			out = append(out, system.ComponentVersion{Name: name, Version: "unknown: " + err.Error()})
+			unknown(name, "unknown: "+err.Error())
 			return
 		}
 		f, err := filedigest.Open(path, memo)
 		if err != nil {
-			out = append(out, system.ComponentVersion{Name: name, Version: path + " unreadable: " + err.Error()})
+			unknown(name, path+" unreadable: "+err.Error())
 			return
 		}
 		out = append(out, system.ComponentVersion{Name: name, Version: path + " " + f.Digest})
@@ -62,8 +68,15 @@ func (e *Engine) parts() []system.ComponentVersion {
 		add(shimBinary, "", err)
 		add("runtime runc", "", err)
 	} else {
-		shim, err := where.shimPath(shimBinary)
-		add(shimBinary, shim, err)
+		// Every shim containerd may run: it keeps the one it found first
+		// for its life, which may be another than it would find now.
+		shims := where.shimPaths(shimBinary)
+		if len(shims) == 0 {
+			add(shimBinary, "", fmt.Errorf("%s is in none of containerd's working directory, PATH (%s) and executable's directory", shimBinary, where.path))
+		}
+		for _, p := range shims {
+			add(shimBinary, p, nil)
+		}
 		runc, err := where.lookPath("runc")
 		add("runtime runc", runc, err)
 	}
@@ -84,24 +97,30 @@ func (e *Engine) parts() []system.ComponentVersion {
 }
 
 // wrapperRuns returns the binaries a runtime wrapper names in its runsLine
-// lines; none for a file that is not a script ("#!").
+// lines; none for a file that is not a script ("#!"). A script longer than
+// maxWrapper is refused rather than read in part.
 func wrapperRuns(path string) ([]string, error) {
-	f, err := os.Open(path)
+	f, err := os.OpenFile(path, os.O_RDONLY|unix.O_NONBLOCK, 0)
 	if err != nil {
 		return nil, err
 	}
 	defer f.Close()
-	b := make([]byte, maxWrapper)
-	n, err := f.Read(b)
-	if n == 0 && err != nil {
+	if fi, err := f.Stat(); err != nil || !fi.Mode().IsRegular() {
+		return nil, fmt.Errorf("%s is not a regular file", path)
+	}
+	b, err := io.ReadAll(io.LimitReader(f, maxWrapper+1))
+	if err != nil {
 		return nil, err
 	}
-	b = b[:n]
 	if !bytes.HasPrefix(b, []byte("#!")) {
 		return nil, nil
 	}
+	if len(b) > maxWrapper {
+		return nil, fmt.Errorf("%s is a script of more than %d bytes: too long for a runtime wrapper", path, maxWrapper)
+	}
 	var runs []string
 	sc := bufio.NewScanner(bytes.NewReader(b))
+	sc.Buffer(make([]byte, 0, maxWrapper), maxWrapper)
 	for sc.Scan() {
 		p, ok := strings.CutPrefix(sc.Text(), runsLine)
 		if !ok {
@@ -111,6 +130,9 @@ func wrapperRuns(path string) ([]string, error) {
 			return nil, fmt.Errorf("%s names %q, not an absolute path", path, p)
 		}
 		runs = append(runs, filepath.Clean(p))
+	}
+	if err := sc.Err(); err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
 	}
 	return runs, nil
 }
@@ -125,8 +147,11 @@ type containerdSide struct {
 }
 
 // containerdProcess reads containerd's side from its process, found by
-// the peer credentials of its socket. containerd must run in this
-// process's mount namespace: its paths are read here as they are there.
+// the peer credentials of its socket: a process whose executable is named
+// containerd (not a forwarder, nor systemd holding an activated socket),
+// the same process before and after the read (its start time: a pid is
+// reused). containerd must run in this process's mount namespace: its
+// paths are read here as they are there.
 func containerdProcess(address string) (containerdSide, error) {
 	c, err := net.DialTimeout("unix", address, 5*time.Second)
 	if err != nil {
@@ -150,7 +175,27 @@ func containerdProcess(address string) (containerdSide, error) {
 	if cred.Pid <= 0 {
 		return containerdSide{}, errors.New("containerd's process is not visible from here (another pid namespace)")
 	}
-	return readSide("/proc/" + strconv.Itoa(int(cred.Pid)))
+	pid := int(cred.Pid)
+	proc := "/proc/" + strconv.Itoa(pid)
+	started, err := startTime(pid)
+	if err != nil {
+		return containerdSide{}, fmt.Errorf("containerd's process: %w", err)
+	}
+	exe, err := os.Readlink(proc + "/exe")
+	if err != nil {
+		return containerdSide{}, fmt.Errorf("containerd's executable: %w", err)
+	}
+	if name := filepath.Base(strings.TrimSuffix(exe, " (deleted)")); name != "containerd" {
+		return containerdSide{}, fmt.Errorf("the process behind %s is %s, not containerd", address, exe)
+	}
+	side, err := readSide(proc)
+	if err != nil {
+		return containerdSide{}, err
+	}
+	if again, err := startTime(pid); err != nil || again != started {
+		return containerdSide{}, fmt.Errorf("containerd's process (pid %d) ended while it was read", cred.Pid)
+	}
+	return side, nil
 }
 
 // readSide reads a process's side from its /proc directory.
@@ -184,23 +229,40 @@ func readSide(proc string) (containerdSide, error) {
 	return s, nil
 }
 
-// shimPath finds a shim binary as containerd does: in its working
-// directory (the runtime's name, io.containerd.runc.v2, is a relative
-// path there), then in its PATH, then beside its own executable. containerd
-// keeps what it found for its life: one installed since where it looks
-// first is named here before containerd runs it, which checks again (the
-// name changed) and keys that check by the new binary.
-func (s containerdSide) shimPath(name string) (string, error) {
+// shimPaths lists every shim binary containerd may run, in the order it
+// looks: in its working directory (the runtime's name,
+// io.containerd.runc.v2, is a relative path there: any file), in each
+// directory of its PATH (an executable one), beside its own executable
+// (any file). containerd keeps the one it found first for its life, so
+// each is named: the one it runs is among them, even where another was
+// installed since in a place it looks first. A file reached under two of
+// those names is named once, under the first.
+func (s containerdSide) shimPaths(name string) []string {
+	var out []string
 	if p := filepath.Join(s.cwd, name); isFile(p) {
-		return p, nil
+		out = append(out, p)
 	}
-	if p, err := s.lookPath(name); err == nil {
-		return p, nil
+	for _, dir := range filepath.SplitList(s.path) {
+		if p := filepath.Join(dir, name); filepath.IsAbs(dir) && isExecutable(p) {
+			out = append(out, p)
+		}
 	}
 	if p := filepath.Join(s.exeDir, name); isFile(p) {
-		return p, nil
+		out = append(out, p)
 	}
-	return "", fmt.Errorf("%s is in none of containerd's working directory, PATH (%s) and executable's directory", name, s.path)
+	// One file under several names (/bin a link to /usr/bin) is one part.
+	seen := map[string]bool{}
+	out = slices.DeleteFunc(out, func(p string) bool {
+		real, err := filepath.EvalSymlinks(p)
+		if err != nil {
+			real = p
+		}
+		dup := seen[real]
+		seen[real] = true
+		return dup
+	})
+	slices.Sort(out)
+	return out
 }
 
 // lookPath finds name in containerd's PATH as Go's exec.LookPath does in

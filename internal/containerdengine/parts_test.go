@@ -4,9 +4,11 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/moby/moby/client"
@@ -32,31 +34,29 @@ func sha256Of(t *testing.T, path string) string {
 	return "sha256:" + hex.EncodeToString(sum[:])
 }
 
-// A shim is found where containerd looks for it, in its order; runc where
-// the shim's exec.LookPath finds it.
+// Every shim containerd may run is named, wherever it looks (it keeps the
+// one it found first for its life); runc is where the shim's exec.LookPath
+// finds it.
 func TestBinariesAreFoundAsContainerdFindsThem(t *testing.T) {
 	root := t.TempDir()
-	cwd, exe, p1, p2 := filepath.Join(root, "cwd"), filepath.Join(root, "exe"), filepath.Join(root, "p1"), filepath.Join(root, "p2")
-	for _, d := range []string{cwd, exe, p1, p2} {
+	t.Chdir(root)
+	cwd, exe, p1, p2, rel := filepath.Join(root, "cwd"), filepath.Join(root, "exe"), filepath.Join(root, "p1"), filepath.Join(root, "p2"), "relative"
+	for _, d := range []string{cwd, exe, p1, p2, rel} {
 		os.MkdirAll(d, 0o755)
 	}
-	s := containerdSide{path: "relative:" + p1 + ":" + p2, cwd: cwd, exeDir: exe}
+	s := containerdSide{path: rel + ":" + p1 + ":" + p2, cwd: cwd, exeDir: exe}
 
-	if _, err := s.shimPath(shimBinary); err == nil || !strings.Contains(err.Error(), "in none of") {
-		t.Fatalf("no shim anywhere: %v", err)
+	if got := s.shimPaths(shimBinary); len(got) != 0 {
+		t.Fatalf("no shim anywhere: %q", got)
 	}
+	writeFile(t, filepath.Join(rel, shimBinary), "x", 0o755) // a relative PATH entry: not containerd's
 	writeFile(t, filepath.Join(exe, shimBinary), "x", 0o644) // containerd only stats it there
-	if got, err := s.shimPath(shimBinary); err != nil || got != filepath.Join(exe, shimBinary) {
-		t.Fatalf("beside containerd: %q, %v", got, err)
-	}
+	writeFile(t, filepath.Join(p1, shimBinary), "x", 0o644)  // not executable: LookPath passes it
 	writeFile(t, filepath.Join(p2, shimBinary), "x", 0o755)
-	writeFile(t, filepath.Join(p1, shimBinary), "x", 0o644) // not executable: LookPath passes it
-	if got, err := s.shimPath(shimBinary); err != nil || got != filepath.Join(p2, shimBinary) {
-		t.Fatalf("in PATH: %q, %v", got, err)
-	}
 	writeFile(t, filepath.Join(cwd, shimBinary), "x", 0o644)
-	if got, err := s.shimPath(shimBinary); err != nil || got != filepath.Join(cwd, shimBinary) {
-		t.Fatalf("in the working directory: %q, %v", got, err)
+	want := []string{filepath.Join(cwd, shimBinary), filepath.Join(exe, shimBinary), filepath.Join(p2, shimBinary)}
+	if got := s.shimPaths(shimBinary); strings.Join(got, ",") != strings.Join(want, ",") {
+		t.Fatalf("shims: %q, want %q", got, want)
 	}
 
 	// runc: the first executable regular file in PATH; a relative entry
@@ -64,10 +64,48 @@ func TestBinariesAreFoundAsContainerdFindsThem(t *testing.T) {
 	if _, err := s.lookPath("runc"); err == nil {
 		t.Fatal("found a runc where there is none")
 	}
+	writeFile(t, filepath.Join(rel, "runc"), "x", 0o755)
 	os.MkdirAll(filepath.Join(p1, "runc"), 0o755)
 	writeFile(t, filepath.Join(p2, "runc"), "x", 0o755)
 	if got, err := s.lookPath("runc"); err != nil || got != filepath.Join(p2, "runc") {
 		t.Fatalf("runc: %q, %v", got, err)
+	}
+}
+
+// A process's side is read from its /proc directory: its PATH, working
+// directory and executable's directory.
+func TestReadSideReadsTheProcess(t *testing.T) {
+	s, err := readSide("/proc/self")
+	if err != nil {
+		t.Fatal(err)
+	}
+	wd, _ := os.Getwd()
+	exe, _ := os.Executable()
+	if s.path != os.Getenv("PATH") || s.cwd != wd || s.exeDir != filepath.Dir(exe) {
+		t.Fatalf("side %+v; want PATH %q, cwd %q, exe dir %q", s, os.Getenv("PATH"), wd, filepath.Dir(exe))
+	}
+}
+
+// The socket's peer must be containerd: a process of another executable
+// (a forwarder, systemd holding an activated socket) is not read.
+func TestThePeerMustBeContainerd(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "not-containerd.sock")
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			c.Close()
+		}
+	}()
+	if _, err := containerdProcess(sock); err == nil || !strings.Contains(err.Error(), "not containerd") {
+		t.Fatalf("a socket of this test's process: %v", err)
 	}
 }
 
@@ -82,6 +120,17 @@ func TestWrapperRunsNamesWhatAScriptSaysItRuns(t *testing.T) {
 	writeFile(t, script, "#!/bin/sh\n# sandboxd-runs: bin/runsc\n", 0o755)
 	if _, err := wrapperRuns(script); err == nil || !strings.Contains(err.Error(), "not an absolute path") {
 		t.Fatalf("a relative path: %v", err)
+	}
+	writeFile(t, script, "#!/bin/sh\n"+strings.Repeat("#\n", maxWrapper)+"# sandboxd-runs: /opt/a/runsc\n", 0o755)
+	if _, err := wrapperRuns(script); err == nil || !strings.Contains(err.Error(), "too long") {
+		t.Fatalf("a script longer than a wrapper: %v", err)
+	}
+	fifo := filepath.Join(dir, "fifo")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := wrapperRuns(fifo); err == nil || !strings.Contains(err.Error(), "not a regular file") {
+		t.Fatalf("a FIFO (never waited on): %v", err)
 	}
 	bin := filepath.Join(dir, "binary")
 	writeFile(t, bin, "\x7fELF\n# sandboxd-runs: /opt/a/runsc\n", 0o755)
@@ -113,10 +162,13 @@ func TestServerVersionNamesTheBinariesThatRunContainers(t *testing.T) {
 		}
 		m := map[string]string{}
 		for _, c := range v.Components {
-			if _, dup := m[c.Name]; dup && c.Name != "runtime runsc runs" {
-				t.Fatalf("part %s named twice", c.Name)
+			if _, dup := m[c.Name]; dup {
+				t.Fatalf("part %s named twice (this host has one shim)", c.Name)
 			}
 			m[c.Name] = c.Version
+			if u := c.Details["Unknown"]; (u != "") != (c.Name == "runtime runsc runs" && strings.Contains(c.Version, "unreadable")) {
+				t.Errorf("part %s: %q, marked unknown %q", c.Name, c.Version, u)
+			}
 			if c.Name == "containerd" && c.Details["GitCommit"] == "" {
 				t.Errorf("containerd's part has no revision: %+v", c)
 			}
@@ -156,9 +208,16 @@ func TestServerVersionNamesTheBinariesThatRunContainers(t *testing.T) {
 		}
 	}
 
-	// A binary that cannot be read is named so, not left out.
+	// A binary that cannot be read is named so, and marked unknown.
 	os.Remove(runsc)
 	if got := parts()["runtime runsc runs"]; !strings.HasPrefix(got, runsc+" unreadable: ") {
 		t.Fatalf("a missing binary: %q", got)
+	}
+	// Nor is a FIFO in its place waited on.
+	if err := syscall.Mkfifo(runsc, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if got := parts()["runtime runsc runs"]; !strings.HasPrefix(got, runsc+" unreadable: ") {
+		t.Fatalf("a FIFO: %q", got)
 	}
 }

@@ -38,7 +38,8 @@ type File struct {
 // now by reading it, remembered for the next process when the file had
 // settled. A memo that cannot be read or written is only a slower Open.
 func Open(path, memo string) (File, error) {
-	f, err := os.Open(path)
+	// Not blocked by a FIFO in the file's place: identify refuses it.
+	f, err := os.OpenFile(path, os.O_RDONLY|syscall.O_NONBLOCK, 0)
 	if err != nil {
 		return File{}, err
 	}

@@ -156,3 +156,44 @@ func TestStoringAPassPrunesOtherBoots(t *testing.T) {
 		t.Errorf("a file that is no pass: %v, want it left", err)
 	}
 }
+
+// A part the engine could not identify (a binary it could not find or
+// read) is in the key, and no pass is kept or answered for such a key:
+// nothing in it would tell that binary replaced.
+func TestAKeyWithAnUnknownPartIsNeverCached(t *testing.T) {
+	withBoot(t, "6f0e4d1c-0000-4000-8000-000000000002")
+	v := client.ServerVersionResult{Version: "containerd 1.6.20~ds1", Components: []system.ComponentVersion{
+		{Name: "containerd", Version: "1.6.20~ds1"},
+		{Name: "runtime runc", Version: "unknown: containerd runs in another mount namespace", Details: map[string]string{"Unknown": "unknown: containerd runs in another mount namespace"}},
+	}}
+	k, err := hostOf(v)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if k.Unknown != "runtime runc: unknown: containerd runs in another mount namespace" {
+		t.Fatalf("unknown %q", k.Unknown)
+	}
+	o := Options{StateDir: t.TempDir()}
+	r := &Report{Schema: ReportSchema, Key: k, OK: true}
+	if err := o.store(r); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(o.cachePath(k)); !os.IsNotExist(err) {
+		t.Fatalf("a pass was kept for a key with an unknown part: %v", err)
+	}
+	// Nor answered, were one there.
+	os.MkdirAll(filepath.Dir(o.cachePath(k)), 0o700)
+	b, _ := json.Marshal(r)
+	os.WriteFile(o.cachePath(k), b, 0o600)
+	if _, ok := o.cached(k); ok {
+		t.Fatal("a kept pass answered for a key with an unknown part")
+	}
+	k.Unknown = ""
+	r.Key = k
+	if err := o.store(r); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := o.cached(k); !ok {
+		t.Fatal("a key with every part known was not cached")
+	}
+}

@@ -84,6 +84,10 @@ type Key struct {
 	ProbeDigest   string `json:"probe_digest"`
 	ShimDigest    string `json:"shim_digest"`
 	BrokerVersion string `json:"broker_version"`
+	// Unknown names the engine's parts it could not identify (a binary
+	// it could not find or read): no pass is kept for such a key, since
+	// nothing in it would tell one of them replaced.
+	Unknown string `json:"unknown,omitempty"`
 }
 
 func (k Key) digest() string {
@@ -234,6 +238,7 @@ func (o Options) key(ctx context.Context) (Key, error) {
 		EngineAPI:     facts.EngineAPI,
 		KernelVersion: host.KernelVersion,
 		Components:    host.Components,
+		Unknown:       host.Unknown,
 		BootID:        host.BootID,
 		ProfileDigest: seccomp.Digest(),
 		Image:         o.Image,
@@ -258,8 +263,11 @@ var (
 // no check is run or answered.
 func hostOf(v client.ServerVersionResult) (Key, error) {
 	var k Key
-	var parts []string
+	var parts, unknown []string
 	for _, c := range v.Components {
+		if u := c.Details["Unknown"]; u != "" {
+			unknown = append(unknown, c.Name+": "+u)
+		}
 		if kv, ok := c.Details["KernelVersion"]; ok && k.KernelVersion == "" {
 			k.KernelVersion = kv
 		}
@@ -273,6 +281,8 @@ func hostOf(v client.ServerVersionResult) (Key, error) {
 	}
 	slices.Sort(parts)
 	k.Components = strings.Join(parts, ", ")
+	slices.Sort(unknown)
+	k.Unknown = strings.Join(unknown, "; ")
 	boot, err := readProc(bootIDPath)
 	if err != nil {
 		return Key{}, fmt.Errorf("this host's boot: %w", err)
@@ -310,7 +320,7 @@ func (o Options) cachePath(k Key) string {
 }
 
 func (o Options) cached(k Key) (*Report, bool) {
-	if o.StateDir == "" {
+	if o.StateDir == "" || k.Unknown != "" {
 		return nil, false
 	}
 	b, err := os.ReadFile(o.cachePath(k))
@@ -326,7 +336,7 @@ func (o Options) cached(k Key) (*Report, bool) {
 }
 
 func (o Options) store(r *Report) error {
-	if o.StateDir == "" {
+	if o.StateDir == "" || r.Key.Unknown != "" {
 		return nil
 	}
 	p := o.cachePath(r.Key)
