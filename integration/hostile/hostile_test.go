@@ -232,6 +232,26 @@ func hostileCases() []hostile {
 			},
 		},
 		{
+			// The candidate's program, run by a grader through the exec
+			// service, allocates past the job's memory: the kernel kills
+			// it, the grader judges its end, and the job is the grader's
+			// (it was oom_killed by the engine's word, which made a wrong
+			// candidate's run inconclusive).
+			name: "exec-memory-bomb", argv: sh(`/.sandboxd/shim exec /bin/sh -c 'x=$(head -c 200000000 /dev/zero | tr "\0" a); echo survived'; echo "code=$?"; exit 3`),
+			mod: func(t *testing.T, j *sandbox.Job) { j.Limits.MemoryBytes = 64 << 20 },
+			check: func(t *testing.T, r sandbox.Result) {
+				if onRunsc() {
+					// gVisor ends a sandbox over its memory whole.
+					if r.Status != sandbox.StatusOOMKilled {
+						t.Fatalf("got status %s exit %d (%s), want oom_killed on gVisor", r.Status, r.ExitCode, r.Cause)
+					}
+					return
+				}
+				want(t, r, sandbox.StatusFailed, 3)
+				wantStdout(t, r, "code=137\n")
+			},
+		},
+		{
 			name: "dev-shm-bomb", argv: sh(`dd if=/dev/zero of=/dev/shm/fill bs=1M count=64 2>/dev/null; echo "dd=$?"; ls /dev/shm >/dev/null 2>&1; echo "ls=$?"
 				echo "shm=$(stat -c '%u %a' /dev/shm 2>/dev/null) $(ls -A /dev/shm 2>/dev/null | wc -l)"`),
 			check: func(t *testing.T, r sandbox.Result) {

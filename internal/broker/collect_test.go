@@ -177,6 +177,8 @@ func TestDecide(t *testing.T) {
 		{"exit 0", context.Background(), status(func(s *shim.Status) {}), false, false, nil, sandbox.StatusSucceeded, ""},
 		{"exit 3", context.Background(), status(func(s *shim.Status) { s.ExitCode = 3 }), false, false, nil, sandbox.StatusFailed, ""},
 		{"oom wins over exit 0", context.Background(), status(func(s *shim.Status) {}), true, false, nil, sandbox.StatusOOMKilled, ""},
+		{"the engine's oom after the code uid ran is not the job's", context.Background(), status(func(s *shim.Status) { s.CodeUIDRan = true; s.ExitCode = 3 }), true, false, nil, sandbox.StatusFailed, ""},
+		{"the engine's oom with no status is the job's", context.Background(), new(stream).hello(), true, false, nil, sandbox.StatusOOMKilled, ""},
 		{"oom counted by the helper (the engine's word came late)", context.Background(), status(func(s *shim.Status) { s.OOMKilled = true; s.ExitCode = 137; s.Signal = "SIGKILL" }), false, false, nil, sandbox.StatusOOMKilled, ""},
 		{"hard deadline wins over oom", context.Background(), status(func(s *shim.Status) {}), true, true, nil, sandbox.StatusTimedOut, ""},
 		{"helper deadline", context.Background(), status(func(s *shim.Status) { s.TimedOut = true; s.ExitCode = 137 }), false, false, nil, sandbox.StatusTimedOut, ""},

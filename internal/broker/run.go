@@ -538,9 +538,14 @@ func (r *run) decide(ctx context.Context, col *collector, oomKilled, hardKilled 
 		r.fail(sandbox.StatusCancelled, "cancelled: "+context.Cause(ctx).Error())
 	case hardKilled:
 		r.fail(sandbox.StatusTimedOut, "killed by the broker at the hard deadline")
-	case oomKilled || st != nil && st.OOMKilled:
+	case oomKilled && (st == nil || !st.CodeUIDRan) || st != nil && st.OOMKilled:
 		// The engine's word, or the helper's count of the memory
-		// cgroup's kills (the engine's may come after the exit).
+		// cgroup's kills (the engine's may come after the exit). Not the
+		// engine's once the exec service ran a program of the code uid,
+		// as the helper does not count it then: the process killed may
+		// have been that program, the candidate's code, whose end the
+		// grader judges; a grader killed itself has no whole report. A
+		// job whose helper gave no status takes the engine's word.
 		r.fail(sandbox.StatusOOMKilled, "the memory limit was reached")
 	case stdinErr != nil:
 		r.fail(sandbox.StatusError, "staging inputs: "+stdinErr.Error())

@@ -126,7 +126,13 @@ type Status struct {
 	// OOMKilled is set when the sandbox's memory cgroup killed a process
 	// while the command ran (its oom_kill count rose), the candidate's
 	// (not counted once the exec service ran a program of the code uid).
-	OOMKilled  bool   `json:"oom_killed,omitempty"`
+	OOMKilled bool `json:"oom_killed,omitempty"`
+	// CodeUIDRan is set when the exec service ran a program of the code
+	// uid during the job: a process the memory limit killed may then have
+	// been that program (the candidate's code, run by a grader, which
+	// judges its end), and the broker does not take the engine's word of
+	// a kill for the job's either.
+	CodeUIDRan bool   `json:"code_uid_ran,omitempty"`
 	Error      string `json:"error,omitempty"`
 	DurationMS int64  `json:"duration_ms"`
 }

@@ -312,7 +312,8 @@ func runJob(o *out) (*shim.Status, error) {
 	// service ran a program of the code uid: whose fork it was cannot be
 	// told, and the code uid's doing must not mark the grader's job.
 	// The same for a process the memory limit killed.
-	if n, ok := oomKills(); ok && oomCounted && n > oomKillsBefore && !svc.used() {
+	st.CodeUIDRan = svc.used()
+	if n, ok := oomKills(); ok && oomCounted && n > oomKillsBefore && !st.CodeUIDRan {
 		st.OOMKilled = true
 	}
 	if n, ok := pidsRefused(); ok && pidsCounted && n > pidsRefusedBefore && !svc.used() {
