@@ -117,6 +117,14 @@ put src/calc.txt 'ONE\ntwo\nthree\nfour\nfive\nsix\nseven\neight\nnine\nten\n'; 
 sed -i 's/^@@ -1,4 +1,4 @@/@@ -1,4 +1 4 @@/' "$out/$name/candidate.patch"
 refused 'malformed hunk header'
 
+# A line number of 5,000 digits in the hunk's header (Python's int()
+# refuses more than 4,300 with an error of its own): no file has a line
+# past 999,999,999, and more digits are a malformed header.
+begin hunk-header-huge-number; put src/calc.txt "$ten"; start
+put src/calc.txt 'ONE\ntwo\nthree\nfour\nfive\nsix\nseven\neight\nnine\nten\n'; diff_
+sed -i "s/^@@ -1,4 +1,4 @@/@@ -$(printf '9%.0s' $(seq 5000)),4 +1,4 @@/" "$out/$name/candidate.patch"
+refused 'malformed hunk header'
+
 # The "+++" line removed.
 begin missing-plus-header; put src/calc.txt "$ten"; start
 put src/calc.txt 'ONE\ntwo\nthree\nfour\nfive\nsix\nseven\neight\nnine\nten\n'; diff_

@@ -56,7 +56,9 @@ func (f *filePatch) path() string {
 	return f.old
 }
 
-var hunkHeader = regexp.MustCompile(`^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@`)
+// hunkHeader takes line numbers and counts of at most 9 digits (no file
+// here has more lines), as patch.py does.
+var hunkHeader = regexp.MustCompile(`^@@ -(\d{1,9})(?:,(\d{1,9}))? \+(\d{1,9})(?:,(\d{1,9}))? @@`)
 
 var (
 	gitOK      = []string{"index ", "new file mode 100644", "deleted file mode 100644"}

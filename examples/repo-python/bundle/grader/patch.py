@@ -24,7 +24,9 @@ import stat
 
 MAX_FILES = 200
 
-_HUNK = re.compile(r"@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@")
+# Line numbers and counts of at most 9 digits: no file here has more lines,
+# and int() of a longer one could fail otherwise than Refused.
+_HUNK = re.compile(r"@@ -(\d{1,9})(?:,(\d{1,9}))? \+(\d{1,9})(?:,(\d{1,9}))? @@")
 # git header lines that carry nothing this applier needs (or that it refuses).
 _GIT_OK = ("index ", "new file mode 100644", "deleted file mode 100644")
 _GIT_REFUSED = ("old mode", "new mode", "new file mode", "deleted file mode", "rename ", "copy ",
