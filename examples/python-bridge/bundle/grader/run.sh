@@ -8,7 +8,14 @@
 set -u
 mkdir -p "$(dirname "$SANDBOXD_REPORT")" /work/bridge /work/candidate
 cp /bundle/bridge/worker.py /work/bridge/worker.py
-cp -r "$SANDBOXD_CANDIDATE"/. /work/candidate/
+# A candidate whose files do not fit in the scratch space (their size is
+# its own doing) is judged without them, where a full scratch space would
+# have made the run inconclusive: every test then fails for want of its
+# code.
+if ! cp -r "$SANDBOXD_CANDIDATE"/. /work/candidate/; then
+  echo "grader: the candidate's files do not fit in the scratch space: judged without them" >&2
+  rm -rf /work/candidate && mkdir /work/candidate
+fi
 export BRIDGE_CANDIDATE=/work/candidate
 cd /work
 export HOME=/work
