@@ -16,7 +16,7 @@
 package main
 
 import (
-	"bytes"
+	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
@@ -83,7 +83,7 @@ func main() {
 		}
 	} else {
 		fmt.Fprintf(os.Stderr, "grader: %s: %s; trusted paths restored\n", inst.InstanceID, applied)
-		code, events := runTests(&inst)
+		code, events := runTests(&inst, checks)
 		results = judge(checks, code, events)
 	}
 	if err := writeReport(&inst, results); err != nil {
@@ -331,14 +331,21 @@ type event struct {
 // runTests runs go test -json over the repository; the test binaries run
 // as the code uid (exec.sh). It returns go test's exit code (-1: it did
 // not end in time) and its events.
-func runTests(inst *instance) (int, []event) {
+func runTests(inst *instance, checks []string) (int, []event) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Duration(inst.TimeoutS+60)*time.Second)
 	defer cancel()
-	var out bytes.Buffer // go test's, as the grader: the code uid never holds it
 	cmd := exec.CommandContext(ctx, "go", "test", "-json", "-count=1", fmt.Sprintf("-timeout=%ds", inst.TimeoutS),
 		"-exec", "/bin/sh "+os.Getenv("SANDBOXD_BUNDLE")+"/grader/exec.sh", "./...")
-	cmd.Dir, cmd.Stdout, cmd.Stderr = repoDir, &out, os.Stderr
-	err := cmd.Run()
+	cmd.Dir, cmd.Stderr = repoDir, os.Stderr
+	out, err := cmd.StdoutPipe() // go test's, as the grader: the code uid never holds it
+	if err != nil {
+		return -2, nil
+	}
+	if err := cmd.Start(); err != nil {
+		return -2, nil
+	}
+	events := readEvents(out, checks)
+	err = cmd.Wait()
 	code := 0
 	var ee *exec.ExitError
 	switch {
@@ -349,14 +356,69 @@ func runTests(inst *instance) (int, []event) {
 	case err != nil:
 		code = -2
 	}
+	return code, events
+}
+
+// Bounds on what is kept of go test's output: the tests print what the
+// candidate's code makes them print, including lines test2json takes for
+// its own ("=== RUN   TestAnyName"), and all of it kept in memory (it
+// was) could take the grader's memory, a limit of its job (inconclusive).
+const (
+	maxEventLine  = 64 << 10 // a longer line is no event this grader reads
+	maxTestOutput = 1000     // bytes of a check's output judge keeps
+)
+
+// readEvents reads go test -json's events from r as they come and keeps
+// what judge reads, and no more: the events of the checks (a check's runs
+// up to two, its output up to maxTestOutput bytes), and one "fail" for any
+// other test or package that failed.
+func readEvents(r io.Reader, checks []string) []event {
+	isCheck := map[string]bool{}
+	for _, c := range checks {
+		isCheck[c] = true
+	}
+	br := bufio.NewReaderSize(r, maxEventLine)
 	var events []event
-	for _, line := range bytes.Split(out.Bytes(), []byte("\n")) {
+	runs, kept, otherFailed := map[string]int{}, map[string]int{}, false
+	for {
+		line, err := br.ReadSlice('\n')
+		if errors.Is(err, bufio.ErrBufferFull) {
+			for errors.Is(err, bufio.ErrBufferFull) { // the rest of that line
+				_, err = br.ReadSlice('\n')
+			}
+			if err != nil {
+				break
+			}
+			continue
+		}
 		var e event
 		if json.Unmarshal(line, &e) == nil && e.Action != "" {
-			events = append(events, e)
+			name := e.Package + "." + e.Test
+			switch {
+			case !isCheck[name]:
+				otherFailed = otherFailed || e.Action == "fail"
+			case e.Action == "run":
+				if runs[name]++; runs[name] <= 2 {
+					events = append(events, e)
+				}
+			case e.Action == "output":
+				if kept[name] < maxTestOutput {
+					e.Output = e.Output[:min(len(e.Output), maxTestOutput-kept[name])]
+					kept[name] += len(e.Output)
+					events = append(events, e)
+				}
+			default:
+				events = append(events, e)
+			}
+		}
+		if err != nil {
+			break
 		}
 	}
-	return code, events
+	if otherFailed {
+		events = append(events, event{Action: "fail"})
+	}
+	return events
 }
 
 func judge(checks []string, code int, events []event) map[string]outcome {
@@ -380,7 +442,7 @@ func judge(checks []string, code int, events []event) map[string]outcome {
 		case "pass", "fail", "skip":
 			final[name] = e.Action
 		case "output":
-			if o := strings.TrimSpace(e.Output); o != "" && !strings.HasPrefix(o, "=== ") && !strings.HasPrefix(o, "--- ") && len(output[name]) < 1000 {
+			if o := strings.TrimSpace(e.Output); o != "" && !strings.HasPrefix(o, "=== ") && !strings.HasPrefix(o, "--- ") && len(output[name]) < maxTestOutput {
 				output[name] += o + " "
 			}
 		}
