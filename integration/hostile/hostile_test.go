@@ -355,6 +355,20 @@ func hostileCases() []hostile {
 			},
 		},
 		{
+			// The candidate's program, run through the exec service,
+			// starts a fork bomb whose every process forks without end,
+			// each child in a session of its own, and returns: the end of
+			// the call leaves none of them, and the grader forks again.
+			name: "exec-detached-fork-bomb", argv: sh(`printf 'while :; do setsid /bin/sh /tmp/b.sh & done\n' > /tmp/b.sh
+				/.sandboxd/shim exec /bin/sh -c 'setsid /bin/sh /tmp/b.sh & sleep 1; echo started'
+				echo "left=$(for f in /proc/[0-9]*/status; do grep -q '^Uid:[[:space:]]*65533[[:space:]]' $f 2>/dev/null && ! grep -q '^State:[[:space:]]*[ZX]' $f 2>/dev/null && echo x; done | wc -l)"; exit 3`),
+			mod: func(t *testing.T, j *sandbox.Job) { j.Limits.Pids = 64; j.Limits.WallTimeMS = 30_000 },
+			check: func(t *testing.T, r sandbox.Result) {
+				want(t, r, sandbox.StatusFailed, 3)
+				wantStdout(t, r, "started\nleft=0\n")
+			},
+		},
+		{
 			name: "fd-bomb", probe: true, argv: []string{probePath, "fdbomb"},
 			mod: func(t *testing.T, j *sandbox.Job) { j.Limits.OpenFiles = 64 },
 			check: func(t *testing.T, r sandbox.Result) {

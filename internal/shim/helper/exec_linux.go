@@ -13,6 +13,7 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -218,9 +219,16 @@ func (s *execService) serve(c *net.UnixConn) {
 
 // callEnded ends the call whose program led session sid: every live
 // process of the code uid outside the sessions of the calls still in
-// flight (what escaped its own session) is killed before the reply. It
-// holds the lock a start takes, so no program of a new call starts during
-// the kill. After stop, the job's end kills the code uid.
+// flight (what escaped its own session) is killed before the reply, and
+// reaped: a dead process not yet reaped holds its place in the pids
+// cgroup, and a bomb's dead left the grader no fork after the call
+// (hostile case exec-detached-fork-bomb). With no other call in flight,
+// every process of the code uid is a stray, and they are killed by one
+// kill(-1) as that uid (killAllOf), a walk under the lock fork takes: a
+// bomb whose every process forks, each child in a session of its own,
+// slipped past kills by pid, its children made between the listing and
+// the kill. It holds the lock a start takes, so no program of a new call
+// starts meanwhile. After stop, the job's end kills the code uid.
 func (s *execService) callEnded(sid int) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -228,16 +236,25 @@ func (s *execService) callEnded(sid int) {
 	if s.stopped {
 		return
 	}
-	for range 100 {
-		stray := strayPIDs(s.cfg.CodeUID, s.inFlight)
-		if len(stray) == 0 {
+	// With no other call in flight, every process of the code uid is a
+	// stray: each round kills them all by kill(-1) as that uid, whatever
+	// a listing of /proc, racing a bomb, missed. Rounds go on while any is
+	// there, alive or not yet reaped, for up to two seconds. The call's
+	// own leader is reaped after this (serve's cmd.Wait).
+	for deadline := time.Now().Add(2 * time.Second); ; {
+		if len(s.inFlight) > 0 || killAllOf(s.cfg.CodeUID) != nil {
+			if alive := strayPIDs(s.cfg.CodeUID, s.inFlight); len(alive) > 0 {
+				asUID(s.cfg.CodeUID, func() {
+					for _, pid := range alive {
+						unix.Kill(pid, unix.SIGKILL)
+					}
+				})
+			}
+		}
+		if !straysLeft(s.cfg.CodeUID, s.inFlight, sid) || time.Now().After(deadline) {
 			return
 		}
-		asUID(s.cfg.CodeUID, func() {
-			for _, pid := range stray {
-				unix.Kill(pid, unix.SIGKILL)
-			}
-		})
+		time.Sleep(2 * time.Millisecond)
 	}
 }
 
@@ -246,21 +263,54 @@ func (s *execService) callEnded(sid int) {
 func strayPIDs(uid int, keep map[int]bool) []int {
 	var out []int
 	for _, pid := range pidsOf(uid) {
-		b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-		if err != nil {
-			continue // gone
+		if state, sid, ok := stateAndSession(pid); ok && state != "Z" && state != "X" && !keep[sid] {
+			out = append(out, pid)
 		}
-		// pid (comm) state ppid pgrp session ...; comm may hold anything.
-		f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
-		if len(f) < 4 || f[0] == "Z" || f[0] == "X" {
-			continue
-		}
-		if sid, err := strconv.Atoi(f[3]); err == nil && keep[sid] {
-			continue
-		}
-		out = append(out, pid)
 	}
 	return out
+}
+
+// straysLeft reports whether a process of uid outside the sessions of
+// keep is still there, but except: alive, a zombie, or on its way out (a
+// killed process being torn down answers ESRCH for its status, whoever's
+// it is, and holds its place in the pids cgroup until it is reaped).
+func straysLeft(uid int, keep map[int]bool, except int) bool {
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return true // not known: another round
+	}
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil || pid == except || pid == os.Getpid() {
+			continue
+		}
+		uids, err := statusUIDs(pid)
+		if errors.Is(err, unix.ESRCH) {
+			return true
+		}
+		if err != nil || uids[0] != uid {
+			continue
+		}
+		if _, sid, ok := stateAndSession(pid); ok && !keep[sid] {
+			return true
+		}
+	}
+	return false
+}
+
+// stateAndSession reads a process's state and session from its stat.
+func stateAndSession(pid int) (state string, sid int, ok bool) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return "", 0, false // gone
+	}
+	// pid (comm) state ppid pgrp session ...; comm may hold anything.
+	f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
+	if len(f) < 4 {
+		return "", 0, false
+	}
+	sid, err = strconv.Atoi(f[3])
+	return f[0], sid, err == nil
 }
 
 // waitExited waits until process pid has exited, without reaping it.

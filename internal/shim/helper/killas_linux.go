@@ -124,8 +124,8 @@ func onlyRootIsInitAndMe() (bool, error) {
 			continue
 		}
 		uids, err := statusUIDs(pid)
-		if errors.Is(err, os.ErrNotExist) {
-			continue // it ended
+		if errors.Is(err, os.ErrNotExist) || errors.Is(err, unix.ESRCH) {
+			continue // it ended, or is ending (a bomb's, killed: its status answers ESRCH)
 		}
 		if err != nil || uids[0] == 0 || uids[1] == 0 || uids[2] == 0 {
 			return false, nil
