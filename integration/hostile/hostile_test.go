@@ -252,6 +252,28 @@ func hostileCases() []hostile {
 			},
 		},
 		{
+			// The same with a crowd: the program forks children of 8 MB
+			// each past the job's memory. The code uid's programs have the
+			// higher oom_score_adj, so the kernel kills them before the
+			// helper or the grader (at one score for all, it killed the
+			// biggest, the helper: no status, the job oom_killed).
+			name: "exec-memory-crowd", argv: sh(`echo "grader=$(cat /proc/self/oom_score_adj)"
+				/.sandboxd/shim exec /bin/sh -c 'echo "code=$(cat /proc/self/oom_score_adj)"; for i in $(seq 40); do (x=$(head -c 8000000 /dev/zero | tr "\0" a); sleep 100) & done; sleep 5; echo spawned'
+				echo after; exit 3`),
+			mod: func(t *testing.T, j *sandbox.Job) { j.Limits.MemoryBytes = 128 << 20; j.Limits.Pids = 256 },
+			check: func(t *testing.T, r sandbox.Result) {
+				if onRunsc() {
+					// gVisor ends a sandbox over its memory whole.
+					if r.Status != sandbox.StatusOOMKilled && r.Status != sandbox.StatusFailed {
+						t.Fatalf("got status %s exit %d (%s), want oom_killed or failed on gVisor", r.Status, r.ExitCode, r.Cause)
+					}
+					return
+				}
+				want(t, r, sandbox.StatusFailed, 3)
+				wantStdout(t, r, "grader=500\ncode=1000\n", "after\n")
+			},
+		},
+		{
 			name: "dev-shm-bomb", argv: sh(`dd if=/dev/zero of=/dev/shm/fill bs=1M count=64 2>/dev/null; echo "dd=$?"; ls /dev/shm >/dev/null 2>&1; echo "ls=$?"
 				echo "shm=$(stat -c '%u %a' /dev/shm 2>/dev/null) $(ls -A /dev/shm 2>/dev/null | wc -l)"`),
 			check: func(t *testing.T, r sandbox.Result) {

@@ -32,8 +32,11 @@ const ShimDir = sandbox.HelperPath
 var helperCaps = []string{"CAP_SETGID", "CAP_SETUID"}
 
 // oomScoreAdj makes the job's processes the kernel's first choice under
-// host memory pressure.
-const oomScoreAdj = 1000
+// host memory pressure (dockerd's containers have 0), leaving room above
+// them, within the job, for the programs of the code uid, which the exec
+// service raises to 1000 (helper.codeOOMScoreAdj): under the job's own
+// memory limit, the kernel kills those first.
+const oomScoreAdj = 500
 
 // plan is everything the broker decided about one job's container.
 type plan struct {

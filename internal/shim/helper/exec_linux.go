@@ -159,8 +159,13 @@ func (s *execService) serve(c *net.UnixConn) {
 	if !strings.Contains(path, "/") {
 		path = lookPath(path, req.Env)
 	}
+	self, err := os.Executable()
+	if err != nil {
+		reply(ExecReply{ExitCode: 126, Error: err.Error()})
+		return
+	}
 	cmd := &exec.Cmd{
-		Path: path, Args: req.Argv, Env: withTmpdir(req.Env, s.cfg.CodeTmp), Dir: req.Dir,
+		Path: self, Args: append([]string{self, codeStart, path}, req.Argv...), Env: withTmpdir(req.Env, s.cfg.CodeTmp), Dir: req.Dir,
 		Stdin: files[0], Stdout: files[1], Stderr: files[2],
 		SysProcAttr: &syscall.SysProcAttr{
 			Credential: &syscall.Credential{Uid: uint32(s.cfg.CodeUID), Gid: uint32(s.cfg.CodeGID), Groups: []uint32{}},
@@ -271,9 +276,8 @@ func strayPIDs(uid int, keep map[int]bool) []int {
 }
 
 // straysLeft reports whether a process of uid outside the sessions of
-// keep is still there, but except: alive, a zombie, or on its way out (a
-// killed process being torn down answers ESRCH for its status, whoever's
-// it is, and holds its place in the pids cgroup until it is reaped).
+// keep is still there, alive or a zombie (which holds its place in the
+// pids cgroup until it is reaped), but except.
 func straysLeft(uid int, keep map[int]bool, except int) bool {
 	ents, err := os.ReadDir("/proc")
 	if err != nil {
@@ -285,11 +289,8 @@ func straysLeft(uid int, keep map[int]bool, except int) bool {
 			continue
 		}
 		uids, err := statusUIDs(pid)
-		if errors.Is(err, unix.ESRCH) {
-			return true
-		}
 		if err != nil || uids[0] != uid {
-			continue
+			continue // gone (ENOENT, or ESRCH: reaped, its entry still open)
 		}
 		if _, sid, ok := stateAndSession(pid); ok && !keep[sid] {
 			return true
@@ -311,6 +312,38 @@ func stateAndSession(pid int) (state string, sid int, ok bool) {
 	}
 	sid, err = strconv.Atoi(f[3])
 	return f[0], sid, err == nil
+}
+
+// codeStart is the helper's command that starts a program of the code uid
+// (codeStartMain).
+const codeStart = "code-start"
+
+// codeOOMScoreAdj is the code uid's programs' oom_score_adj: above the
+// job's own (the broker's spec gives every process of the sandbox 500), so
+// that where the job's memory runs out, the kernel kills a program of the
+// code uid, the candidate's code a grader runs, before the grader or the
+// helper, unless one of those holds half the job's memory more than it.
+// At 1000 all, the biggest went, and a candidate's program that forked a
+// crowd of small children past the limit had the helper killed (no
+// status: the engine's word, the grader job oom_killed, inconclusive).
+const codeOOMScoreAdj = "1000"
+
+// codeStartMain runs as the code uid, in the process the exec service
+// started: it raises its own oom_score_adj (raising needs no privilege)
+// and becomes the program, args[0] with argv args[1:]. A program that
+// could not be given that score does not run.
+func codeStartMain(args []string) int {
+	if len(args) < 2 {
+		fmt.Fprintln(os.Stderr, "sandboxd-shim code-start: no program")
+		return 126
+	}
+	if err := os.WriteFile("/proc/self/oom_score_adj", []byte(codeOOMScoreAdj), 0); err != nil {
+		fmt.Fprintln(os.Stderr, "sandboxd-shim code-start: oom_score_adj:", err)
+		return 126
+	}
+	err := unix.Exec(args[0], args[1:], os.Environ())
+	fmt.Fprintf(os.Stderr, "sandboxd-shim code-start: %s: %v\n", args[0], err)
+	return 127
 }
 
 // waitExited waits until process pid has exited, without reaping it.

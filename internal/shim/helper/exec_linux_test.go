@@ -24,7 +24,7 @@ import (
 // copy those uids may execute (go test builds into a directory only root
 // may enter), as the shim binary is mounted in a sandbox.
 func TestMain(m *testing.M) {
-	if len(os.Args) > 1 && (os.Args[1] == "collect" || os.Args[1] == "stage") {
+	if len(os.Args) > 1 && (os.Args[1] == "collect" || os.Args[1] == "stage" || os.Args[1] == codeStart) {
 		os.Exit(Main(os.Args))
 	}
 	if len(os.Args) > 1 && os.Args[1] == "clone3-after-filter" {

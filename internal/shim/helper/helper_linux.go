@@ -31,6 +31,8 @@ func Main(args []string) int {
 			return collectMain()
 		case "exec":
 			return execMain(args[2:])
+		case codeStart:
+			return codeStartMain(args[2:])
 		}
 	}
 	if os.Getpid() == 1 {

@@ -125,7 +125,7 @@ func onlyRootIsInitAndMe() (bool, error) {
 		}
 		uids, err := statusUIDs(pid)
 		if errors.Is(err, os.ErrNotExist) || errors.Is(err, unix.ESRCH) {
-			continue // it ended, or is ending (a bomb's, killed: its status answers ESRCH)
+			continue // it ended (ESRCH: reaped, its entry still open)
 		}
 		if err != nil || uids[0] == 0 || uids[1] == 0 || uids[2] == 0 {
 			return false, nil
