@@ -62,6 +62,7 @@ const maxExecInFlight = 64
 // making a call of its own: it is not in that call's session).
 type execService struct {
 	cfg  *shim.Config
+	self string // the helper's binary: each program starts through its codeStart
 	ln   *net.UnixListener
 	wg   sync.WaitGroup
 	sem  chan struct{}
@@ -74,11 +75,15 @@ type execService struct {
 }
 
 func startExecService(cfg *shim.Config) (*execService, error) {
+	self, err := os.Executable()
+	if err != nil {
+		return nil, fmt.Errorf("exec service: %w", err)
+	}
 	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: ExecSocket, Net: "unix"})
 	if err != nil {
 		return nil, fmt.Errorf("exec service: %w", err)
 	}
-	s := &execService{cfg: cfg, ln: ln, sem: make(chan struct{}, maxExecInFlight), done: make(chan struct{})}
+	s := &execService{cfg: cfg, self: self, ln: ln, sem: make(chan struct{}, maxExecInFlight), done: make(chan struct{})}
 	s.wg.Add(1)
 	go s.accept()
 	return s, nil
@@ -159,13 +164,8 @@ func (s *execService) serve(c *net.UnixConn) {
 	if !strings.Contains(path, "/") {
 		path = lookPath(path, req.Env)
 	}
-	self, err := os.Executable()
-	if err != nil {
-		reply(ExecReply{ExitCode: 126, Error: err.Error()})
-		return
-	}
 	cmd := &exec.Cmd{
-		Path: self, Args: append([]string{self, codeStart, path}, req.Argv...), Env: withTmpdir(req.Env, s.cfg.CodeTmp), Dir: req.Dir,
+		Path: s.self, Args: append([]string{s.self, codeStart, path}, req.Argv...), Env: withTmpdir(req.Env, s.cfg.CodeTmp), Dir: req.Dir,
 		Stdin: files[0], Stdout: files[1], Stderr: files[2],
 		SysProcAttr: &syscall.SysProcAttr{
 			Credential: &syscall.Credential{Uid: uint32(s.cfg.CodeUID), Gid: uint32(s.cfg.CodeGID), Groups: []uint32{}},
@@ -241,20 +241,32 @@ func (s *execService) callEnded(sid int) {
 	if s.stopped {
 		return
 	}
-	// With no other call in flight, every process of the code uid is a
-	// stray: each round kills them all by kill(-1) as that uid, whatever
-	// a listing of /proc, racing a bomb, missed. Rounds go on while any is
-	// there, alive or not yet reaped, for up to two seconds. The call's
-	// own leader is reaped after this (serve's cmd.Wait).
-	for deadline := time.Now().Add(2 * time.Second); ; {
-		if len(s.inFlight) > 0 || killAllOf(s.cfg.CodeUID) != nil {
-			if alive := strayPIDs(s.cfg.CodeUID, s.inFlight); len(alive) > 0 {
-				asUID(s.cfg.CodeUID, func() {
-					for _, pid := range alive {
-						unix.Kill(pid, unix.SIGKILL)
-					}
-				})
+	if len(s.inFlight) > 0 {
+		// Other calls' programs run, which kill(-1) would take too: the
+		// strays go by pid, in rounds while any is alive, and are not
+		// waited for (a program of another call may make them as fast as
+		// they die; its own call's end takes them).
+		for range 100 {
+			alive := strayPIDs(s.cfg.CodeUID, s.inFlight)
+			if len(alive) == 0 {
+				return
 			}
+			asUID(s.cfg.CodeUID, func() {
+				for _, pid := range alive {
+					unix.Kill(pid, unix.SIGKILL)
+				}
+			})
+		}
+		return
+	}
+	// No other call: every process of the code uid is a stray. Each round
+	// kills them all by kill(-1) as that uid, whatever a listing of /proc,
+	// racing a bomb, missed; rounds go on while any is there, alive or not
+	// yet reaped, for up to two seconds. The call's own leader is reaped
+	// after this (serve's cmd.Wait).
+	for deadline := time.Now().Add(2 * time.Second); ; {
+		if err := killAllOf(s.cfg.CodeUID); err != nil {
+			fmt.Fprintln(os.Stderr, "sandboxd-shim exec:", err)
 		}
 		if !straysLeft(s.cfg.CodeUID, s.inFlight, sid) || time.Now().After(deadline) {
 			return
@@ -268,7 +280,7 @@ func (s *execService) callEnded(sid int) {
 func strayPIDs(uid int, keep map[int]bool) []int {
 	var out []int
 	for _, pid := range pidsOf(uid) {
-		if state, sid, ok := stateAndSession(pid); ok && state != "Z" && state != "X" && !keep[sid] {
+		if state, sid, ok := stateAndSession(pid); ok && !dead(state) && !keep[sid] {
 			out = append(out, pid)
 		}
 	}
@@ -279,20 +291,8 @@ func strayPIDs(uid int, keep map[int]bool) []int {
 // keep is still there, alive or a zombie (which holds its place in the
 // pids cgroup until it is reaped), but except.
 func straysLeft(uid int, keep map[int]bool, except int) bool {
-	ents, err := os.ReadDir("/proc")
-	if err != nil {
-		return true // not known: another round
-	}
-	for _, e := range ents {
-		pid, err := strconv.Atoi(e.Name())
-		if err != nil || pid == except || pid == os.Getpid() {
-			continue
-		}
-		uids, err := statusUIDs(pid)
-		if err != nil || uids[0] != uid {
-			continue // gone (ENOENT, or ESRCH: reaped, its entry still open)
-		}
-		if _, sid, ok := stateAndSession(pid); ok && !keep[sid] {
+	for _, pid := range pidsOf(uid) {
+		if _, sid, ok := stateAndSession(pid); ok && pid != except && !keep[sid] {
 			return true
 		}
 	}
@@ -313,6 +313,9 @@ func stateAndSession(pid int) (state string, sid int, ok bool) {
 	sid, err = strconv.Atoi(f[3])
 	return f[0], sid, err == nil
 }
+
+// dead reports whether a process state is a zombie's or a dead one's.
+func dead(state string) bool { return state == "Z" || state == "X" }
 
 // codeStart is the helper's command that starts a program of the code uid
 // (codeStartMain).
@@ -386,13 +389,7 @@ func sessionPIDs(sid, except int) []int {
 		if err != nil || pid == except {
 			continue
 		}
-		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
-		if err != nil {
-			continue
-		}
-		// pid (comm) state ppid pgrp session ...; comm may hold anything.
-		f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+1:]))
-		if len(f) > 3 && f[0] != "Z" && f[0] != "X" && f[3] == strconv.Itoa(sid) {
+		if state, s, ok := stateAndSession(pid); ok && !dead(state) && s == sid {
 			pids = append(pids, pid)
 		}
 	}

@@ -103,8 +103,12 @@ func socketPair(t *testing.T) (server, client *net.UnixConn) {
 // no longer hold the client's pipe open until the job's wall time.
 func TestExecServiceEndsTheProgramWhenTheClientGoes(t *testing.T) {
 	needRoot(t, "to run a program as the code uid")
-	const codeUID = 3999921 // a uid no one on this host uses
-	s := &execService{cfg: &shim.Config{CodeUID: codeUID, CodeGID: codeUID}, sem: make(chan struct{}, 1), done: make(chan struct{})}
+	const codeUID = 3999921      // a uid no one on this host uses
+	self, err := os.Executable() // the program starts through it (codeStart: TestMain)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := &execService{cfg: &shim.Config{CodeUID: codeUID, CodeGID: codeUID}, self: self, sem: make(chan struct{}, 1), done: make(chan struct{})}
 	t.Cleanup(func() { killUID(codeUID) }) // what a failing run left
 	srv, client := socketPair(t)
 	served := make(chan struct{})

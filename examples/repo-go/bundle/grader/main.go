@@ -345,6 +345,7 @@ func runTests(inst *instance, checks []string) (int, []event) {
 		return -2, nil
 	}
 	events := readEvents(out, checks)
+	io.Copy(io.Discard, out) // what a read error left: go test must not block on a full pipe
 	err = cmd.Wait()
 	code := 0
 	var ee *exec.ExitError
